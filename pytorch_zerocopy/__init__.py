@@ -1,0 +1,31 @@
+"""pytorch_zerocopy: GPUs reading graph data straight out of host memory.
+
+``import pytorch_zerocopy`` loads the compiled ops and registers the ``unified`` device, after
+which ``cpu_tensor.to("unified")`` maps a host tensor for every GPU without copying it.
+"""
+
+from .unified import (
+    DEVICE_TYPE,
+    empty_shared,
+    empty_unified,
+    gpu_backed,
+    is_unified,
+    load_unified,
+    registration_stats,
+    to_unified,
+)
+from ._build import build_info
+
+__version__ = build_info()["version"]
+
+__all__ = [
+    "DEVICE_TYPE",
+    "build_info",
+    "empty_shared",
+    "empty_unified",
+    "gpu_backed",
+    "is_unified",
+    "load_unified",
+    "registration_stats",
+    "to_unified",
+]

@@ -1,0 +1,155 @@
+"""``zerocopy doctor``: what this machine offers zero-copy GPU access, one line per check.
+
+Every line starts with OK, WARN or FAIL; WARN and FAIL lines say what to do.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import resource
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import List
+
+import torch
+
+from ._build import build_info
+from .unified import format_bytes, gpu_backed
+
+
+@dataclass
+class Check:
+    status: str  # "OK", "WARN" or "FAIL"
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.name:<22} {self.detail}"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def check_build() -> List[Check]:
+    info = build_info()
+    flavour = f"CUDA {info['cuda_version']} for {info['cuda_archs']}" if info["with_cuda"] else "CPU-only"
+    checks = [Check("OK", "torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})"),
+              Check("OK", "pytorch_zerocopy", f"{info['version']}, built {flavour} against torch {info['torch_version']}")]
+    if not info["with_cuda"] and torch.version.cuda is not None:
+        checks.append(Check("WARN", "build", "torch has CUDA but this build is CPU-only: reinstall with "
+                                             "FORCE_CUDA=1 pip install --no-build-isolation ."))
+    return checks
+
+
+def check_gpus() -> List[Check]:
+    if not torch.cuda.is_available():
+        return [Check("WARN", "GPU", "no CUDA GPU visible: unified tensors run their ops on the CPU")]
+    checks = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        checks.append(Check("OK", f"GPU {i}", f"{p.name}, {p.multi_processor_count} SMs, "
+                                              f"{format_bytes(p.total_memory)}, compute {p.major}.{p.minor}"))
+    driver = _nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
+    if driver:
+        checks.append(Check("OK", "driver", driver.splitlines()[0]))
+    links = _nvidia_smi(["--query-gpu=index,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
+                         "pcie.link.width.max", "--format=csv,noheader"])
+    for row in links.splitlines():
+        parts = [p.strip() for p in row.split(",")]
+        if len(parts) != 5:
+            continue
+        idx, gen, gen_max, width, width_max = parts
+        ok = width == width_max
+        checks.append(Check("OK" if ok else "WARN", f"PCIe link GPU {idx}",
+                            f"gen {gen} (max {gen_max}), x{width} (max x{width_max})"
+                            + ("" if ok else ": the link runs narrower than it can; reseat the card or check "
+                                             "the slot") + ("; an idle link may report a lower generation" if gen != gen_max else "")))
+    if not links:
+        checks.append(Check("WARN", "PCIe link", "nvidia-smi not found or unanswered: cannot read link generation/width"))
+    return checks
+
+
+def _nvidia_smi(args: List[str]) -> str:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return ""
+    try:
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def check_host() -> List[Check]:
+    checks = []
+    try:
+        st = os.statvfs("/dev/shm")
+        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        status = "OK" if total >= mem // 2 else "WARN"
+        checks.append(Check(status, "/dev/shm", f"{format_bytes(total)} total, {format_bytes(free)} free"
+                            + ("" if status == "OK" else ": smaller than half of RAM; shared feature tables must fit "
+                               "here: mount -o remount,size=<N>G /dev/shm (docker: --shm-size)")))
+    except OSError:
+        checks.append(Check("FAIL", "/dev/shm", "missing: shared-memory tables cannot be created; mount a tmpfs there"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
+        detail = "unlimited" if soft == resource.RLIM_INFINITY else f"{format_bytes(soft)} (root: not enforced)"
+        checks.append(Check("OK", "memlock limit", detail))
+    else:
+        checks.append(Check("WARN", "memlock limit", f"{format_bytes(soft)}: cudaHostRegister of larger tables may "
+                            "fail; raise it with ulimit -l unlimited (docker: --ulimit memlock=-1)"))
+    thp = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    checks.append(Check("OK", "transparent hugepages", (thp or "unknown") + " (GPU-side throughput does not depend on it)"))
+    return checks
+
+
+def check_partitioning() -> List[Check]:
+    checks = []
+    control = shutil.which("nvidia-cuda-mps-control")
+    server = shutil.which("nvidia-cuda-mps-server")
+    if control and server:
+        checks.append(Check("OK", "CUDA MPS", f"{control}"))
+    else:
+        checks.append(Check("WARN", "CUDA MPS", "nvidia-cuda-mps-control not on PATH: partition='mps' is unavailable; "
+                            "install the CUDA driver utilities or use partition='green'"))
+    green = getattr(getattr(torch.cuda, "green_contexts", None), "GreenContext", None)
+    if green is not None:
+        checks.append(Check("OK", "green contexts", "torch.cuda.green_contexts.GreenContext available"))
+    else:
+        checks.append(Check("WARN", "green contexts", f"not in torch {torch.__version__}: partition='green' needs torch >= 2.9"))
+    return checks
+
+
+def check_bandwidth(seconds: float) -> List[Check]:
+    if not gpu_backed():
+        return []
+    nbytes = 256 << 20
+    src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    copies, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(4):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        copies += 4
+    gbps = copies * nbytes / (time.perf_counter() - start) / 1e9
+    status = "OK" if gbps >= 20 else "WARN"
+    return [Check(status, "pinned H2D copy", f"{gbps:.1f} GB/s"
+                  + ("" if status == "OK" else ": below a PCIe Gen4 x16 link; check the link above and NUMA placement"))]
+
+
+def run_doctor(bandwidth_seconds: float = 2.0) -> int:
+    checks = check_build() + check_gpus() + check_host() + check_partitioning() + check_bandwidth(bandwidth_seconds)
+    for c in checks:
+        print(c.line())
+    return 1 if any(c.status == "FAIL" for c in checks) else 0

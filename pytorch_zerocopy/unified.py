@@ -1,0 +1,244 @@
+"""Unified tensors: host memory that GPU ops read in place (zero-copy).
+
+Mechanism. ``unified`` is torch's PrivateUse1 dispatch key, renamed, so ``torch.device("unified")``
+parses and ``t.to("unified")`` dispatches like any device transfer (the paper's Listing 1 runs
+as written). A unified tensor's storage is the host memory of the CPU tensor it came from,
+page-locked and mapped for every GPU with ``cudaHostRegister(Mapped | Portable)``; no byte is
+copied. Ops on a unified tensor reach a boxed fallback that swaps each unified argument for a
+CUDA tensor over the mapped address and runs the ordinary CUDA kernel, so every torch op works
+and results land on the GPU (the device of a CUDA argument, else the unified tensor's own
+index, which is the current GPU when it was made). Row gathers (``u[idx]``, ``index_select``,
+``embedding``) are routed to :func:`pytorch_zerocopy.gather_rows`, which visits rows in
+address order to keep PCIe reads efficient.
+
+Why this mechanism rather than a CUDA-typed tensor over host memory: a distinct device keeps
+the distinction visible to users (``u.device``, ``u.is_unified``), lets ``u.cpu()`` return the
+host tensor without a copy, and gives one place, the fallback, to route gathers to the aligned
+kernel. The cost is a few microseconds of dispatch per op on a unified tensor.
+
+Without a GPU (a CPU-only build, or no device visible) unified tensors are host tensors in
+shared memory whose ops run on the CPU: the same code runs, slower, and tests can exercise it.
+
+Lifetime. The mapping is released when the last tensor over the storage dies (views and the
+aliases handed to ops count), after queued GPU work has finished. The same memory can be
+mapped again afterwards, and overlapping tensors (views of one storage, small tensors that
+share a page) share one registration.
+
+Sharing across processes (paper Listing 3). A CPU tensor in shared memory
+(``share_memory_()``, :func:`empty_unified`, :func:`load_unified`) passed to
+``torch.multiprocessing`` children and converted there with ``.to("unified")`` maps the same
+bytes in every child on the child's current GPU. A unified tensor can itself be sent to a
+child: it arrives mapped on the child's current GPU. Contract: do not call ``share_memory_()``
+on a CPU tensor after converting it, since that moves its bytes and the unified tensor would
+keep the old ones.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import types
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from . import _build
+
+_C = _build.load_extension()
+
+DEVICE_TYPE = "unified"
+DeviceLike = Union[str, int, torch.device, None]
+
+
+def _device_module() -> types.ModuleType:
+    """The ``torch.unified`` module that torch expects for a PrivateUse1 backend."""
+    mod = types.ModuleType("torch.unified")
+    mod.__doc__ = "Device module of pytorch_zerocopy's unified (host-resident, GPU-mapped) tensors."
+    mod.is_available = lambda: True
+    mod.device_count = lambda: torch.cuda.device_count() if _C.gpu_backed() else 1
+    mod.current_device = lambda: torch.cuda.current_device() if _C.gpu_backed() else 0
+    mod.is_initialized = lambda: True
+    mod._is_in_bad_fork = lambda: False
+    mod.manual_seed_all = lambda seed: None
+    mod.get_rng_state = lambda device=None: torch.empty(0, dtype=torch.uint8)
+    mod.set_rng_state = lambda state, device=None: None
+    return mod
+
+
+def _register_backend() -> None:
+    if torch._C._get_privateuse1_backend_name() == DEVICE_TYPE:
+        return
+    torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
+    torch._register_device_module(DEVICE_TYPE, _device_module())
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=False, for_storage=False
+    )
+
+
+_register_backend()
+
+
+def gpu_backed() -> bool:
+    """True when unified tensors are read by a GPU (CUDA build, GPU visible)."""
+    return bool(_C.gpu_backed())
+
+
+def is_unified(t: torch.Tensor) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == DEVICE_TYPE
+
+
+def _unified_index(device: DeviceLike) -> int:
+    if device is None:
+        return -1
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != DEVICE_TYPE:
+        raise ValueError(f"expected a unified device, got {device}")
+    return -1 if device.index is None else device.index
+
+
+def to_unified(t: torch.Tensor, device: DeviceLike = None) -> torch.Tensor:
+    """``t.to("unified")`` for a CPU tensor: maps its bytes in place (no copy)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"to_unified expects a tensor, got {type(t).__name__}")
+    if is_unified(t):
+        return t
+    if t.device.type != "cpu":
+        return t.to(DEVICE_TYPE if device is None else device)
+    return _C.unified_from_cpu(t, _unified_index(device))
+
+
+def empty_unified(
+    shape: Union[int, Sequence[int]],
+    dtype: torch.dtype = torch.float32,
+    device: DeviceLike = None,
+) -> torch.Tensor:
+    """A new, uninitialised unified tensor in shared host memory, with no temporary copy.
+
+    The memory is an unlinked ``/dev/shm`` segment, reserved up front (a too-small /dev/shm is
+    an error here, not a crash later) and released when the last reference, in any process,
+    dies. Sending it, or its ``.cpu()`` view, to ``torch.multiprocessing`` children shares it.
+    """
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = [int(s) for s in shape]
+    if any(s < 0 for s in shape):
+        raise ValueError(f"empty_unified: negative dimension in shape {tuple(shape)}")
+    return _C.empty_unified(shape, dtype, _unified_index(device))
+
+
+def empty_shared(shape: Union[int, Sequence[int]], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A CPU tensor in shared memory (the host side of :func:`empty_unified`), not yet mapped."""
+    return empty_unified(shape, dtype).cpu()
+
+
+_NUMPY_TO_TORCH = {
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float64): torch.float64,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.bool_): torch.bool,
+}
+
+
+def load_unified(
+    path: Union[str, os.PathLike],
+    device: DeviceLike = None,
+    chunk_bytes: int = 256 << 20,
+    progress: bool = False,
+) -> torch.Tensor:
+    """Loads a NumPy ``.npy`` file into a unified tensor without a second full copy.
+
+    The file is memory-mapped and streamed into shared memory ``chunk_bytes`` at a time, so
+    peak memory is the table plus one chunk of page cache, whatever the table's size.
+    """
+    src = np.load(os.fspath(path), mmap_mode="r")
+    if src.dtype not in _NUMPY_TO_TORCH:
+        raise TypeError(f"load_unified: unsupported dtype {src.dtype} in {path}")
+    if not src.flags.c_contiguous:
+        raise ValueError(f"load_unified: {path} is stored in Fortran order; save it C-contiguous")
+    dst = empty_unified(src.shape, _NUMPY_TO_TORCH[src.dtype], device)
+    host = dst.cpu().reshape(-1)
+    flat = src.reshape(-1)
+    step = max(1, chunk_bytes // max(1, src.dtype.itemsize))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=flat.size * src.dtype.itemsize, unit="B", unit_scale=True, desc="load")
+    for start in range(0, flat.size, step):
+        stop = min(flat.size, start + step)
+        host[start:stop].copy_(torch.from_numpy(np.ascontiguousarray(flat[start:stop])))
+        if bar is not None:
+            bar.update((stop - start) * src.dtype.itemsize)
+    if bar is not None:
+        bar.close()
+    return dst
+
+
+def registration_stats() -> dict:
+    """Live host registrations of this process: for leak checks."""
+    pieces, nbytes, total = _C.registration_stats()
+    return {"live_pieces": pieces, "live_bytes": nbytes, "total_registrations": total}
+
+
+# --- torch.multiprocessing --------------------------------------------------------------
+
+
+def _rebuild_unified(host: torch.Tensor) -> torch.Tensor:
+    return _C.unified_from_cpu(host, -1)
+
+
+def _install_reducer() -> None:
+    """Lets unified tensors travel to torch.multiprocessing children as shared memory."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing.reductions as reductions
+
+    original = reductions.reduce_tensor
+
+    def reduce_tensor(t: torch.Tensor):
+        if t.device.type != DEVICE_TYPE:
+            return original(t)
+        host = t.cpu()
+        if not host.is_shared():
+            raise RuntimeError(
+                "a unified tensor sent to another process must live in shared memory; this one "
+                "maps private memory. Create it with pytorch_zerocopy.empty_unified / "
+                "load_unified, or call .share_memory_() on the CPU tensor before .to('unified')."
+            )
+        return (_rebuild_unified, (host,))
+
+    ForkingPickler.register(torch.Tensor, reduce_tensor)
+
+
+_install_reducer()
+
+
+def format_bytes(n: float) -> str:
+    if n <= 0:
+        return "0 B"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    k = min(len(units) - 1, int(math.log(n, 1024)))
+    return f"{n / 1024 ** k:.1f} {units[k]}"
+
+
+__all__ = [
+    "DEVICE_TYPE",
+    "empty_shared",
+    "empty_unified",
+    "format_bytes",
+    "gpu_backed",
+    "is_unified",
+    "load_unified",
+    "registration_stats",
+    "to_unified",
+]
+

@@ -1,0 +1,104 @@
+"""Build script for pytorch_zerocopy's compiled extension, ``pytorch_zerocopy._C``.
+
+Whether CUDA code is built is decided from the installed torch and the toolkit, never from
+whether a GPU is present:
+
+* ``FORCE_ONLY_CPU=1``   build the CPU parts only (``csrc/cuda`` is left out).
+* ``FORCE_CUDA=1``       build the CUDA parts; fail if torch or the toolkit cannot.
+* otherwise              CUDA when ``torch.version.cuda`` is set and ``CUDA_HOME`` is found.
+* ``TORCH_CUDA_ARCH_LIST`` the GPU architectures (default ``8.0;9.0+PTX``).
+
+Install with ``pip install --no-build-isolation .`` so that the extension is compiled against the
+torch already installed; the build records what it was built against in
+``pytorch_zerocopy/_build_info.py`` and the package checks it on import.
+"""
+
+import glob
+import os
+import sys
+
+from setuptools import setup
+
+try:
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+except ImportError:  # pragma: no cover - exercised only on a machine without torch
+    sys.exit(
+        "pytorch_zerocopy is compiled against the installed PyTorch, and none was found.\n"
+        "Install torch first (on a CPU machine: pip install torch==2.13.0), then build with\n"
+        "    pip install --no-build-isolation .\n"
+        "(--no-build-isolation makes pip use that torch instead of downloading another one)."
+    )
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+VERSION = "0.1.0"
+DEFAULT_ARCHS = "8.0;9.0+PTX"
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def decide_cuda() -> bool:
+    if _flag("FORCE_ONLY_CPU"):
+        return False
+    if _flag("FORCE_CUDA"):
+        if torch.version.cuda is None:
+            sys.exit(f"FORCE_CUDA=1, but the installed torch {torch.__version__} is a CPU-only build.")
+        if CUDA_HOME is None:
+            sys.exit("FORCE_CUDA=1, but no CUDA toolkit was found: set CUDA_HOME.")
+        return True
+    return torch.version.cuda is not None and CUDA_HOME is not None
+
+
+def sources(with_cuda: bool) -> list:
+    found = ["csrc/zerocopy.cpp"]
+    found += sorted(glob.glob("csrc/unified/*.cpp", root_dir=ROOT))
+    found += sorted(glob.glob("csrc/cpu/*.cpp", root_dir=ROOT))
+    if with_cuda:
+        found += sorted(glob.glob("csrc/cuda/*.cpp", root_dir=ROOT))
+        found += sorted(glob.glob("csrc/cuda/*.cu", root_dir=ROOT))
+    return found
+
+
+def write_build_info(with_cuda: bool, archs: str) -> None:
+    info = {
+        "version": VERSION,
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda if with_cuda else None,
+        "cuda_archs": archs if with_cuda else None,
+        "with_cuda": with_cuda,
+    }
+    path = os.path.join(ROOT, "pytorch_zerocopy", "_build_info.py")
+    with open(path, "w") as f:
+        f.write("# Written by setup.py at build time; do not edit.\n")
+        f.write(f"BUILD_INFO = {info!r}\n")
+
+
+def extension():
+    with_cuda = decide_cuda()
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
+    if with_cuda:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = archs
+    write_build_info(with_cuda, archs)
+    cxx = ["-O3", "-fvisibility=hidden"]
+    kwargs = dict(
+        name="pytorch_zerocopy._C",
+        sources=sources(with_cuda),
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        extra_compile_args={"cxx": cxx},
+    )
+    if not with_cuda:
+        print("pytorch_zerocopy: building the CPU-only extension", flush=True)
+        return CppExtension(**kwargs)
+    print(f"pytorch_zerocopy: building with CUDA {torch.version.cuda} for {archs}", flush=True)
+    kwargs["extra_compile_args"]["nvcc"] = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
+    kwargs["libraries"] = ["cuda"]  # driver API: green contexts, pointer attributes
+    return CUDAExtension(**kwargs)
+
+
+setup(
+    version=VERSION,
+    ext_modules=[extension()],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

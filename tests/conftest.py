@@ -1,0 +1,35 @@
+"""Shared fixtures. CUDA is queried when tests are collected, never when a module is imported,
+and CUDA cases are skipped cleanly on a machine without a GPU."""
+
+import pytest
+import torch
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def pytest_generate_tests(metafunc):
+    # A test that takes `device` runs on the CPU and, where a GPU exists, on CUDA.
+    if "device" in metafunc.fixturenames:
+        params = [pytest.param("cpu", id="cpu"),
+                  pytest.param("cuda", id="cuda", marks=pytest.mark.cuda)]
+        metafunc.parametrize("device", params)
+
+
+def pytest_collection_modifyitems(config, items):
+    if cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def gen():
+    """A fresh, randomly seeded generator per test (printed on failure for reproduction)."""
+    seed = int(torch.randint(0, 2**31 - 1, ()).item())
+    g = torch.Generator().manual_seed(seed)
+    g.seed_value = seed
+    return g
