@@ -175,7 +175,7 @@ def load_unified(
         bar = tqdm(total=flat.size * src.dtype.itemsize, unit="B", unit_scale=True, desc="load")
     for start in range(0, flat.size, step):
         stop = min(flat.size, start + step)
-        host[start:stop].copy_(torch.from_numpy(np.ascontiguousarray(flat[start:stop])))
+        host[start:stop].copy_(torch.from_numpy(np.array(flat[start:stop], copy=True)))
         if bar is not None:
             bar.update((stop - start) * src.dtype.itemsize)
     if bar is not None:
