@@ -244,6 +244,26 @@ def test_unified_misaligned_rows_on_gpu(gen):
         torch.testing.assert_close(zc.gather_rows(shifted, idx2).cpu(), reference(shifted, idx2), rtol=0, atol=0)
 
 
+@pytest.mark.cuda
+def test_unified_table_beyond_int32_rows(gen):
+    # 2^31 + 40 one-byte rows: 64-bit sort keys and byte offsets past 2 GiB.
+    rows = 2**31 + 40
+    table = zc.empty_unified((rows, 1), torch.int8)
+    host = table.cpu().view(-1)
+    chunk = 256 << 20
+    for start in range(0, rows, chunk):
+        stop = min(rows, start + chunk)
+        host[start:stop].copy_(torch.randint(-100, 100, (stop - start,), dtype=torch.int8, device="cuda"))
+    idx = torch.randint(0, rows, (5000,), generator=gen)
+    idx[:10] = torch.arange(rows - 10, rows)
+    got = zc.gather_rows(table, idx.cuda())
+    torch.testing.assert_close(got.cpu(), host[idx].view(-1, 1), rtol=0, atol=0)
+    with pytest.raises(IndexError, match=f"index {rows} at position 7"):
+        bad = idx.clone()
+        bad[7] = rows
+        zc.gather_rows(table, bad.cuda())
+
+
 # --- routing of row gathers on unified tensors -----------------------------------------------
 
 
