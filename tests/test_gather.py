@@ -128,7 +128,7 @@ def test_zero_width_and_empty_table(kind, gen):
     assert zc.gather_rows(table, index).shape == (3, 0)
     with pytest.raises(IndexError, match="index 10 at position 1"):
         zc.gather_rows(table, torch.tensor([3, 10, 0]).to(index_device(kind)))
-    no_rows = make_table(kind, 0, 4, torch.float32, gen)
+    no_rows = make_table(kind, 0, 4, torch.float32, gen) if kind != "unified" else zc.empty_unified((0, 4))
     assert zc.gather_rows(no_rows, torch.empty(0, dtype=torch.long, device=index_device(kind))).shape == (0, 4)
     with pytest.raises(IndexError, match="index 0 at position 0"):
         zc.gather_rows(no_rows, torch.zeros(1, dtype=torch.long, device=index_device(kind)))
@@ -274,15 +274,17 @@ def _ran_gather_rows(fn) -> bool:
 
 
 @pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=str)
-def test_unified_row_gathers_route_to_gather_rows(idx_dtype, gen):
+def test_unified_row_gathers_route_to_gather_rows(idx_dtype, device, gen):
+    # device: where the index lives (a CUDA index only exists on the GPU machine).
     host = random_table(40, 6, torch.float32, gen)
     u = zc.to_unified(host.clone())
-    idx = torch.randint(0, 40, (25,), generator=gen, dtype=idx_dtype)
+    ref_idx = torch.randint(0, 40, (25,), generator=gen, dtype=idx_dtype)
+    idx = ref_idx.to(device)
     checks = {
-        "getitem": (lambda: u[idx], host[idx.long()]),
-        "index_select": (lambda: torch.index_select(u, 0, idx), host.index_select(0, idx)),
-        "embedding": (lambda: torch.nn.functional.embedding(idx.view(5, 5), u), host[idx.long()].view(5, 5, 6)),
-        "negative": (lambda: u[idx - 40], host[idx.long() - 40]),
+        "getitem": (lambda: u[idx], host[ref_idx.long()]),
+        "index_select": (lambda: torch.index_select(u, 0, idx), host.index_select(0, ref_idx)),
+        "embedding": (lambda: torch.nn.functional.embedding(idx.view(5, 5), u), host[ref_idx.long()].view(5, 5, 6)),
+        "negative": (lambda: u[idx - 40], host[ref_idx.long() - 40]),
     }
     for name, (fn, want) in checks.items():
         assert _ran_gather_rows(fn), name
