@@ -13,12 +13,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
 WIDTHS = [1, 3, 31, 32, 33, 255, 257]
 
 
-@pytest.fixture
-def gen() -> torch.Generator:
-    """A freshly seeded generator per test; its seed is ``gen.initial_seed()`` (in messages)."""
-    return torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))
-
-
 SENTINEL = {torch.float32: -7.5, torch.float16: -7.5, torch.bfloat16: -7.5, torch.int8: -7, torch.uint8: 251,
             torch.int32: -7, torch.int64: -7}
 
