@@ -59,14 +59,23 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="256 MiB table, 32 MiB per call, 3 iterations")
     p.add_argument("--out", default=os.path.join("benchmarks", "results"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", default="", help="comma-separated dtype:row_bytes subset, e.g. float32:128,int8:1028")
     args = p.parse_args()
     if args.quick:
         args.table_gib, args.gather_gib, args.iters, args.warmup = 0.25, 1 / 32, 3, 1
     return args
 
 
-def configs() -> List[Tuple[torch.dtype, int]]:
-    return [(torch.float32, b) for b in FLOAT32_ROW_BYTES] + EXTRA_CONFIGS
+def configs(only: str = "") -> List[Tuple[torch.dtype, int]]:
+    every = [(torch.float32, b) for b in FLOAT32_ROW_BYTES] + EXTRA_CONFIGS
+    if not only:
+        return every
+    wanted = {tuple(item.strip().split(":")) for item in only.split(",") if item.strip()}
+    chosen = [(d, b) for d, b in every if (str(d).replace("torch.", ""), str(b)) in wanted]
+    if len(chosen) != len(wanted):
+        sys.exit(f"--only: unknown configurations in {only!r}; choose from "
+                 + ", ".join(f"{str(d).replace('torch.', '')}:{b}" for d, b in every))
+    return chosen
 
 
 def time_gpu(fn: Callable[[], object], iters: int, warmup: int) -> float:
@@ -152,7 +161,7 @@ def run(args: argparse.Namespace) -> Dict:
     print(f"pinned memcpy H2D: {ceiling_start:.1f} GB/s", flush=True)
 
     rows_out = []
-    for dtype, row_bytes in configs():
+    for dtype, row_bytes in configs(args.only):
         item = torch.empty((), dtype=dtype).element_size()
         width = row_bytes // item
         rows = table_bytes // row_bytes
