@@ -15,7 +15,10 @@ torch already installed; the build records what it was built against in
 
 import glob
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 from setuptools import setup
 
@@ -51,6 +54,42 @@ def decide_cuda() -> bool:
     return torch.version.cuda is not None and CUDA_HOME is not None
 
 
+def _links_libstdcxx_dynamically(cxx: str) -> bool:
+    """True when `cxx` links a shared object against the shared libstdc++.
+
+    Some toolchains (portable-binary builds) link libstdc++ statically into every shared
+    object. Inside a Python process that already holds torch's shared libstdc++, such a copy
+    has its own uninitialised iostream state and crashes the first time an error message is
+    formatted, so the extension must not be linked that way.
+    """
+    readelf = shutil.which("readelf")
+    if readelf is None or shutil.which(cxx) is None:
+        return True  # cannot tell; assume the common case
+    with tempfile.TemporaryDirectory() as tmp:
+        src, lib = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "probe.so")
+        with open(src, "w") as f:
+            f.write("#include <sstream>\nstd::string probe(long x) { std::ostringstream s; s << x; return s.str(); }\n")
+        if subprocess.run([cxx, "-shared", "-fPIC", src, "-o", lib], capture_output=True).returncode != 0:
+            return True
+        needed = subprocess.run([readelf, "-d", lib], capture_output=True, text=True).stdout
+        return "libstdc++" in needed
+
+
+def choose_linker() -> None:
+    """Links with a C++ compiler that uses the shared libstdc++ (see above)."""
+    cxx = os.environ.get("CXX")
+    if not cxx or _links_libstdcxx_dynamically(cxx):
+        return
+    for candidate in ("/usr/bin/g++", "g++", "c++"):
+        if shutil.which(candidate) and _links_libstdcxx_dynamically(candidate):
+            print(f"pytorch_zerocopy: CXX={cxx} links libstdc++ statically, which breaks C++ "
+                  f"exceptions inside torch; building with {candidate} instead", flush=True)
+            os.environ["CXX"] = candidate
+            return
+    sys.exit(f"CXX={cxx} links libstdc++ statically into shared objects, and no other C++ compiler "
+             "was found. Set CXX to a compiler that links the shared libstdc++ (e.g. the system g++).")
+
+
 def sources(with_cuda: bool) -> list:
     found = ["csrc/zerocopy.cpp"]
     found += sorted(glob.glob("csrc/unified/*.cpp", root_dir=ROOT))
@@ -76,6 +115,7 @@ def write_build_info(with_cuda: bool, archs: str) -> None:
 
 
 def extension():
+    choose_linker()
     with_cuda = decide_cuda()
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_ARCHS)
     if with_cuda:

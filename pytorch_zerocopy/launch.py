@@ -140,13 +140,19 @@ class WorkerInfo:
     device: torch.device
 
 
-def init_worker(backend: Optional[str] = None) -> WorkerInfo:
-    """Inside a launched worker: picks its GPU (or the CPU) and joins the process group."""
+def init_worker(backend: Optional[str] = None, use_gpu: Optional[bool] = None) -> WorkerInfo:
+    """Inside a launched worker: picks its GPU (or the CPU) and joins the process group.
+
+    ``use_gpu=None`` uses GPU ``LOCAL_RANK`` where a GPU exists; ``False`` keeps the worker on
+    the CPU (gloo), e.g. to test a launch with more workers than GPUs.
+    """
     import torch.distributed as dist
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
-    if torch.cuda.is_available():
+    if use_gpu is None:
+        use_gpu = torch.cuda.is_available()
+    if use_gpu:
         if local_rank >= torch.cuda.device_count():
             raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has only "
                                f"{torch.cuda.device_count()} GPU(s): launch at most that many per node")
@@ -155,8 +161,9 @@ def init_worker(backend: Optional[str] = None) -> WorkerInfo:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
-        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"),
-                                **({"device_id": device} if device.type == "cuda" else {}))
+        # No device_id: with the unified device registered, torch takes it for the process's
+        # accelerator and rejects a CUDA device_id. NCCL binds to the current device instead.
+        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"))
     return WorkerInfo(rank, local_rank, world_size, device)
 
 

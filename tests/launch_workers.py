@@ -19,7 +19,7 @@ def _rss_anon() -> int:
 def ddp_on_shared_table(table, steps):
     import pytorch_zerocopy  # noqa: F401
 
-    info = init_worker()
+    info = init_worker(use_gpu=False)  # as many ranks as asked, whatever the GPU count
     torch.manual_seed(1234)  # same initial weights everywhere; DDP also broadcasts them
     before = _rss_anon()
     features = table.to("unified")
@@ -30,8 +30,8 @@ def ddp_on_shared_table(table, steps):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(100 + info.rank)  # each rank trains on different rows
     for _ in range(steps):
-        idx = torch.randint(0, table.shape[0], (32,), generator=gen).to(info.device)
-        loss = model(features[idx]).square().mean()
+        idx = torch.randint(0, table.shape[0], (32,), generator=gen)
+        loss = model(features[idx].to(info.device)).square().mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -43,7 +43,7 @@ def ddp_on_shared_table(table, steps):
 
 
 def fail_on_rank_one(message):
-    info = init_worker()
+    info = init_worker(use_gpu=False)
     if info.rank == 1:
         raise ValueError(message)
     dist.barrier()  # rank 0 waits here until the job is torn down

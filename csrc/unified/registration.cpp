@@ -64,9 +64,11 @@ void release_locked(const std::vector<uintptr_t>& keys) {
 std::shared_ptr<Registration> Registration::acquire(void* ptr, size_t nbytes) {
   HostMapper* mapper = host_mapper();
   TORCH_INTERNAL_ASSERT(mapper != nullptr, "unified: no GPU mapper in this build");
+  // The exact byte range, not its page hull: CUDA treats a registered range as pinned, and a
+  // hull would make copies from unrelated pageable memory on the same pages fail.
   const size_t page = page_size();
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(ptr) + std::max<size_t>(nbytes, 1) + page - 1) / page * page;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t end = begin + std::max<size_t>(nbytes, 1);
 
   std::shared_ptr<Registration> reg(new Registration());
   bool have_offset = false;

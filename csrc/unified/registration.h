@@ -1,10 +1,9 @@
 // Page-locked, GPU-mapped host ranges with reference counts.
 //
 // cudaHostRegister refuses a range that overlaps one already registered ("resource already
-// mapped"), and two small tensors can share a page. A Registration therefore covers the
-// page-aligned hull of its range with *pieces*: pieces already held by other live
-// registrations are shared (their count goes up), and only the uncovered gaps are newly
-// registered. A piece is unregistered when its last holder dies. With unified virtual
+// mapped"). A Registration therefore covers its byte range with *pieces*: pieces already held
+// by other live registrations (views, overlapping tensors) are shared (their count goes up),
+// and only the uncovered gaps are newly registered. A piece is unregistered when its last holder dies. With unified virtual
 // addressing the device address of a registered page equals its host address, so pieces
 // made by separate calls still form one contiguous device range.
 #pragma once
