@@ -19,7 +19,8 @@ TORCH_LIBRARY(zerocopy, m) {
         "-> (Tensor depth, Tensor pred, Tensor stats)");
   m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant) "
         "-> (Tensor dist, Tensor stats)");
-  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant) "
+  // `symmetric`: every edge has its reverse, so each pair need only be united from one end.
+  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False) "
         "-> (Tensor labels, Tensor stats)");
   m.def("graph_pagerank(Tensor indptr, Tensor indices, float alpha, float tol, int max_iter, "
         "int variant) -> (Tensor rank, Tensor stats)");

@@ -171,7 +171,7 @@ std::tuple<at::Tensor, at::Tensor> cc_impl(const at::Tensor& indptr, const at::T
 }
 
 std::tuple<at::Tensor, at::Tensor> cc_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
-                                          int64_t variant) {
+                                          int64_t variant, bool /*symmetric*/) {
   check_variant(variant, "connected_components");
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();

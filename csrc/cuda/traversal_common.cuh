@@ -11,7 +11,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -85,9 +85,11 @@ __device__ __forceinline__ void warp_push(bool push, Q value, Q* queue, long lon
 // Blocks for a grid-stride kernel of `kBlock` threads: enough to fill the GPU, no more than the
 // work needs.
 inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
-  const auto* prop = at::cuda::getCurrentDeviceProperties();
-  const int64_t full = static_cast<int64_t>(prop->multiProcessorCount) *
-                       std::max<int64_t>(1, prop->maxThreadsPerMultiProcessor / kBlock);
+  const int device = c10::cuda::current_device();
+  int sms = 0, threads_per_sm = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  const int64_t full = static_cast<int64_t>(sms) * std::max<int64_t>(1, threads_per_sm / kBlock);
   const int64_t needed = (std::max<int64_t>(items, 1) * workers_per_item + kBlock - 1) / kBlock;
   return std::max<int64_t>(1, std::min(full, needed));
 }

@@ -117,7 +117,7 @@ def connected_components(
             "with symmetrize=True, mark it symmetric=True if every edge has its reverse, or pass "
             "weak=True for weakly connected components.")
     labels, stats = torch.ops.zerocopy.graph_connected_components.default(
-        graph.indptr, graph.indices, _variant(variant))
+        graph.indptr, graph.indices, _variant(variant), graph.symmetric)
     return (labels, stats) if return_stats else labels
 
 
@@ -171,7 +171,7 @@ def _sssp_fake(indptr, indices, weights, source, variant):
 
 
 @register_fake("zerocopy::graph_connected_components")
-def _cc_fake(indptr, indices, variant):
+def _cc_fake(indptr, indices, variant, symmetric=False):
     return indptr.new_empty((indptr.shape[0] - 1,), dtype=indices.dtype), _stats_like(indptr)
 
 
