@@ -138,3 +138,18 @@ def test_gpu_placements(seed):
         assert torch.equal(pg.indices.cpu(), g.indices) and torch.equal(pg.weights.cpu(), g.weights)
     m1, m2 = g.to("managed", 0), g.to("managed", 0)
     assert m1.indices.data_ptr() != m2.indices.data_ptr()  # a fresh (cold) allocation each time
+
+
+@pytest.mark.cuda
+def test_managed_evict_keeps_values(seed):
+    rng = np.random.default_rng(seed)
+    g = CSRGraph.from_coo(rng.integers(0, 500, 4000), rng.integers(0, 500, 4000), 500)
+    m = g.to("managed", 0)
+    from pytorch_zerocopy.graph import bfs
+
+    before = bfs(m, 3)
+    torch.ops.zerocopy.managed_evict.default(m.indices)
+    assert torch.equal(m.indices.cpu(), g.indices)
+    assert torch.equal(bfs(m, 3), before)
+    with pytest.raises(ValueError, match="managed"):
+        torch.ops.zerocopy.managed_evict.default(torch.zeros(10, device="cuda:0"))
