@@ -38,6 +38,7 @@ PLACEMENTS = ("cpu", "unified", "cuda", "managed")
 ArrayLike = Union[torch.Tensor, np.ndarray, list]
 
 _INT32_MAX = 2**31 - 1
+_COMPOSITE_KEY_MAX_NODES = 3_037_000_499  # largest n with n * n < 2**63
 
 
 def _as_tensor(x: ArrayLike, name: str) -> torch.Tensor:
@@ -206,17 +207,20 @@ class CSRGraph:
         if symmetrize:
             s, d = torch.cat([s, d]), torch.cat([d, s])
             w = None if w is None else torch.cat([w, w])
-        key = s * max(num_nodes, 1) + d
-        key, order = torch.sort(key, stable=True)
+        if num_nodes <= _COMPOSITE_KEY_MAX_NODES:
+            order = torch.sort(s * max(num_nodes, 1) + d, stable=True).indices
+        else:  # src * num_nodes would overflow int64: sort by dst, then stably by src
+            by_dst = torch.sort(d, stable=True).indices
+            order = by_dst[torch.sort(s[by_dst], stable=True).indices]
+        s = s[order]
         d = d[order]
         w = None if w is None else w[order]
-        if drop_duplicates and key.numel() > 1:
-            first = torch.ones_like(key, dtype=torch.bool)
-            first[1:] = key[1:] != key[:-1]
-            key, d = key[first], d[first]
+        if drop_duplicates and s.numel() > 1:
+            first = torch.ones_like(s, dtype=torch.bool)
+            first[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+            s, d = s[first], d[first]
             w = None if w is None else w[first]
-        counts = torch.bincount(key // max(num_nodes, 1), minlength=num_nodes) if key.numel() else torch.zeros(
-            num_nodes, dtype=torch.int64)
+        counts = torch.bincount(s, minlength=num_nodes) if s.numel() else torch.zeros(num_nodes, dtype=torch.int64)
         indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
         return cls(indptr, d.to(idx_dtype).contiguous(), None if w is None else w.contiguous(),

@@ -25,6 +25,8 @@ level).
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from .._compat import register_fake
@@ -47,10 +49,11 @@ def _check_graph(graph: CSRGraph, op: str) -> None:
 
 
 def _check_source(graph: CSRGraph, source: int, op: str) -> int:
-    if isinstance(source, torch.Tensor):
+    if isinstance(source, torch.Tensor) and source.numel() == 1 and not source.is_floating_point():
         source = int(source)
-    if not isinstance(source, int):
-        raise TypeError(f"{op}: source must be an int, got {type(source).__name__}")
+    if isinstance(source, bool) or not isinstance(source, numbers.Integral):
+        raise TypeError(f"{op}: source must be an integer vertex id, got {type(source).__name__}")
+    source = int(source)
     if not 0 <= source < graph.num_nodes:
         raise IndexError(f"{op}: source must be in [0, {graph.num_nodes}), got {source}")
     return source
