@@ -17,8 +17,10 @@ TORCH_LIBRARY(zerocopy, m) {
   // offsets (CSRGraph validates them once); sizes, dtypes, devices and `source` are checked.
   m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors) "
         "-> (Tensor depth, Tensor pred, Tensor stats)");
-  m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant) "
-        "-> (Tensor dist, Tensor stats)");
+  // sssp `delta`: bucket width of the frontier variant's near-far worklist (<= 0: chosen from
+  // the mean weight and degree); the other variants and the CPU ignore it.
+  m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant, "
+        "float delta=0.0) -> (Tensor dist, Tensor stats)");
   // `symmetric`: every edge has its reverse, so each pair need only be united from one end.
   m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False) "
         "-> (Tensor labels, Tensor stats)");

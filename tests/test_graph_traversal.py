@@ -274,7 +274,7 @@ def test_fake_kernels_and_opcheck():
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
     torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 2, True))
-    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3))
+    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 4.0))
     torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 2))
     torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 2))
 
@@ -311,6 +311,28 @@ def test_sssp_gpu(placement, variant, weights, seed):
     poison_cuda_cache()
     for index_dtype in ID_DTYPES:
         run_sssp_checks(placement, variant, index_dtype, weights, seed, device=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("weights", [None, "int", "float"])
+@pytest.mark.parametrize("delta", [1e-3, 1.0, 7.0, 1e12])
+def test_sssp_gpu_nearfar_bucket_widths(weights, delta, seed):
+    """Tiny buckets (many epochs, empty ones skipped), medium ones, and one bucket (a plain
+    Bellman-Ford queue) all give exact distances."""
+    from pytorch_zerocopy.graph import grid_graph, kronecker_graph
+
+    poison_cuda_cache()
+    for g in (kronecker_graph(11, 8, seed=seed % 1000, weights=weights, device="cpu"),
+              grid_graph(30, 40, weights=weights)):
+        pg = g.to("unified", 0)
+        for s in (0, g.num_nodes // 3):
+            torch.testing.assert_close(sssp(pg, s, variant="frontier", delta=delta).cpu(), sssp(g, s),
+                                       rtol=1e-5, atol=0)
+
+
+def test_sssp_delta_must_be_positive():
+    with pytest.raises(ValueError, match="delta"):
+        sssp(small_graph(), 0, delta=0.0)
 
 
 @pytest.mark.cuda

@@ -125,7 +125,7 @@ std::tuple<at::Tensor, at::Tensor> sssp_dispatch_weights(const at::Tensor& indpt
 
 std::tuple<at::Tensor, at::Tensor> sssp_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                             const std::optional<at::Tensor>& weights_in, int64_t source,
-                                            int64_t variant) {
+                                            int64_t variant, double /*delta*/) {
   check_variant(variant, "sssp");
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();

@@ -101,11 +101,13 @@ class CSRGraph:
         placement: str = "cpu",
         validate: bool = True,
         min_weight: Optional[float] = None,
+        mean_weight: Optional[float] = None,
     ) -> None:
         """Wraps existing arrays without copying; prefer :meth:`from_csr` / :meth:`from_coo`.
 
         ``validate=False`` skips the O(edges) checks for arrays known to be well formed (the
-        generators' output). ``min_weight`` is the smallest weight when already known.
+        generators' output). ``min_weight`` / ``mean_weight`` are the smallest / mean weight
+        when already known (otherwise computed here, once, from the host copy).
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -118,9 +120,12 @@ class CSRGraph:
         self.placement = placement
         if validate:
             self._validate()
-        if weights is not None and min_weight is None and self.num_edges > 0:
-            min_weight = float(_host(weights).min())
+        if weights is not None and self.num_edges > 0 and (min_weight is None or mean_weight is None):
+            host = _host(weights)
+            min_weight = float(host.min()) if min_weight is None else min_weight
+            mean_weight = float(host.sum(dtype=torch.float64)) / self.num_edges if mean_weight is None else mean_weight
         self.min_weight = min_weight
+        self.mean_weight = mean_weight
 
     # --- construction ----------------------------------------------------------------
 
@@ -266,7 +271,7 @@ class CSRGraph:
 
     def _like(self, indptr, indices, weights, placement) -> "CSRGraph":
         return CSRGraph(indptr, indices, weights, symmetric=self.symmetric, placement=placement,
-                        validate=False, min_weight=self.min_weight)
+                        validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight)
 
     def to(self, placement: str, device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
         """The graph with its edge list in ``placement`` (see the module docstring).

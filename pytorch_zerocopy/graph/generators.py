@@ -165,10 +165,14 @@ def build_from_chunks(
     if base != total:
         indices = indices[:base]
         wbuf = None if wbuf is None else wbuf[:base]
-    min_w = None
-    if wbuf is not None:
-        min_w = (1.0 if weights == "int" else 1.0 / 255.0) if base else None
-    return CSRGraph(indptr, indices, wbuf, symmetric=symmetrize, validate=False, min_weight=min_w)
+    min_w = mean_w = None
+    if wbuf is not None and base:
+        # Lower bound and expected value of the hashed weights: enough for sssp's checks and
+        # its bucket width, without another pass over a host array of billions of weights.
+        scale = 1.0 if weights == "int" else 1.0 / 255.0
+        min_w, mean_w = 1.0 * scale, 128.0 * scale
+    return CSRGraph(indptr, indices, wbuf, symmetric=symmetrize, validate=False, min_weight=min_w,
+                    mean_weight=mean_w)
 
 
 def _chunking(num_edges: int, device: torch.device, chunk_edges: Optional[int]) -> Tuple[int, int]:
@@ -300,5 +304,4 @@ def grid_graph(
     if weights is not None:
         src = v.repeat_interleave(deg)
         w = _pair_weights(src, dst, weights)
-    min_w = None if w is None or w.numel() == 0 else float(w.min())
-    return CSRGraph(indptr, dst.to(idx_dtype), w, symmetric=True, validate=False, min_weight=min_w)
+    return CSRGraph(indptr, dst.to(idx_dtype), w, symmetric=True, validate=False)

@@ -26,6 +26,7 @@ level).
 from __future__ import annotations
 
 import numbers
+from typing import Optional
 
 import torch
 
@@ -85,21 +86,35 @@ def bfs(
     return out[0] if len(out) == 1 else out
 
 
-def sssp(graph: CSRGraph, source: int, *, variant: str = DEFAULT_VARIANT, return_stats: bool = False):
+def sssp(
+    graph: CSRGraph,
+    source: int,
+    *,
+    variant: str = DEFAULT_VARIANT,
+    delta: Optional[float] = None,
+    return_stats: bool = False,
+):
     """Single-source shortest path distances from ``source`` over non-negative weights.
 
     float32 weights give float32 distances; int32 weights, or a graph without weights (unit
     weights), give int64 distances. Unreachable vertices hold the dtype's maximum. On the GPU
-    the search is Bellman-Ford over the vertices whose distance dropped (EMOGI's SSSP); with
-    float32 weights a distance may differ from the CPU's Dijkstra in the last bits when two
-    paths have nearly equal length.
+    the search is Bellman-Ford over the vertices whose distance dropped (EMOGI's SSSP); the
+    ``frontier`` variant orders it with a near-far worklist whose bucket width is ``delta``
+    (default: mean weight * max(1, 32 / mean degree)). With float32 weights a distance may
+    differ from the CPU's Dijkstra in the last bits when two paths have nearly equal length.
     """
     _check_graph(graph, "sssp")
     source = _check_source(graph, source, "sssp")
     if graph.weights is not None and graph.min_weight is not None and graph.min_weight < 0:
         raise ValueError(f"sssp: weights must be non-negative, the graph's smallest weight is {graph.min_weight}")
+    if delta is None:
+        mean_w = 1.0 if graph.weights is None else (graph.mean_weight or 1.0)
+        mean_deg = graph.num_edges / max(graph.num_nodes, 1)
+        delta = mean_w * max(1.0, 32.0 / max(mean_deg, 1e-9))
+    elif not delta > 0:
+        raise ValueError(f"sssp: delta must be > 0, got {delta}")
     dist, stats = torch.ops.zerocopy.graph_sssp.default(
-        graph.indptr, graph.indices, graph.weights, source, _variant(variant))
+        graph.indptr, graph.indices, graph.weights, source, _variant(variant), float(delta))
     return (dist, stats) if return_stats else dist
 
 
@@ -168,7 +183,7 @@ def _bfs_fake(indptr, indices, source, variant, predecessors):
 
 
 @register_fake("zerocopy::graph_sssp")
-def _sssp_fake(indptr, indices, weights, source, variant):
+def _sssp_fake(indptr, indices, weights, source, variant, delta=0.0):
     dtype = torch.float32 if weights is not None and weights.dtype == torch.float32 else torch.int64
     return indptr.new_empty((indptr.shape[0] - 1,), dtype=dtype), _stats_like(indptr)
 
