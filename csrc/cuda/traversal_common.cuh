@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "traversal_checks.h"
@@ -84,12 +85,22 @@ __device__ __forceinline__ void warp_push(bool push, Q value, Q* queue, long lon
 
 // Blocks for a grid-stride kernel of `kBlock` threads: enough to fill the GPU, no more than the
 // work needs.
-inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
+inline int64_t full_grid_blocks() {
+  // Per device, computed once (levels are launched thousands of times on high-diameter graphs).
+  static std::atomic<int64_t> cache[256];
   const int device = c10::cuda::current_device();
+  int64_t full = (device >= 0 && device < 256) ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (full > 0) return full;
   int sms = 0, threads_per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  const int64_t full = static_cast<int64_t>(sms) * std::max<int64_t>(1, threads_per_sm / kBlock);
+  full = static_cast<int64_t>(sms) * std::max<int64_t>(1, threads_per_sm / kBlock);
+  if (device >= 0 && device < 256) cache[device].store(full, std::memory_order_relaxed);
+  return full;
+}
+
+inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
+  const int64_t full = full_grid_blocks();
   const int64_t needed = (std::max<int64_t>(items, 1) * workers_per_item + kBlock - 1) / kBlock;
   return std::max<int64_t>(1, std::min(full, needed));
 }
