@@ -4,6 +4,10 @@
 // expands those with depth == L (EMOGI's BFS). Frontier variant: the kernel of level L
 // expands only the vertices queued by level L - 1, claiming each newly reached vertex with
 // atomicCAS so it is queued exactly once; queues are pushed with one atomic per warp step.
+// Queue order is arbitrary, and random-order reads of short lists from host memory are bound
+// by address translation, so a level holding more than num_nodes / kScanDivisor vertices is
+// expanded in id order instead (a scan of depth == L, decided on the device from the queue
+// length): small levels, the many levels of a high-diameter graph, cost only their own work.
 // Both stop through the device counter described in traversal_common.cuh.
 //
 // Device state: stats[0] counts the edges scanned, stats[1] is the last level known to have
@@ -89,7 +93,7 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
 }
 
 template <typename T>
-__global__ void bfs_frontier_kernel(const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+__global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                     int32_t* depth, T* pred, const T* __restrict__ queue_in, T* queue_out,
                                     long long* counts, long long* stats, int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
@@ -101,9 +105,7 @@ __global__ void bfs_frontier_kernel(const int64_t* __restrict__ indptr, const T*
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[(level + 2) % 3] = 0;
   bool found = false;
   unsigned long long edges = 0;
-  for (int64_t w = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; w < count_in;
-       w += warps) {
-    const int64_t v = queue_in[w];
+  auto expand = [&](int64_t v) {  // called by all lanes of a warp
     const int64_t start = indptr[v], end = indptr[v + 1];
     if (lane == 0) edges += end - start;
     warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
@@ -119,6 +121,16 @@ __global__ void bfs_frontier_kernel(const int64_t* __restrict__ indptr, const T*
       warp_push(push, u, queue_out, count_out, lane);
       found |= push;
     });
+  };
+  const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  if (count_in > n / kScanDivisor) {
+    // A large level: visit its vertices in id order (those with depth == level are exactly the
+    // queued ones), so the lists are read in address order.
+    for (int64_t v = first_warp; v < n; v += warps) {
+      if (depth[v] == cur) expand(v);  // depth moves only from -1 to cur + 1: warp-uniform
+    }
+  } else {
+    for (int64_t w = first_warp; w < count_in; w += warps) expand(queue_in[w]);
   }
   add_block_count(edges, stats);
   mark_found(found, stats + 1, level);
@@ -157,7 +169,7 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int
         break;
       default:
         bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
-            off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, level);
+            n, off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, level);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

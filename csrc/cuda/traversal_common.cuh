@@ -29,6 +29,10 @@ namespace traversal {
 constexpr int kWarp = 32;
 constexpr int kBlock = 256;
 constexpr int kWarpsPerBlock = kBlock / kWarp;
+// Frontier variants expand a step in vertex-id order (a scan) instead of queue order once the
+// step holds more than num_nodes / kScanDivisor vertices: address-ordered reads of host memory
+// keep near the copy ceiling, random-order reads of short lists do not.
+constexpr int64_t kScanDivisor = 128;
 
 // The first index at or before `start` whose element starts a 128-byte line of `base`.
 template <typename T>

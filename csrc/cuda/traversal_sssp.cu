@@ -122,13 +122,15 @@ __global__ void sssp_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, 
 // single-thread control kernel after each step makes `out` the next `in`; when `out` is empty
 // it raises the threshold by delta, starts a new epoch and makes `far` the next `in` (its
 // vertices still beyond the new threshold are deferred again when popped). It sets the "last
-// step with work" counter that run_steps watches, so termination stays on the device.
+// step with work" counter that run_steps watches, so termination stays on the device. Large
+// steps fed by `out` are expanded in vertex-id order, as in traversal_bfs.cu.
 template <typename D>
 struct NearFarControl {
   long long in_count;
   long long out_count;
   long long far_count;
   int32_t in, out, far;  // queue roles: indices into the four queues
+  int32_t in_from_far;    // `in` is a refilled far queue (its members are not stamped)
   int32_t epoch;
   D threshold;
   D delta;
@@ -150,9 +152,7 @@ __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T*
   const int32_t epoch = ctl->epoch;
   const D threshold = ctl->threshold;
   unsigned long long edges = 0;
-  for (int64_t w = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; w < count_in;
-       w += warps) {
-    const int64_t v = queue_in[w];
+  auto process = [&](int64_t v) {  // called by all lanes of a warp
     D dv = lane == 0 ? reinterpret_cast<volatile D*>(dist)[v] : D(0);
     dv = __shfl_sync(0xffffffffu, dv, 0);
     if (!(dv < threshold)) {  // beyond this epoch's threshold: defer (warp-uniform, dv is broadcast)
@@ -162,7 +162,7 @@ __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T*
           queue_far[atomicAdd(reinterpret_cast<unsigned long long*>(&ctl->far_count), 1ull)] = static_cast<T>(v);
         }
       }
-      continue;
+      return;
     }
     const int64_t start = indptr[v], end = indptr[v + 1];
     if (lane == 0) edges += end - start;
@@ -184,6 +184,19 @@ __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T*
       warp_push(near, u, queue_out, &ctl->out_count, lane);
       warp_push(far, u, queue_far, &ctl->far_count, lane);
     });
+  };
+  const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  if (!ctl->in_from_far && count_in > n / kScanDivisor) {
+    // A large step: visit its vertices in id order (those stamped with this step are exactly
+    // the queued ones, less any already re-queued for the next step), so lists are read in
+    // address order. Lane 0 reads the stamp for the warp, as it may move to cur + 1 meanwhile.
+    for (int64_t v = first_warp; v < n; v += warps) {
+      int32_t s = lane == 0 ? reinterpret_cast<volatile int32_t*>(stamp)[v] : 0;
+      s = __shfl_sync(0xffffffffu, s, 0);
+      if (s == cur) process(v);
+    }
+  } else {
+    for (int64_t w = first_warp; w < count_in; w += warps) process(queue_in[w]);
   }
   add_block_count(edges, stats);
 }
@@ -197,6 +210,7 @@ __global__ void sssp_nearfar_control_kernel(NearFarControl<D>* ctl, long long* s
     ctl->out = t;
     ctl->in_count = ctl->out_count;
     ctl->out_count = 0;
+    ctl->in_from_far = 0;
     stats[1] = step + 1;
   } else if (ctl->far_count > 0) {
     // `far` becomes `in`; the new `far` and `out` are two of the other three (all empty now).
@@ -212,6 +226,7 @@ __global__ void sssp_nearfar_control_kernel(NearFarControl<D>* ctl, long long* s
     ctl->in_count = ctl->far_count;
     ctl->far_count = 0;
     ctl->out_count = 0;
+    ctl->in_from_far = 1;
     ctl->epoch += 1;
     // Jump past empty buckets: the nearest deferred vertex is expanded in the next epoch, and
     // its distance is final (every shorter distance is settled once `out` runs dry), so each
@@ -231,6 +246,7 @@ __global__ void sssp_nearfar_init_kernel(T* queues, NearFarControl<D>* ctl, int6
   ctl->in = 0;
   ctl->out = 1;
   ctl->far = 2;
+  ctl->in_from_far = 0;
   ctl->epoch = 0;
   ctl->threshold = delta;
   ctl->delta = delta;
