@@ -398,3 +398,14 @@ def test_managed_refuses_more_than_free_memory():
     del hog
     small = torch.arange(1000, dtype=torch.int32)
     assert torch.equal(torch.ops.zerocopy.managed_copy.default(small, 0).cpu(), small)
+
+
+@pytest.mark.cuda
+def test_opcheck_cuda():
+    if not hasattr(torch.library, "opcheck"):
+        pytest.skip("torch.library.opcheck needs torch >= 2.4")
+    g = small_graph(symmetric=True, weights=torch.tensor([1.5, 2.0, 3.0])).to("cuda", 0)
+    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 3, True))
+    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 2.0))
+    torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 3, True))
+    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 3))
