@@ -71,11 +71,9 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
   if (!level_has_work(stats + 1, level)) return;
   const int32_t cur = static_cast<int32_t>(level);
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   bool found = false;
   unsigned long long edges = 0;
-  for (int64_t v = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; v < n; v += warps) {
-    if (depth[v] != cur) continue;  // a vertex at the current level keeps its depth: warp-uniform
+  warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, [&](int64_t v) {
     const int64_t start = indptr[v], end = indptr[v + 1];
     if (lane == 0) edges += end - start;
     warp_for_each<kAlign>(indices, start, end, lane, [&](int64_t e, bool valid) {
@@ -87,7 +85,7 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
         found = true;
       }
     });
-  }
+  });
   add_block_count(edges, stats);
   mark_found(found, stats + 1, level);
 }
@@ -126,9 +124,7 @@ __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indpt
   if (count_in > n / kScanDivisor) {
     // A large level: visit its vertices in id order (those with depth == level are exactly the
     // queued ones), so the lists are read in address order.
-    for (int64_t v = first_warp; v < n; v += warps) {
-      if (depth[v] == cur) expand(v);  // depth moves only from -1 to cur + 1: warp-uniform
-    }
+    warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, expand);
   } else {
     for (int64_t w = first_warp; w < count_in; w += warps) expand(queue_in[w]);
   }

@@ -55,6 +55,26 @@ __device__ __forceinline__ void warp_for_each(const T* base, int64_t start, int6
   }
 }
 
+// Calls body(v) on all lanes of the warp for every v in [0, n) with active(v), in ascending
+// order within tiles of 32 vertices spread over the grid's warps. Each lane tests one vertex
+// of the tile and a ballot collects the active ones, so a warp pays one state load per 32
+// vertices rather than one dependent load per vertex (which made scans of a large, mostly
+// idle vertex set latency-bound).
+template <typename Active, typename Body>
+__device__ __forceinline__ void warp_for_each_active(int64_t n, int lane, Active&& active, Body&& body) {
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t base = warp * kWarp; base < n; base += warps * kWarp) {
+    const int64_t mine = base + lane;
+    unsigned mask = __ballot_sync(0xffffffffu, mine < n && active(mine));
+    while (mask) {
+      const int k = __ffs(mask) - 1;
+      mask &= mask - 1;
+      body(base + k);
+    }
+  }
+}
+
 // Block-wide sum of a per-thread edge count, added to *total by one thread per block.
 __device__ __forceinline__ void add_block_count(unsigned long long mine, long long* total) {
   __shared__ unsigned long long block_sum;

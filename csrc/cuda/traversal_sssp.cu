@@ -89,14 +89,12 @@ __global__ void sssp_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, 
   if (!step_has_work(stats + 1, step)) return;
   const int32_t cur = static_cast<int32_t>(step);
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   bool found = false;
   unsigned long long edges = 0;
-  for (int64_t v = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp; v < n; v += warps) {
-    // Lane 0 decides for the warp: the stamp may move to cur + 1 between two lanes' reads.
-    int32_t s = lane == 0 ? reinterpret_cast<volatile int32_t*>(stamp)[v] : 0;
-    s = __shfl_sync(0xffffffffu, s, 0);
-    if (s != cur) continue;
+  // A vertex found active may be re-stamped cur + 1 before the warp reaches it; expanding it
+  // now from its newer distance is still correct (and it is expanded again next step).
+  auto active = [&](int64_t v) { return reinterpret_cast<volatile int32_t*>(stamp)[v] == cur; };
+  warp_for_each_active(n, lane, active, [&](int64_t v) {
     D dv = lane == 0 ? reinterpret_cast<volatile D*>(dist)[v] : D(0);
     dv = __shfl_sync(0xffffffffu, dv, 0);
     const int64_t start = indptr[v], end = indptr[v + 1];
@@ -109,7 +107,7 @@ __global__ void sssp_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, 
         found = true;
       }
     });
-  }
+  });
   add_block_count(edges, stats);
   mark_found(found, stats + 1, step);
 }
@@ -187,14 +185,11 @@ __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T*
   };
   const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
   if (!ctl->in_from_far && count_in > n / kScanDivisor) {
-    // A large step: visit its vertices in id order (those stamped with this step are exactly
-    // the queued ones, less any already re-queued for the next step), so lists are read in
-    // address order. Lane 0 reads the stamp for the warp, as it may move to cur + 1 meanwhile.
-    for (int64_t v = first_warp; v < n; v += warps) {
-      int32_t s = lane == 0 ? reinterpret_cast<volatile int32_t*>(stamp)[v] : 0;
-      s = __shfl_sync(0xffffffffu, s, 0);
-      if (s == cur) process(v);
-    }
+    // A large step: visit its vertices in id order (those stamped with this step are the
+    // queued ones, less any already re-stamped for the next step, which that step expands),
+    // so lists are read in address order.
+    warp_for_each_active(
+        n, lane, [&](int64_t v) { return reinterpret_cast<volatile int32_t*>(stamp)[v] == cur; }, process);
   } else {
     for (int64_t w = first_warp; w < count_in; w += warps) process(queue_in[w]);
   }
