@@ -409,3 +409,12 @@ def test_opcheck_cuda():
     torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 2.0))
     torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 3, True))
     torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 3))
+
+
+@pytest.mark.cuda
+def test_mixed_devices_refused():
+    g = small_graph()
+    with pytest.raises(ValueError, match="same device"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr.cuda(), g.indices, 0, 2, False)
+    with pytest.raises(ValueError, match="same device"):
+        torch.ops.zerocopy.graph_connected_components.default(g.indptr, g.indices.cuda(), 2, False)

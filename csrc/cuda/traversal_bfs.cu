@@ -175,8 +175,8 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                                        int64_t source, int64_t variant, bool predecessors) {
   check_variant(variant, "bfs");
-  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "bfs");
+  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   check_source(source, n, "bfs");
   TORCH_CHECK_VALUE(n < (int64_t{1} << 31) - 1, "bfs: depths are int32, so num_nodes must be < 2^31 - 1, got ", n);
   const at::Tensor indptr = indptr_in.contiguous();

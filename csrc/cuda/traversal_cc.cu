@@ -137,8 +137,8 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
 std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                            int64_t variant, bool symmetric) {
   check_variant(variant, "connected_components");
-  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "connected_components");
+  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   at::Tensor labels = at::empty({n}, indices.options());

@@ -162,8 +162,8 @@ std::tuple<at::Tensor, at::Tensor> pagerank_cuda(const at::Tensor& indptr_in, co
   TORCH_CHECK_VALUE(alpha >= 0 && alpha <= 1, "pagerank: alpha must be in [0, 1], got ", alpha);
   TORCH_CHECK_VALUE(tol >= 0, "pagerank: tol must be >= 0, got ", tol);
   TORCH_CHECK_VALUE(max_iter >= 0, "pagerank: max_iter must be >= 0, got ", max_iter);
-  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "pagerank");
+  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   at::Tensor rank = at::empty({n}, indptr.options().dtype(at::kFloat));

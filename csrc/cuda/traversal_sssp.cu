@@ -306,8 +306,8 @@ std::tuple<at::Tensor, at::Tensor> sssp_cuda(const at::Tensor& indptr_in, const 
                                              const std::optional<at::Tensor>& weights_in, int64_t source,
                                              int64_t variant, double delta) {
   check_variant(variant, "sssp");
-  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "sssp");
+  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   check_source(source, n, "sssp");
   TORCH_CHECK_VALUE(n < (int64_t{1} << 31) - 1, "sssp: num_nodes must be < 2^31 - 1, got ", n);
   const at::Tensor indptr = indptr_in.contiguous();
