@@ -10,17 +10,24 @@ that device. ``variant`` picks how a GPU reads neighbour lists (EMOGI §4.3):
                   boundary so every request is a whole 128-byte line (the default).
 * ``"frontier"``  bfs / sssp: a device-side queue of the active vertices replaces the scan of
                   every vertex at every level (warp-per-vertex aligned reads), which is what
-                  wins on high-diameter graphs; cc / pagerank, where every vertex is active in
-                  every pass, use an edge-balanced sweep (each warp streams a fixed-size slice
-                  of the edge list), so low-degree vertices do not leave lanes idle.
+                  wins on high-diameter graphs; a step holding more than 1/128 of the vertices
+                  is expanded in vertex-id order instead, because random-order reads of short
+                  lists from host memory are bound by address translation. sssp adds a
+                  near-far worklist (bucket width ``delta``) so that fewer lists are read
+                  again after their distance drops. cc / pagerank, where every vertex is
+                  active in every pass, use an edge-balanced sweep (each warp streams a
+                  fixed-size aligned slice of the edge list), so low-degree vertices do not
+                  leave lanes idle.
 
 The CPU implementation is one reference algorithm per op, whatever the variant.
 
 Termination on the GPU is decided on the device: each level's kernel first reads a device
 counter saying whether the previous level found work and returns at once when it did not, so
-the host launches levels in growing batches (1, 2, 4, ... up to 64) and reads the counter back
-once per batch (one small pinned device-to-host copy and a stream sync per batch, not per
-level).
+the host launches levels in growing batches (1, 2, 4, ... up to 64; pagerank: up to 16
+iterations) and reads the counter back once per batch (one 8-byte pinned device-to-host copy
+and a stream sync per batch, not per level). A bfs of D levels thus costs about log2(D) +
+D / 64 synchronisations and at most 64 launches that find nothing to do. Connected
+components needs none: it is one pass of union-find plus a labelling pass.
 """
 
 from __future__ import annotations
