@@ -19,4 +19,31 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("gather_rows(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True) -> Tensor");
   m.def("gather_rows.out(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True, "
         "Tensor(a!) out) -> ()");
+
+  // Graph traversal over a CSR graph (pytorch_zerocopy/graph). `indptr` is int64 row offsets
+  // (length num_nodes + 1), `indices` int32/int64 column ids, `weights` float32/int32 edge
+  // weights (None: unit weights). `variant`: 0 naive (thread per vertex), 1 merged (warp per
+  // vertex), 2 aligned (merged + 128-byte-aligned start), 3 frontier (a queue of active vertices
+  // for bfs/sssp; an edge-balanced streaming sweep for cc/pagerank). Every op also returns
+  // `stats`, int64 [edges_scanned, iterations], on the device where it ran. The ops trust the
+  // offsets (CSRGraph validates them once); sizes, dtypes, devices and `source` are checked.
+  m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors) "
+        "-> (Tensor depth, Tensor pred, Tensor stats)");
+  // sssp `delta`: bucket width of the frontier variant's near-far worklist (<= 0: chosen from
+  // the mean weight and degree); the other variants and the CPU ignore it.
+  m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant, "
+        "float delta=0.0) -> (Tensor dist, Tensor stats)");
+  // `symmetric`: every edge has its reverse, so each pair need only be united from one end.
+  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False) "
+        "-> (Tensor labels, Tensor stats)");
+  m.def("graph_pagerank(Tensor indptr, Tensor indices, float alpha, float tol, int max_iter, "
+        "int variant) -> (Tensor rank, Tensor stats)");
+  // A copy of the CPU tensor `src` in CUDA managed memory (cudaMallocManaged, advised
+  // read-mostly) returned as a tensor on cuda:`device`; refused when the GPU lacks the free
+  // memory to hold it. CUDA builds only.
+  m.def("managed_copy(Tensor src, int device) -> Tensor");
+  // Makes a managed tensor cold again without re-allocating it: collapses the GPU's read-only
+  // copies, moves every page back to host memory and re-advises read-mostly, so the next GPU
+  // pass faults its pages in as a fresh allocation would.
+  m.def("managed_evict(Tensor t) -> ()");
 }

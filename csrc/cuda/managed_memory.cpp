@@ -1,0 +1,95 @@
+// CUDA managed memory for the UVM baseline: tensors over cudaMallocManaged memory advised
+// read-mostly (EMOGI's UVM configuration), and a way to make them cold again.
+//
+// Lifetime: the tensor owns the allocation; its deleter calls cudaFree, which waits for work
+// on the device, so the memory never disappears under a running kernel.
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include "checks.h"
+
+namespace zerocopy {
+namespace {
+
+cudaMemLocation device_location(int device) {
+  cudaMemLocation loc{};
+  loc.type = cudaMemLocationTypeDevice;
+  loc.id = device;
+  return loc;
+}
+
+cudaMemLocation host_location() {
+  cudaMemLocation loc{};
+  loc.type = cudaMemLocationTypeHost;
+  loc.id = 0;
+  return loc;
+}
+
+void free_managed(void* ptr) {
+  // A deleter must not throw; a failure here means the context is already gone.
+  (void)cudaFree(ptr);
+}
+
+at::Tensor managed_copy(const at::Tensor& src_in, int64_t device) {
+  check_device_type(src_in, c10::kCPU, "src");
+  TORCH_CHECK_INDEX(device >= 0 && device < c10::cuda::device_count(), "managed_copy: device must be in [0, ",
+                    static_cast<int>(c10::cuda::device_count()), "), got ", device);
+  const at::Tensor src = src_in.contiguous();
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  const size_t nbytes = src.nbytes();
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  TORCH_CHECK(nbytes <= free_bytes, "managed_copy: ", nbytes, " bytes of managed memory were asked for, but GPU ",
+              device, " has only ", free_bytes, " bytes free (of ", total_bytes,
+              "); managed memory is never allocated beyond what the GPU has free. Free GPU memory "
+              "(e.g. torch.cuda.empty_cache()) or use a smaller graph.");
+  void* ptr = nullptr;
+  C10_CUDA_CHECK(cudaMallocManaged(&ptr, nbytes > 0 ? nbytes : 1, cudaMemAttachGlobal));
+  try {
+    // Filled by the CPU, so every page starts in host memory and the GPU faults it in.
+    at::Tensor host_view = at::from_blob(ptr, src.sizes(), src.options());
+    host_view.copy_(src);
+    if (nbytes > 0) {
+      C10_CUDA_CHECK(cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetReadMostly, device_location(static_cast<int>(device))));
+    }
+  } catch (...) {
+    free_managed(ptr);
+    throw;
+  }
+  return at::from_blob(ptr, src.sizes(), free_managed,
+                       src.options().device(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device))));
+}
+
+void managed_evict(const at::Tensor& t) {
+  check_device_type(t, c10::kCUDA, "t");
+  TORCH_CHECK_VALUE(t.is_contiguous(), "managed_evict: t must be contiguous");
+  const size_t nbytes = t.nbytes();
+  if (nbytes == 0) return;
+  cudaPointerAttributes attr{};
+  C10_CUDA_CHECK(cudaPointerGetAttributes(&attr, t.data_ptr()));
+  TORCH_CHECK_VALUE(attr.type == cudaMemoryTypeManaged, "managed_evict: t is not in CUDA managed memory");
+  c10::cuda::CUDAGuard guard(t.device());
+  const int device = t.device().index();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  C10_CUDA_CHECK(cudaMemAdvise(t.data_ptr(), nbytes, cudaMemAdviseUnsetReadMostly, device_location(device)));
+  C10_CUDA_CHECK(cudaMemPrefetchAsync(t.data_ptr(), nbytes, host_location(), 0, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  C10_CUDA_CHECK(cudaMemAdvise(t.data_ptr(), nbytes, cudaMemAdviseSetReadMostly, device_location(device)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
+  m.impl("managed_copy", managed_copy);
+}
+
+TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
+  m.impl("managed_evict", managed_evict);
+}
+
+}  // namespace zerocopy

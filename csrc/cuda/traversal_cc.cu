@@ -1,0 +1,162 @@
+// Connected components on the GPU: one pass of concurrent union-find over the edge list, so
+// the edge list is read exactly once (for a symmetric graph each pair is united from its
+// larger end only; the reverse copy is still read, as it lies in the same lines).
+//
+// parent[] starts as the identity and always satisfies parent[x] <= x. A union finds both
+// roots and hooks the larger root under the smaller one with atomicCAS (retrying from the new
+// root when another thread got there first), so the root of every set is its minimum vertex
+// id. find() halves paths as it goes; its writes only shorten paths to an ancestor, so they
+// race harmlessly. A final pass (a separate kernel, so after every union) points every vertex
+// at its root: the minimum-id label.
+
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include "traversal_sweep.cuh"
+
+namespace zerocopy {
+namespace traversal {
+namespace {
+
+__device__ __forceinline__ int32_t cas_parent(int32_t* addr, int32_t expected, int32_t desired) {
+  return atomicCAS(addr, expected, desired);
+}
+
+__device__ __forceinline__ int64_t cas_parent(int64_t* addr, int64_t expected, int64_t desired) {
+  return static_cast<int64_t>(atomicCAS(reinterpret_cast<unsigned long long*>(addr),
+                                        static_cast<unsigned long long>(expected),
+                                        static_cast<unsigned long long>(desired)));
+}
+
+template <typename T>
+__device__ __forceinline__ T find_root(T* parent_ptr, T x) {
+  volatile T* parent = parent_ptr;
+  T cur = parent[x];
+  if (cur == x) return x;
+  T prev = x;
+  T next;
+  while (cur > (next = parent[cur])) {
+    parent[prev] = next;
+    prev = cur;
+    cur = next;
+  }
+  return cur;
+}
+
+// find without writes, for the final pass: there the only writer of parent[v] is v's own
+// thread storing v's root, so a concurrent path-halving write can never replace a root label
+// with a lower-level ancestor.
+template <typename T>
+__device__ __forceinline__ T find_root_readonly(const T* parent_ptr, T x) {
+  const volatile T* parent = parent_ptr;
+  T cur = x;
+  T next;
+  while (cur != (next = parent[cur])) cur = next;
+  return cur;
+}
+
+template <typename T>
+__device__ __forceinline__ void unite(T* parent, T a, T b) {
+  T ra = find_root(parent, a);
+  T rb = find_root(parent, b);
+  while (ra != rb) {
+    if (ra < rb) {
+      const T t = ra;
+      ra = rb;
+      rb = t;
+    }
+    const T seen = cas_parent(parent + ra, ra, rb);
+    if (seen == ra) return;
+    ra = find_root(parent, seen);
+    rb = find_root(parent, rb);
+  }
+}
+
+template <typename T>
+__global__ void cc_init_kernel(int64_t n, T* parent) {
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    parent[v] = static_cast<T>(v);
+  }
+}
+
+template <int kVariant, typename T>
+__global__ void cc_hook_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                               T* parent, bool symmetric, long long* stats) {
+  unsigned long long edges = 0;
+  sweep_edges<kVariant, T>(
+      n, indptr, indices, [](int64_t) { return false; },
+      [&](int64_t v, int64_t u) {
+        if (u == v || (symmetric && u > v)) return;
+        unite(parent, static_cast<T>(v), static_cast<T>(u));
+      },
+      edges);
+  add_block_count(edges, stats);
+}
+
+template <typename T>
+__global__ void cc_compress_kernel(int64_t n, T* parent) {
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const T root = find_root_readonly(parent, static_cast<T>(v));
+    reinterpret_cast<volatile T*>(parent)[v] = root;
+  }
+}
+
+template <typename T>
+void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t variant, bool symmetric,
+            at::Tensor& labels, at::Tensor& stats) {
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t* off = indptr.data_ptr<int64_t>();
+  const T* col = indices.data_ptr<T>();
+  T* parent = labels.data_ptr<T>();
+  auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
+  cc_init_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  switch (variant) {
+    case kNaive:
+      cc_hook_kernel<kNaive, T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      break;
+    case kMerged:
+      cc_hook_kernel<kMerged, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      break;
+    case kAligned:
+      cc_hook_kernel<kAligned, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      break;
+    default: {
+      const int64_t slices = indices.numel() / kSliceEdges + 2;
+      cc_hook_kernel<kFrontier, T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
+                                                                                     symmetric, st);
+    }
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  cc_compress_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
+                                           int64_t variant, bool symmetric) {
+  check_variant(variant, "connected_components");
+  const int64_t n = check_cuda_csr(indptr_in, indices_in, "connected_components");
+  c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
+  const at::Tensor indptr = indptr_in.contiguous();
+  const at::Tensor indices = indices_in.contiguous();
+  at::Tensor labels = at::empty({n}, indices.options());
+  at::Tensor stats = at::zeros({2}, indptr.options());
+  if (n > 0) {
+    AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "connected_components", [&] {
+      cc_run<index_t>(indptr, indices, n, variant, symmetric, labels, stats);
+    });
+  }
+  stats.select(0, 1).fill_(1);
+  return {labels, stats};
+}
+
+}  // namespace
+}  // namespace traversal
+
+TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
+  m.impl("graph_connected_components", traversal::cc_cuda);
+}
+
+}  // namespace zerocopy

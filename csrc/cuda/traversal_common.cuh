@@ -1,0 +1,161 @@
+// Shared pieces of the CUDA traversal kernels: how a worker walks a neighbour list in each
+// variant, block-level counters, launch geometry and the host loop that runs levels until
+// the device says there is no more work.
+//
+// Read shapes (EMOGI §4.3). naive: one thread walks a whole list, so a warp's 32 lanes touch
+// 32 unrelated lists (32-byte requests). merged: a warp walks one list, lane k reading
+// element start + k + 32 j, so each step is one contiguous request. aligned: as merged, but
+// the first step starts at the 128-byte boundary at or before the list's first element (the
+// lanes before the list stay idle), so every later step covers whole 128-byte lines. The
+// boundary is computed from the array's real address, so it holds for any base alignment.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "traversal_checks.h"
+
+namespace zerocopy {
+namespace traversal {
+
+constexpr int kWarp = 32;
+constexpr int kBlock = 256;
+constexpr int kWarpsPerBlock = kBlock / kWarp;
+// Frontier variants expand a step in vertex-id order (a scan) instead of queue order once the
+// step holds more than num_nodes / kScanDivisor vertices: address-ordered reads of host memory
+// keep near the copy ceiling, random-order reads of short lists do not.
+constexpr int64_t kScanDivisor = 128;
+
+// The first index at or before `start` whose element starts a 128-byte line of `base`.
+template <typename T>
+__device__ __forceinline__ int64_t aligned_start(const T* base, int64_t start) {
+  constexpr int64_t per_line = 128 / static_cast<int64_t>(sizeof(T));
+  const int64_t shift = static_cast<int64_t>((reinterpret_cast<uintptr_t>(base) % 128) / sizeof(T));
+  return ((start + shift) & ~(per_line - 1)) - shift;
+}
+
+// Calls fn(e) for every e in [start, end), spread over a warp as the variant says. The loop
+// trip count is the same for every lane of the warp (warp-uniform), so fn may use warp
+// collectives on `active` lanes via the mask it is given: fn(e, valid) is called on every lane
+// at every step, with valid false for lanes outside the list.
+template <bool kAlign, typename T, typename Fn>
+__device__ __forceinline__ void warp_for_each(const T* base, int64_t start, int64_t end, int lane, Fn&& fn) {
+  const int64_t first = kAlign ? aligned_start(base, start) : start;
+  for (int64_t i = first; i < end; i += kWarp) {
+    const int64_t e = i + lane;
+    fn(e, e >= start && e < end);
+  }
+}
+
+// Calls body(v) on all lanes of the warp for every v in [0, n) with active(v), in ascending
+// order within tiles of 32 vertices spread over the grid's warps. Each lane tests one vertex
+// of the tile and a ballot collects the active ones, so a warp pays one state load per 32
+// vertices rather than one dependent load per vertex (which made scans of a large, mostly
+// idle vertex set latency-bound).
+template <typename Active, typename Body>
+__device__ __forceinline__ void warp_for_each_active(int64_t n, int lane, Active&& active, Body&& body) {
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t base = warp * kWarp; base < n; base += warps * kWarp) {
+    const int64_t mine = base + lane;
+    unsigned mask = __ballot_sync(0xffffffffu, mine < n && active(mine));
+    while (mask) {
+      const int k = __ffs(mask) - 1;
+      mask &= mask - 1;
+      body(base + k);
+    }
+  }
+}
+
+// Block-wide sum of a per-thread edge count, added to *total by one thread per block.
+__device__ __forceinline__ void add_block_count(unsigned long long mine, long long* total) {
+  __shared__ unsigned long long block_sum;
+  if (threadIdx.x == 0) block_sum = 0;
+  __syncthreads();
+  if (mine) atomicAdd(&block_sum, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_sum) {
+    atomicAdd(reinterpret_cast<unsigned long long*>(total), block_sum);
+  }
+}
+
+// Marks that the step `step` found work: top = max(top, step + 1), once per block.
+__device__ __forceinline__ void mark_found(bool found, long long* top, long long step) {
+  if (__syncthreads_or(found) && threadIdx.x == 0) atomicMax(top, step + 1);
+}
+
+// Warp-aggregated push of the lanes with `push` set onto queue[*count ...].
+template <typename Q>
+__device__ __forceinline__ void warp_push(bool push, Q value, Q* queue, long long* count, int lane) {
+  const unsigned mask = __ballot_sync(0xffffffffu, push);
+  if (!mask) return;
+  long long base = 0;
+  const int leader = __ffs(mask) - 1;
+  if (lane == leader) {
+    base = static_cast<long long>(atomicAdd(reinterpret_cast<unsigned long long*>(count),
+                                            static_cast<unsigned long long>(__popc(mask))));
+  }
+  base = __shfl_sync(0xffffffffu, base, leader);
+  if (push) queue[base + __popc(mask & ((1u << lane) - 1u))] = value;
+}
+
+// Blocks for a grid-stride kernel of `kBlock` threads: enough to fill the GPU, no more than the
+// work needs.
+inline int64_t full_grid_blocks() {
+  // Per device, computed once (levels are launched thousands of times on high-diameter graphs).
+  static std::atomic<int64_t> cache[256];
+  const int device = c10::cuda::current_device();
+  int64_t full = (device >= 0 && device < 256) ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (full > 0) return full;
+  int sms = 0, threads_per_sm = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  full = static_cast<int64_t>(sms) * std::max<int64_t>(1, threads_per_sm / kBlock);
+  if (device >= 0 && device < 256) cache[device].store(full, std::memory_order_relaxed);
+  return full;
+}
+
+inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
+  const int64_t full = full_grid_blocks();
+  const int64_t needed = (std::max<int64_t>(items, 1) * workers_per_item + kBlock - 1) / kBlock;
+  return std::max<int64_t>(1, std::min(full, needed));
+}
+
+// Runs launch(step) for step = 0, 1, 2, ... until the device counter *top_dev (the last step
+// known to have work) falls behind the steps launched, or max_steps. A step's kernel returns
+// at once when *top_dev < step, so steps are launched in batches of 1, 2, 4, ... 64 with one
+// 8-byte device-to-host copy into pinned memory and one stream sync per batch.
+template <typename Launch>
+int64_t run_steps(Launch&& launch, const long long* top_dev, int64_t max_steps, cudaStream_t stream) {
+  at::Tensor pinned = at::empty({1}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  auto* host_top = reinterpret_cast<long long*>(pinned.data_ptr<int64_t>());
+  int64_t next = 0, batch = 1;
+  while (next < max_steps) {
+    const int64_t stop = std::min(max_steps, next + batch);
+    for (int64_t step = next; step < stop; ++step) launch(step);
+    next = stop;
+    C10_CUDA_CHECK(cudaMemcpyAsync(host_top, top_dev, sizeof(long long), cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (*host_top < next) break;
+    batch = std::min<int64_t>(batch * 2, 64);
+  }
+  return next;
+}
+
+// Checks shared by the CUDA entry points; returns num_nodes.
+inline int64_t check_cuda_csr(const at::Tensor& indptr, const at::Tensor& indices, const char* op) {
+  const int64_t n = check_csr(indptr, indices, op);
+  check_device_type(indptr, c10::kCUDA, "indptr");
+  return n;
+}
+
+}  // namespace traversal
+}  // namespace zerocopy

@@ -1,0 +1,39 @@
+"""Graphs in CSR form placed in host, unified, GPU or managed memory, and traversal ops on them.
+
+A graph's edge list can stay in host memory while a GPU traverses it (EMOGI, VLDB 2021)::
+
+    from pytorch_zerocopy.graph import CSRGraph, bfs, kronecker_graph
+
+    g = kronecker_graph(24, weights="int")   # a CPU graph, generated in chunks on the GPU
+    ug = g.to("unified")                     # edge list mapped for the GPU in place, offsets on it
+    depth = bfs(ug, 0)                       # int32 depths on the GPU, -1 where unreachable
+
+Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory) and ``"managed"``
+(CUDA managed memory, the UVM baseline). Read variants of the ops: ``"naive"``, ``"merged"``,
+``"aligned"`` (default) and ``"frontier"`` (see :mod:`pytorch_zerocopy.graph.traversal`).
+File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
+"""
+
+from .csr import PLACEMENTS, CSRGraph
+from .generators import grid_graph, kronecker_graph, uniform_random_graph
+from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
+from .traversal import VARIANTS, bfs, connected_components, pagerank, sssp
+
+__all__ = [
+    "CSRGraph",
+    "PLACEMENTS",
+    "VARIANTS",
+    "bfs",
+    "connected_components",
+    "grid_graph",
+    "kronecker_graph",
+    "load_bel",
+    "load_edge_list",
+    "load_npz",
+    "pagerank",
+    "save_bel",
+    "save_edge_list",
+    "save_npz",
+    "sssp",
+    "uniform_random_graph",
+]

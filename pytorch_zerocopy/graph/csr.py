@@ -1,0 +1,360 @@
+"""CSRGraph: a graph in compressed sparse row form, placed where the traversal ops read it.
+
+Layout. ``indptr`` (int64, ``num_nodes + 1`` offsets) holds the row offsets: the neighbours of
+vertex ``v`` are ``indices[indptr[v]:indptr[v + 1]]``, with edge weights at the same positions
+of ``weights`` (float32 or int32, optional). Column ids are int32 when every id fits, else
+int64 (or as asked).
+
+Placement (where the edge list, i.e. ``indices`` and ``weights``, lives; EMOGI keeps the row
+offsets and every per-vertex array in GPU memory and only the edge list in host memory):
+
+* ``"cpu"``      everything in ordinary host memory; ops run the CPU implementation.
+* ``"unified"``  the edge list in host memory mapped for the GPU (zero-copy); ``indptr`` on the
+                 GPU. Without a GPU the same graph runs on the CPU.
+* ``"cuda"``     everything in GPU memory.
+* ``"managed"``  the edge list in CUDA managed memory advised read-mostly (the UVM baseline):
+                 pages migrate to the GPU on first touch. Each ``to("managed")`` makes a fresh
+                 allocation, so a new copy starts cold, as EMOGI re-allocates between runs.
+
+Aliasing. ``to("unified")`` maps the host edge list in place: the unified graph and the CPU
+graph it came from share their bytes, so writing one changes the other. ``to("cpu")`` of a
+unified graph returns host views of the same bytes. Other placements copy.
+
+Validation. Built from CSR arrays the graph checks, once, that offsets start at 0, never
+decrease and end at the number of edges, that ids are in range and that dtypes are as above;
+the traversal ops then trust the arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from .. import unified as _unified
+
+PLACEMENTS = ("cpu", "unified", "cuda", "managed")
+ArrayLike = Union[torch.Tensor, np.ndarray, list]
+
+_INT32_MAX = 2**31 - 1
+_COMPOSITE_KEY_MAX_NODES = 3_037_000_499  # largest n with n * n < 2**63
+
+
+def _as_tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x
+    elif isinstance(x, np.ndarray):
+        t = torch.from_numpy(np.ascontiguousarray(x))
+    elif isinstance(x, (list, tuple)):
+        t = torch.as_tensor(x) if len(x) else torch.zeros(0, dtype=torch.int64)
+    else:
+        raise TypeError(f"{name} must be a tensor, a NumPy array or a list, got {type(x).__name__}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    return t
+
+
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """The host tensor over ``t``: a view for CPU and unified tensors, a copy otherwise."""
+    return t.cpu()
+
+
+def _check_ids(t: torch.Tensor, name: str) -> None:
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
+
+
+def _check_weights_dtype(w: torch.Tensor) -> None:
+    if w.dtype not in (torch.float32, torch.int32):
+        raise TypeError(f"weights must be float32 or int32, got {w.dtype}")
+
+
+def _index_dtype(num_nodes: int, index_dtype: Optional[torch.dtype]) -> torch.dtype:
+    if index_dtype is None:
+        return torch.int32 if num_nodes <= _INT32_MAX else torch.int64
+    if index_dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"index_dtype must be torch.int32 or torch.int64, got {index_dtype}")
+    if index_dtype == torch.int32 and num_nodes > _INT32_MAX:
+        raise ValueError(f"index_dtype=torch.int32 cannot hold ids of a graph with {num_nodes} vertices")
+    return index_dtype
+
+
+class CSRGraph:
+    """A CSR graph and where its arrays live (see the module docstring)."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    weights: Optional[torch.Tensor]
+    num_nodes: int
+    num_edges: int
+    symmetric: bool
+    placement: str
+
+    def __init__(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        weights: Optional[torch.Tensor] = None,
+        *,
+        symmetric: bool = False,
+        placement: str = "cpu",
+        validate: bool = True,
+        min_weight: Optional[float] = None,
+        mean_weight: Optional[float] = None,
+    ) -> None:
+        """Wraps existing arrays without copying; prefer :meth:`from_csr` / :meth:`from_coo`.
+
+        ``validate=False`` skips the O(edges) checks for arrays known to be well formed (the
+        generators' output). ``min_weight`` / ``mean_weight`` are the smallest / mean weight
+        when already known (otherwise computed here, once, from the host copy).
+        """
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.indptr = indptr
+        self.indices = indices
+        self.weights = weights
+        self.num_nodes = int(indptr.numel()) - 1
+        self.num_edges = int(indices.numel())
+        self.symmetric = bool(symmetric)
+        self.placement = placement
+        if validate:
+            self._validate()
+        if weights is not None and self.num_edges > 0 and (min_weight is None or mean_weight is None):
+            host = _host(weights)
+            min_weight = float(host.min()) if min_weight is None else min_weight
+            mean_weight = float(host.sum(dtype=torch.float64)) / self.num_edges if mean_weight is None else mean_weight
+        self.min_weight = min_weight
+        self.mean_weight = mean_weight
+
+    # --- construction ----------------------------------------------------------------
+
+    @classmethod
+    def from_csr(
+        cls,
+        indptr: ArrayLike,
+        indices: ArrayLike,
+        weights: Optional[ArrayLike] = None,
+        *,
+        symmetric: bool = False,
+        validate: bool = True,
+    ) -> "CSRGraph":
+        """A CPU graph over the given CSR arrays (int64 offsets; int32/int64 ids; float32/int32
+        weights). CPU tensors of the right dtype are used without a copy."""
+        indptr_t = _as_tensor(indptr, "indptr")
+        if indptr_t.dtype != torch.int64:
+            raise TypeError(f"indptr must be int64, got {indptr_t.dtype}")
+        indices_t = _as_tensor(indices, "indices")
+        _check_ids(indices_t, "indices")
+        weights_t = None
+        if weights is not None:
+            weights_t = _as_tensor(weights, "weights")
+            _check_weights_dtype(weights_t)
+        return cls(
+            _host(indptr_t).contiguous(),
+            _host(indices_t).contiguous(),
+            None if weights_t is None else _host(weights_t).contiguous(),
+            symmetric=symmetric,
+            validate=validate,
+        )
+
+    @classmethod
+    def from_coo(
+        cls,
+        src: ArrayLike,
+        dst: ArrayLike,
+        num_nodes: Optional[int] = None,
+        weights: Optional[ArrayLike] = None,
+        *,
+        symmetrize: bool = False,
+        drop_self_loops: bool = False,
+        drop_duplicates: bool = False,
+        index_dtype: Optional[torch.dtype] = None,
+    ) -> "CSRGraph":
+        """A CPU graph from edge pairs ``src[i] -> dst[i]``.
+
+        ``num_nodes`` defaults to ``max id + 1``. ``symmetrize`` adds every reverse edge (with
+        the same weight) and marks the graph symmetric; ``drop_duplicates`` keeps the first
+        occurrence of each (src, dst) pair in input order (the forward copy after
+        ``symmetrize``). Neighbour lists come out sorted by id.
+        """
+        s = _as_tensor(src, "src").cpu()
+        d = _as_tensor(dst, "dst").cpu()
+        _check_ids(s, "src")
+        _check_ids(d, "dst")
+        if s.numel() != d.numel():
+            raise ValueError(f"src and dst must have the same length, got {s.numel()} and {d.numel()}")
+        w = None
+        if weights is not None:
+            w = _as_tensor(weights, "weights").cpu()
+            _check_weights_dtype(w)
+            if w.numel() != s.numel():
+                raise ValueError(f"weights must have one entry per edge ({s.numel()}), got {w.numel()}")
+        s = s.long()
+        d = d.long()
+        if s.numel() > 0:
+            lo = min(int(s.min()), int(d.min()))
+            if lo < 0:
+                raise ValueError(f"src/dst: vertex ids must be >= 0, got {lo}")
+        top = max(int(s.max()), int(d.max())) + 1 if s.numel() else 0
+        if num_nodes is None:
+            num_nodes = top
+        num_nodes = int(num_nodes)
+        if num_nodes < 0:
+            raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+        if top > num_nodes:
+            raise ValueError(f"src/dst: vertex id {top - 1} is out of range for num_nodes={num_nodes}")
+        idx_dtype = _index_dtype(num_nodes, index_dtype)
+        if drop_self_loops:
+            keep = s != d
+            s, d = s[keep], d[keep]
+            w = None if w is None else w[keep]
+        if symmetrize:
+            s, d = torch.cat([s, d]), torch.cat([d, s])
+            w = None if w is None else torch.cat([w, w])
+        if num_nodes <= _COMPOSITE_KEY_MAX_NODES:
+            order = torch.sort(s * max(num_nodes, 1) + d, stable=True).indices
+        else:  # src * num_nodes would overflow int64: sort by dst, then stably by src
+            by_dst = torch.sort(d, stable=True).indices
+            order = by_dst[torch.sort(s[by_dst], stable=True).indices]
+        s = s[order]
+        d = d[order]
+        w = None if w is None else w[order]
+        if drop_duplicates and s.numel() > 1:
+            first = torch.ones_like(s, dtype=torch.bool)
+            first[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+            s, d = s[first], d[first]
+            w = None if w is None else w[first]
+        counts = torch.bincount(s, minlength=num_nodes) if s.numel() else torch.zeros(num_nodes, dtype=torch.int64)
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        return cls(indptr, d.to(idx_dtype).contiguous(), None if w is None else w.contiguous(),
+                   symmetric=symmetrize, validate=False)
+
+    def _validate(self) -> None:
+        indptr, indices = self.indptr, self.indices
+        if indptr.dim() != 1 or indptr.dtype != torch.int64:
+            raise TypeError(f"indptr must be a 1-D int64 tensor, got {indptr.dtype} of shape {tuple(indptr.shape)}")
+        if indptr.numel() < 1:
+            raise ValueError("indptr must hold num_nodes + 1 >= 1 offsets, got an empty tensor")
+        if indices.dim() != 1:
+            raise ValueError(f"indices must be 1-D, got shape {tuple(indices.shape)}")
+        _check_ids(indices, "indices")
+        off = _host(indptr)
+        if int(off[0]) != 0:
+            raise ValueError(f"indptr[0] must be 0, got {int(off[0])}")
+        if int(off[-1]) != self.num_edges:
+            raise ValueError(f"indptr[-1] must equal the number of edges ({self.num_edges}), got {int(off[-1])}")
+        if self.num_nodes > 0:
+            step = off[1:] - off[:-1]
+            if bool((step < 0).any()):
+                bad = int(torch.nonzero(step < 0)[0])
+                raise ValueError(f"indptr must be non-decreasing: indptr[{bad + 1}]={int(off[bad + 1])} < "
+                                 f"indptr[{bad}]={int(off[bad])}")
+        if self.num_edges > 0:
+            ids = _host(indices)
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= self.num_nodes:
+                raise ValueError(f"indices must be in [0, {self.num_nodes}), got values in [{lo}, {hi}]")
+        if self.weights is not None:
+            _check_weights_dtype(self.weights)
+            if self.weights.dim() != 1 or self.weights.numel() != self.num_edges:
+                raise ValueError(f"weights must be 1-D with one entry per edge ({self.num_edges}), "
+                                 f"got shape {tuple(self.weights.shape)}")
+
+    # --- placement -------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """Where ops on this graph run: the device of ``indptr``."""
+        return self.indptr.device
+
+    def _like(self, indptr, indices, weights, placement) -> "CSRGraph":
+        return CSRGraph(indptr, indices, weights, symmetric=self.symmetric, placement=placement,
+                        validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight)
+
+    def to(self, placement: str, device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
+        """The graph with its edge list in ``placement`` (see the module docstring).
+
+        ``device`` names the GPU for ``"cuda"``, ``"managed"`` and ``"unified"`` (default: the
+        current one). ``"managed"`` needs a CUDA build and a GPU with enough free memory for
+        the edge list; it raises a clear error otherwise.
+        """
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if placement == "cpu":
+            return self._like(_host(self.indptr), _host(self.indices),
+                              None if self.weights is None else _host(self.weights), "cpu")
+        if placement == "cuda":
+            dev = _cuda_device(device)
+            return self._like(self.indptr.to(dev), _to_cuda(self.indices, dev),
+                              None if self.weights is None else _to_cuda(self.weights, dev), "cuda")
+        if placement == "unified":
+            gpu = _unified.gpu_backed()
+            dev = _cuda_device(device) if gpu else torch.device("cpu")
+            udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{dev.index}"
+            return self._like(self.indptr.to(dev), _to_unified(self.indices, udev),
+                              None if self.weights is None else _to_unified(self.weights, udev), "unified")
+        dev = _managed_device(device)
+        indices = _managed_copy(_host(self.indices), dev)
+        weights = None if self.weights is None else _managed_copy(_host(self.weights), dev)
+        return self._like(self.indptr.to(dev), indices, weights, "managed")
+
+    def cpu(self) -> "CSRGraph":
+        return self.to("cpu")
+
+    # --- queries ---------------------------------------------------------------------
+
+    def out_degree(self) -> torch.Tensor:
+        """int64 number of out-edges per vertex, on the device of ``indptr``."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+    @property
+    def edge_list_bytes(self) -> int:
+        """Bytes of the edge list (ids plus weights): what a full sweep reads from its placement."""
+        n = self.num_edges * self.indices.element_size()
+        if self.weights is not None:
+            n += self.num_edges * self.weights.element_size()
+        return n
+
+    def __repr__(self) -> str:
+        w = "none" if self.weights is None else str(self.weights.dtype).replace("torch.", "")
+        return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+                f"ids={str(self.indices.dtype).replace('torch.', '')}, weights={w}, "
+                f"symmetric={self.symmetric}, placement={self.placement!r}, device={self.device})")
+
+
+def _cuda_device(device) -> torch.device:
+    if not torch.cuda.is_available():
+        raise RuntimeError("this placement needs a CUDA GPU, and none is available")
+    if device is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    dev = torch.device(device)
+    if dev.type not in ("cuda", _unified.DEVICE_TYPE):
+        raise ValueError(f"device must name a GPU, got {dev}")
+    return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
+
+
+def _to_cuda(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return _host(t).to(dev) if _unified.is_unified(t) else t.to(dev)
+
+
+def _to_unified(t: torch.Tensor, udev) -> torch.Tensor:
+    if _unified.is_unified(t):
+        return t
+    host = _host(t).contiguous()
+    return _unified.to_unified(host, udev)
+
+
+def _managed_device(device) -> torch.device:
+    from .._build import build_info
+
+    if not build_info()["with_cuda"]:
+        raise RuntimeError("placement='managed' needs a CUDA build of pytorch_zerocopy; this one is CPU-only")
+    return _cuda_device(device)
+
+
+def _managed_copy(host: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return torch.ops.zerocopy.managed_copy.default(host.contiguous(), dev.index)

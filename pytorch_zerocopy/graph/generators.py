@@ -1,0 +1,307 @@
+"""Synthetic graphs: Graph500/GAP Kronecker, GAP uniform random, and a 2-D grid.
+
+Large graphs are built without ever holding the edge list twice. The edge stream is cut into
+chunks, each produced by its own generator seeded from ``(seed, chunk)``, so any chunk can be
+produced again bit for bit. A first pass over the chunks counts degrees, which fixes ranges
+of source vertices whose edges fit a device-memory budget ("segments"); a second pass per
+segment regenerates every chunk, keeps the edges whose source is in the segment, sorts them
+by (source, destination) and copies the finished piece of the edge list into its place in the
+host array. Peak memory is the host CSR arrays plus one segment on the generating device.
+
+Determinism. The same arguments on the same kind of device (CPU, or one CUDA GPU model) give
+the same graph; CPU and GPU random streams differ, so their graphs differ.
+
+Vertex ids of the Kronecker graph are randomly permuted (as Graph500 does), so high-degree
+vertices are not clustered at low ids. Edge weights, when asked for, are a hash of the
+unordered vertex pair, so both directions of an undirected edge carry the same weight:
+integers in [1, 255] (GAP's range) or those values divided by 255 as float32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Tuple, Union
+
+import torch
+
+from .. import unified as _unified
+from .csr import CSRGraph, _index_dtype
+
+DeviceLike = Union[str, torch.device, None]
+ChunkFn = Callable[[int], Tuple[torch.Tensor, torch.Tensor]]
+
+
+def _generation_device(device: DeviceLike) -> torch.device:
+    if device is None:
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(device)
+
+
+def _chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed((int(seed) * 1_000_003 + chunk * 7_919 + 17) % (2**63 - 1))
+    return g
+
+
+def _pair_weights(src: torch.Tensor, dst: torch.Tensor, kind: str) -> torch.Tensor:
+    """Symmetric pseudo-random weights in [1, 255] from the unordered pair (src, dst)."""
+    lo = torch.minimum(src, dst)
+    hi = torch.maximum(src, dst)
+    w = (lo * 2654435761 + hi * 40503 + (lo ^ hi) * 97) % 255 + 1
+    if kind == "int":
+        return w.to(torch.int32)
+    return (w.to(torch.float32) / 255.0)
+
+
+def _check_weights_kind(weights: Optional[str]) -> None:
+    if weights not in (None, "int", "float"):
+        raise ValueError(f"weights must be None, 'int' or 'float', got {weights!r}")
+
+
+def _host_buffer(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # Filled from a GPU: page-locked and mapped up front, so the copies run at DMA speed and a
+    # later to("unified") maps these bytes in place.
+    if device.type == "cuda" and _unified.gpu_backed():
+        return _unified.empty_unified(n, dtype).cpu()
+    return torch.empty(n, dtype=dtype)
+
+
+def _segments(cum: torch.Tensor, budget: int) -> list:
+    """Vertex boundaries [0, b1, ..., n] such that each range's edge count is <= budget (a
+    single vertex above the budget gets a range of its own)."""
+    n = cum.numel()
+    bounds = [0]
+    while bounds[-1] < n:
+        lo = bounds[-1]
+        base = int(cum[lo - 1]) if lo > 0 else 0
+        hi = int(torch.searchsorted(cum, torch.tensor([base + budget], dtype=cum.dtype), right=True)[0])
+        bounds.append(min(n, max(hi, lo + 1)))
+    return bounds
+
+
+def build_from_chunks(
+    num_nodes: int,
+    num_chunks: int,
+    make_chunk: ChunkFn,
+    *,
+    symmetrize: bool,
+    drop_self_loops: bool,
+    drop_duplicates: bool,
+    weights: Optional[str],
+    device: torch.device,
+    index_dtype: Optional[torch.dtype] = None,
+    segment_edges: Optional[int] = None,
+    progress: bool = False,
+    desc: str = "graph",
+) -> CSRGraph:
+    """A CPU CSRGraph from a stream of edge chunks ``make_chunk(i) -> (src, dst)`` (int64 on
+    ``device``), which must return the same edges every time it is called with the same ``i``.
+    With ``drop_duplicates`` the host arrays are sized before duplicates are removed and the
+    graph holds views of their prefix."""
+    _check_weights_kind(weights)
+    idx_dtype = _index_dtype(num_nodes, index_dtype)
+    if segment_edges is None:
+        segment_edges = (1 << 29) if device.type == "cuda" else (1 << 24)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=num_chunks, desc=f"{desc}: degrees", unit="chunk")
+
+    def edges(i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        s, d = make_chunk(i)
+        if drop_self_loops:
+            keep = s != d
+            s, d = s[keep], d[keep]
+        if symmetrize:
+            s, d = torch.cat([s, d]), torch.cat([d, s])
+        return s, d
+
+    deg = torch.zeros(num_nodes, dtype=torch.int64, device=device)
+    for i in range(num_chunks):
+        s, _ = edges(i)
+        deg += torch.bincount(s, minlength=num_nodes)
+        if bar is not None:
+            bar.update(1)
+    cum = torch.cumsum(deg, 0).cpu()
+    del deg
+    total = int(cum[-1]) if num_nodes else 0
+    bounds = _segments(cum, segment_edges) if num_nodes else [0]
+    del cum
+    if bar is not None:
+        bar.reset(total=num_chunks * (len(bounds) - 1))
+        bar.set_description(f"{desc}: fill ({len(bounds) - 1} segments)")
+
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    indices = _host_buffer(total, idx_dtype, device)
+    wbuf = None if weights is None else _host_buffer(total, torch.int32 if weights == "int" else torch.float32, device)
+    base = 0
+    nn = max(num_nodes, 1)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        pieces = []
+        for i in range(num_chunks):
+            s, d = edges(i)
+            keep = (s >= lo) & (s < hi)
+            pieces.append((s[keep] - lo) * nn + d[keep])
+            if bar is not None:
+                bar.update(1)
+        key = torch.sort(torch.cat(pieces)).values if pieces else torch.empty(0, dtype=torch.int64, device=device)
+        del pieces
+        if drop_duplicates:
+            key = torch.unique_consecutive(key)
+        src_local = torch.div(key, nn, rounding_mode="floor")
+        dst = key - src_local * nn
+        del key
+        counts = torch.bincount(src_local, minlength=hi - lo).cpu()
+        indptr[lo + 1:hi + 1] = base + torch.cumsum(counts, 0)
+        m = dst.numel()
+        indices[base:base + m].copy_(dst.to(idx_dtype))
+        if wbuf is not None:
+            wbuf[base:base + m].copy_(_pair_weights(src_local + lo, dst, weights))
+        base += m
+        del src_local, dst
+    if bar is not None:
+        bar.close()
+    if base != total:
+        indices = indices[:base]
+        wbuf = None if wbuf is None else wbuf[:base]
+    min_w = mean_w = None
+    if wbuf is not None and base:
+        # Lower bound and expected value of the hashed weights: enough for sssp's checks and
+        # its bucket width, without another pass over a host array of billions of weights.
+        scale = 1.0 if weights == "int" else 1.0 / 255.0
+        min_w, mean_w = 1.0 * scale, 128.0 * scale
+    return CSRGraph(indptr, indices, wbuf, symmetric=symmetrize, validate=False, min_weight=min_w,
+                    mean_weight=mean_w)
+
+
+def _chunking(num_edges: int, device: torch.device, chunk_edges: Optional[int]) -> Tuple[int, int]:
+    if chunk_edges is None:
+        chunk_edges = (1 << 26) if device.type == "cuda" else (1 << 21)
+    return max(1, math.ceil(num_edges / chunk_edges)), chunk_edges
+
+
+def kronecker_graph(
+    scale: int,
+    edge_factor: int = 16,
+    *,
+    seed: int = 0,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    symmetrize: bool = True,
+    drop_self_loops: bool = True,
+    drop_duplicates: bool = False,
+    weights: Optional[str] = None,
+    device: DeviceLike = None,
+    index_dtype: Optional[torch.dtype] = None,
+    chunk_edges: Optional[int] = None,
+    segment_edges: Optional[int] = None,
+    progress: bool = False,
+) -> CSRGraph:
+    """A Graph500 / GAP Kronecker (R-MAT) graph with ``2**scale`` vertices and
+    ``edge_factor * 2**scale`` generated edges (twice that many CSR entries when symmetrized).
+
+    Each edge picks, at each of ``scale`` levels, a quadrant with probabilities a, b, c and
+    ``1 - a - b - c``. Generated on ``device`` (default: the GPU when there is one), in chunks;
+    the result is a CPU graph (see the module docstring for memory and determinism).
+    """
+    if not 1 <= scale <= 40:
+        raise ValueError(f"scale must be in [1, 40], got {scale}")
+    if edge_factor < 1:
+        raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
+    if min(a, b, c) < 0 or a + b + c > 1:
+        raise ValueError(f"a, b, c must be >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
+    dev = _generation_device(device)
+    n = 1 << scale
+    m = edge_factor * n
+    num_chunks, step = _chunking(m, dev, chunk_edges)
+    perm = torch.randperm(n, generator=_chunk_generator(seed, -1, dev), device=dev)
+    ab, abc = a + b, a + b + c
+
+    def make_chunk(i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        count = min(step, m - i * step)
+        g = _chunk_generator(seed, i, dev)
+        src = torch.zeros(count, dtype=torch.int64, device=dev)
+        dst = torch.zeros(count, dtype=torch.int64, device=dev)
+        for level in range(scale):
+            u = torch.rand(count, generator=g, device=dev)
+            bit = 1 << level
+            src += (u >= ab).to(torch.int64) * bit
+            dst += (((u >= a) & (u < ab)) | (u >= abc)).to(torch.int64) * bit
+        return perm[src], perm[dst]
+
+    return build_from_chunks(n, num_chunks, make_chunk, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
+                             drop_duplicates=drop_duplicates, weights=weights, device=dev,
+                             index_dtype=index_dtype, segment_edges=segment_edges, progress=progress,
+                             desc=f"kron{scale}")
+
+
+def uniform_random_graph(
+    scale: int,
+    edge_factor: int = 16,
+    *,
+    seed: int = 0,
+    symmetrize: bool = True,
+    drop_self_loops: bool = True,
+    drop_duplicates: bool = False,
+    weights: Optional[str] = None,
+    device: DeviceLike = None,
+    index_dtype: Optional[torch.dtype] = None,
+    chunk_edges: Optional[int] = None,
+    segment_edges: Optional[int] = None,
+    progress: bool = False,
+) -> CSRGraph:
+    """A GAP uniform random graph: ``edge_factor * 2**scale`` edges whose endpoints are drawn
+    uniformly from ``2**scale`` vertices. Same chunked construction as :func:`kronecker_graph`."""
+    if not 1 <= scale <= 40:
+        raise ValueError(f"scale must be in [1, 40], got {scale}")
+    if edge_factor < 1:
+        raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
+    dev = _generation_device(device)
+    n = 1 << scale
+    m = edge_factor * n
+    num_chunks, step = _chunking(m, dev, chunk_edges)
+
+    def make_chunk(i: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        count = min(step, m - i * step)
+        g = _chunk_generator(seed, i, dev)
+        src = torch.randint(0, n, (count,), generator=g, device=dev)
+        dst = torch.randint(0, n, (count,), generator=g, device=dev)
+        return src, dst
+
+    return build_from_chunks(n, num_chunks, make_chunk, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
+                             drop_duplicates=drop_duplicates, weights=weights, device=dev,
+                             index_dtype=index_dtype, segment_edges=segment_edges, progress=progress,
+                             desc=f"urand{scale}")
+
+
+def grid_graph(
+    rows: int,
+    cols: int,
+    *,
+    weights: Optional[str] = None,
+    index_dtype: Optional[torch.dtype] = None,
+) -> CSRGraph:
+    """The undirected ``rows x cols`` 4-neighbour lattice (vertex ``r * cols + c``): a
+    road-network-like graph of degree <= 4 and diameter ``rows + cols - 2``. Neighbour lists
+    are sorted. Deterministic; ``weights`` as in the module docstring."""
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be >= 1, got {rows} x {cols}")
+    _check_weights_kind(weights)
+    n = rows * cols
+    idx_dtype = _index_dtype(n, index_dtype)
+    v = torch.arange(n, dtype=torch.int64)
+    r = v // cols
+    c = v - r * cols
+    cand = torch.stack([v - cols, v - 1, v + 1, v + cols], dim=1)
+    valid = torch.stack([r > 0, c > 0, c < cols - 1, r < rows - 1], dim=1)
+    deg = valid.sum(1)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(deg, 0, out=indptr[1:])
+    dst = cand[valid]
+    w = None
+    if weights is not None:
+        src = v.repeat_interleave(deg)
+        w = _pair_weights(src, dst, weights)
+    return CSRGraph(indptr, dst.to(idx_dtype), w, symmetric=True, validate=False)

@@ -1,0 +1,227 @@
+"""Reading and writing graphs: EMOGI's binary CSR files, text edge lists, NumPy archives.
+
+EMOGI ``.bel`` (three files beside each other, named ``<name>.bel.col``, ``.bel.dst`` and
+``.bel.val``). Each file starts with a 16-byte header of two little-endian uint64: the number
+of elements that follow, and a field EMOGI ignores (written here as the element size in
+bytes). ``.col`` holds the ``num_nodes + 1`` row offsets as uint64, ``.dst`` the column ids as
+uint64, ``.val`` one 4-byte weight per edge (EMOGI's SSSP reads uint32; float32 is also
+accepted on load via ``weight_dtype``). Large files are streamed in chunks through a memory map,
+so loading holds the graph once plus one chunk.
+
+Text edge lists: one edge per line, ``src dst`` (``.el``) or ``src dst weight`` (``.wel``),
+separated by spaces or tabs; lines starting with ``#`` or ``%`` are comments (SNAP files).
+
+NumPy: ``.npz`` archives with arrays ``indptr``, ``indices``, optional ``weights`` and a
+``symmetric`` flag.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from .csr import CSRGraph, _index_dtype
+
+PathLike = Union[str, os.PathLike]
+_CHUNK = 1 << 24  # elements per streamed chunk
+
+
+def _bel_paths(path: PathLike):
+    p = os.fspath(path)
+    return p + ".col", p + ".dst", p + ".val"
+
+
+def _write_array(f, arr: torch.Tensor, dtype: np.dtype, progress) -> None:
+    f.write(np.array([arr.numel(), np.dtype(dtype).itemsize], dtype="<u8").tobytes())
+    flat = arr.reshape(-1)
+    for start in range(0, flat.numel(), _CHUNK):
+        piece = flat[start:start + _CHUNK].numpy()
+        f.write(piece.astype(dtype, copy=False).tobytes())
+        if progress is not None:
+            progress.update(piece.size)
+
+
+def save_bel(graph: CSRGraph, path: PathLike, *, progress: bool = False) -> None:
+    """Writes ``<path>.col``, ``<path>.dst`` and, with weights, ``<path>.val``."""
+    col, dst, val = _bel_paths(path)
+    g = graph.cpu()
+    bar = _bar(progress, g.num_nodes + 1 + g.num_edges * (2 if g.weights is not None else 1), "save_bel")
+    with open(col, "wb") as f:
+        _write_array(f, g.indptr, np.dtype("<u8"), bar)
+    with open(dst, "wb") as f:
+        _write_array(f, g.indices, np.dtype("<u8"), bar)
+    if g.weights is not None:
+        wdt = np.dtype("<f4") if g.weights.dtype == torch.float32 else np.dtype("<i4")
+        with open(val, "wb") as f:
+            _write_array(f, g.weights, wdt, bar)
+    if bar is not None:
+        bar.close()
+
+
+def _read_array(path: str, dtype: np.dtype) -> np.ndarray:
+    size = os.path.getsize(path)
+    if size < 16:
+        raise ValueError(f"{path}: too short for the 16-byte .bel header ({size} bytes)")
+    count = int(np.fromfile(path, dtype="<u8", count=1)[0])
+    want = 16 + count * np.dtype(dtype).itemsize
+    if size != want:
+        raise ValueError(f"{path}: the header says {count} elements of {np.dtype(dtype).itemsize} bytes "
+                         f"({want} bytes with the header), but the file has {size} bytes")
+    return np.memmap(path, dtype=dtype, mode="r", offset=16, shape=(count,))
+
+
+def _stream(src: np.ndarray, dtype: torch.dtype, progress) -> torch.Tensor:
+    out = torch.empty(src.shape[0], dtype=dtype)
+    for start in range(0, src.shape[0], _CHUNK):
+        piece = np.asarray(src[start:start + _CHUNK])
+        out[start:start + piece.shape[0]].copy_(torch.from_numpy(piece.astype(piece.dtype.newbyteorder("="))))
+        if progress is not None:
+            progress.update(piece.shape[0])
+    return out
+
+
+def load_bel(
+    path: PathLike,
+    *,
+    weight_dtype: torch.dtype = torch.int32,
+    symmetric: bool = False,
+    index_dtype: Optional[torch.dtype] = None,
+    weights: bool = True,
+    progress: bool = False,
+) -> CSRGraph:
+    """Reads an EMOGI graph ``<path>.col`` / ``.dst`` (and ``.val`` when present and ``weights``).
+
+    Ids are stored as int32 when every id fits (or as ``index_dtype`` says); ``weight_dtype``
+    says how to read the 4-byte weights (int32, EMOGI's default, or float32). EMOGI files
+    do not record whether the graph is undirected: pass ``symmetric=True`` when it is.
+    """
+    if weight_dtype not in (torch.int32, torch.float32):
+        raise TypeError(f"weight_dtype must be torch.int32 or torch.float32, got {weight_dtype}")
+    col, dst, val = _bel_paths(path)
+    for p in (col, dst):
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"load_bel: {p} does not exist (expected {os.fspath(path)}.col and .dst)")
+    offsets = _read_array(col, np.dtype("<u8"))
+    ids = _read_array(dst, np.dtype("<u8"))
+    if offsets.shape[0] < 1:
+        raise ValueError(f"{col}: needs at least one offset")
+    num_nodes = offsets.shape[0] - 1
+    has_val = weights and os.path.exists(val)
+    bar = _bar(progress, offsets.shape[0] + ids.shape[0] * (2 if has_val else 1), "load_bel")
+    indptr = _stream(offsets.view("<i8"), torch.int64, bar)
+    indices = _stream(ids.view("<i8"), torch.int64, None if bar is None else bar)
+    idx_dtype = _index_dtype(num_nodes, index_dtype)
+    if idx_dtype == torch.int32:
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
+            raise ValueError(f"{dst}: column ids must be in [0, {num_nodes})")
+        indices = indices.to(torch.int32)
+    w = None
+    if has_val:
+        raw = _read_array(val, np.dtype("<f4") if weight_dtype == torch.float32 else np.dtype("<i4"))
+        if raw.shape[0] != ids.shape[0]:
+            raise ValueError(f"{val}: {raw.shape[0]} weights for {ids.shape[0]} edges")
+        w = _stream(raw, weight_dtype, bar)
+    if bar is not None:
+        bar.close()
+    return CSRGraph(indptr, indices, w, symmetric=symmetric)
+
+
+def save_edge_list(graph: CSRGraph, path: PathLike, *, weighted: Optional[bool] = None) -> None:
+    """Writes one ``src dst`` (or ``src dst weight``) line per CSR entry. ``weighted`` defaults
+    to whether the graph has weights."""
+    g = graph.cpu()
+    if weighted is None:
+        weighted = g.weights is not None
+    if weighted and g.weights is None:
+        raise ValueError("save_edge_list: weighted=True, but the graph has no weights")
+    deg = g.indptr[1:] - g.indptr[:-1]
+    with open(os.fspath(path), "w") as f:
+        for start in range(0, g.num_nodes, _CHUNK):
+            stop = min(g.num_nodes, start + _CHUNK)
+            lo, hi = int(g.indptr[start]), int(g.indptr[stop])
+            src = torch.arange(start, stop, dtype=torch.int64).repeat_interleave(deg[start:stop]).numpy()
+            dst = g.indices[lo:hi].numpy()
+            if weighted:
+                w = g.weights[lo:hi].numpy()
+                fmt = "%d %d %.9g" if w.dtype == np.float32 else "%d %d %d"
+                np.savetxt(f, np.rec.fromarrays([src, dst, w]), fmt=fmt)
+            else:
+                np.savetxt(f, np.stack([src, dst], axis=1), fmt="%d %d")
+
+
+def load_edge_list(
+    path: PathLike,
+    *,
+    weighted: Optional[bool] = None,
+    weight_dtype: Optional[torch.dtype] = None,
+    num_nodes: Optional[int] = None,
+    symmetrize: bool = False,
+    drop_self_loops: bool = False,
+    drop_duplicates: bool = False,
+    index_dtype: Optional[torch.dtype] = None,
+) -> CSRGraph:
+    """Reads a ``.el`` / ``.wel`` / SNAP text edge list into a CPU graph.
+
+    ``weighted`` defaults to True for ``.wel`` files and otherwise to whether lines have a third
+    column. Weights are int32 when every weight is integral, else float32 (or ``weight_dtype``).
+    The remaining options are those of :meth:`CSRGraph.from_coo`.
+    """
+    p = os.fspath(path)
+    with open(p) as f:
+        first = None
+        for line in f:
+            s = line.strip()
+            if s and s[0] not in "#%":
+                first = s
+                break
+    ncols = len(first.split()) if first is not None else 2
+    if weighted is None:
+        weighted = p.endswith(".wel") or ncols >= 3
+    if weighted and ncols < 3 and first is not None:
+        raise ValueError(f"{p}: weighted=True, but lines have {ncols} columns")
+    if first is None:
+        data = np.zeros((0, 3 if weighted else 2))
+    else:
+        usecols = (0, 1, 2) if weighted else (0, 1)
+        data = np.loadtxt(p, comments=("#", "%"), usecols=usecols, dtype=np.float64, ndmin=2)
+    src = torch.from_numpy(data[:, 0].astype(np.int64))
+    dst = torch.from_numpy(data[:, 1].astype(np.int64))
+    w = None
+    if weighted:
+        raw = data[:, 2]
+        if weight_dtype is None:
+            weight_dtype = torch.int32 if np.all(np.floor(raw) == raw) else torch.float32
+        w = torch.from_numpy(raw.astype(np.int32 if weight_dtype == torch.int32 else np.float32))
+    return CSRGraph.from_coo(src, dst, num_nodes, w, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
+                             drop_duplicates=drop_duplicates, index_dtype=index_dtype)
+
+
+def save_npz(graph: CSRGraph, path: PathLike) -> None:
+    """Writes ``indptr``, ``indices``, ``weights`` (when present) and ``symmetric``."""
+    g = graph.cpu()
+    arrays = {"indptr": g.indptr.numpy(), "indices": g.indices.numpy(), "symmetric": np.array(g.symmetric)}
+    if g.weights is not None:
+        arrays["weights"] = g.weights.numpy()
+    np.savez(os.fspath(path), **arrays)
+
+
+def load_npz(path: PathLike, *, validate: bool = True) -> CSRGraph:
+    """Reads a graph written by :func:`save_npz` (or any archive with the same array names)."""
+    with np.load(os.fspath(path)) as z:
+        for name in ("indptr", "indices"):
+            if name not in z:
+                raise ValueError(f"{path}: missing array {name!r}")
+        weights = z["weights"] if "weights" in z else None
+        symmetric = bool(z["symmetric"]) if "symmetric" in z else False
+        return CSRGraph.from_csr(z["indptr"], z["indices"], weights, symmetric=symmetric, validate=validate)
+
+
+def _bar(progress: bool, total: int, desc: str):
+    if not progress:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="elem", unit_scale=True)
