@@ -7,4 +7,11 @@
 TORCH_LIBRARY(zerocopy, m) {
   // Marker op: lets Python confirm the compiled library is loaded and which build it is.
   m.def("build_flavour() -> str");
+
+  // Neighbour sampling over one adjacency (CSR: out-neighbours, CSC: in-neighbours) for a
+  // batch of seed nodes; see csrc/sampling.h for what is sampled. Returns per-seed offsets
+  // (int64, seeds+1), the sampled neighbour ids (indices' dtype) and their positions in
+  // `indices` (int64 edge positions).
+  m.def("sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, bool replace, "
+        "Tensor? probs, int seed) -> (Tensor, Tensor, Tensor)");
 }
