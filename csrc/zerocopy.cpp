@@ -14,4 +14,7 @@ TORCH_LIBRARY(zerocopy, m) {
   // `indices` (int64 edge positions).
   m.def("sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, bool replace, "
         "Tensor? probs, int seed) -> (Tensor, Tensor, Tensor)");
+  // The unique ids of cat(seeds, neighbors) in order of first appearance (int64), and the
+  // position of each neighbour in that list (int64): a message flow graph's compaction.
+  m.def("compact_ids(Tensor seeds, Tensor neighbors) -> (Tensor, Tensor)");
 }

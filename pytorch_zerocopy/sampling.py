@@ -157,14 +157,30 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace, probs, seed)
 # Compaction (message flow graphs).
 
 
+@register_fake("zerocopy::compact_ids")
+def _compact_ids_fake(seeds, neighbors):
+    ctx = torch.library.get_ctx()
+    nodes = seeds.new_empty((ctx.new_dynamic_size(),), dtype=torch.int64)
+    return nodes, neighbors.new_empty(neighbors.shape, dtype=torch.int64)
+
+
 def compact(seeds: torch.Tensor, neighbors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Unique node ids of ``cat(seeds, neighbors)`` in order of first appearance, and the
     position of each neighbour in that list.
 
     With unique seeds the list starts with the seeds themselves, in order (the destination
-    nodes of a message flow graph come first), so seed ``i`` has local id ``i``. Runs with torch
-    ops on the tensors' device.
+    nodes of a message flow graph come first), so seed ``i`` has local id ``i``. On the CPU a
+    parallel hash-table op (``zerocopy::compact_ids``); elsewhere torch ops on the tensors'
+    device.
     """
+    if seeds.device.type == "cpu" and neighbors.device.type == "cpu":
+        nodes, local = torch.ops.zerocopy.compact_ids.default(seeds, neighbors)
+        return nodes, local
+    return _compact_torch(seeds, neighbors)
+
+
+def _compact_torch(seeds: torch.Tensor, neighbors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compact` with torch ops (sort-based unique; fast on the GPU)."""
     seeds = seeds.long()
     all_ids = torch.cat([seeds, neighbors.to(device=seeds.device, dtype=torch.int64)])
     uniq, inverse = torch.unique(all_ids, return_inverse=True)

@@ -243,6 +243,18 @@ def test_compact_first_appearance_order():
     assert local.tolist() == [3, 1, 3, 4, 0, 5]
 
 
+@pytest.mark.parametrize("nbr_dtype", [torch.int32, torch.int64])
+def test_compact_op_matches_torch_path(rng, nbr_dtype):
+    seeds = torch.randperm(5000, generator=rng)[:700]
+    nbrs = torch.randint(0, 5000, (20000,), generator=rng).to(nbr_dtype)
+    nodes, local = S.compact(seeds, nbrs)
+    want_nodes, want_local = S._compact_torch(seeds, nbrs)
+    assert torch.equal(nodes, want_nodes) and torch.equal(local, want_local)
+    assert torch.equal(nodes[:700], seeds) and torch.equal(nodes[local], nbrs.long())
+    with pytest.raises(ValueError, match="node ids must be >= 0"):
+        S.compact(seeds, torch.tensor([3, -2]))
+
+
 def test_fanout_all_matches_full_in_neighbourhood(rng):
     indptr, indices = random_csr(rng)
     src_all, dst_all = edge_set(indptr, indices)

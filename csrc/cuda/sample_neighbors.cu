@@ -50,11 +50,12 @@ __device__ __forceinline__ int64_t warp_sum(int64_t x) {
 
 template <typename seed_t>
 __global__ void count_kernel(const int64_t* __restrict__ indptr, const seed_t* __restrict__ seeds,
-                             int64_t n, int64_t num_nodes, const float* __restrict__ probs,
-                             int64_t fanout, bool replace, int64_t* __restrict__ counts,
-                             unsigned long long* __restrict__ first_bad) {
+                             const int64_t* __restrict__ order, int64_t n, int64_t num_nodes,
+                             const float* __restrict__ probs, int64_t fanout, bool replace,
+                             int64_t* __restrict__ counts, unsigned long long* __restrict__ first_bad) {
   const int lane = threadIdx.x % kWarp;
-  for (int64_t i = warp_index(); i < n; i += warp_count()) {
+  for (int64_t w = warp_index(); w < n; w += warp_count()) {
+    const int64_t i = order[w];
     const int64_t v = static_cast<int64_t>(seeds[i]);
     if (v < 0 || v >= num_nodes) {
       if (lane == 0) {
@@ -99,12 +100,14 @@ __device__ void take_all(const index_t* __restrict__ indices, const float* __res
 
 template <typename seed_t, typename index_t>
 __global__ void sample_kernel(const int64_t* __restrict__ indptr, const index_t* __restrict__ indices,
-                              const seed_t* __restrict__ seeds, int64_t n,
-                              const int64_t* __restrict__ offsets, const float* __restrict__ probs,
-                              int64_t fanout, bool replace, uint64_t seed,
-                              index_t* __restrict__ out_nbr, int64_t* __restrict__ out_pos) {
+                              const seed_t* __restrict__ seeds, const int64_t* __restrict__ order,
+                              int64_t n, const int64_t* __restrict__ offsets,
+                              const float* __restrict__ probs, int64_t fanout, bool replace,
+                              uint64_t seed, index_t* __restrict__ out_nbr,
+                              int64_t* __restrict__ out_pos) {
   const int lane = threadIdx.x % kWarp;
-  for (int64_t i = warp_index(); i < n; i += warp_count()) {
+  for (int64_t w = warp_index(); w < n; w += warp_count()) {
+    const int64_t i = order[w];
     const int64_t o = offsets[i];
     const int64_t count = offsets[i + 1] - o;
     if (count == 0) continue;
@@ -251,13 +254,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
   const int64_t num_nodes = indptr.numel() - 1;
   const auto long_opts = indptr.options().dtype(at::kLong);
 
+  // Warps visit seeds in ascending id order, so that reads of indptr and of the neighbour lists
+  // sweep host memory in address order (random order is bound by the GPU's address
+  // translation when the graph is in host memory); results still land at each seed's slot.
+  const at::Tensor order = std::get<1>(seeds.sort());
   at::Tensor counts = at::empty({n}, long_opts);
   at::Tensor first_bad = at::full({1}, n, long_opts);
   at::Tensor offsets = at::zeros({n + 1}, long_opts);
   AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_neighbors", [&] {
     if (n > 0) {
       count_kernel<index_t><<<blocks_for(n), kWarpsPerBlock * kWarp, 0, stream>>>(
-          indptr.data_ptr<int64_t>(), seeds.data_ptr<index_t>(), n, num_nodes, pr, fanout, replace,
+          indptr.data_ptr<int64_t>(), seeds.data_ptr<index_t>(), order.data_ptr<int64_t>(), n,
+          num_nodes, pr, fanout, replace,
           counts.data_ptr<int64_t>(),
           reinterpret_cast<unsigned long long*>(first_bad.data_ptr<int64_t>()));
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -281,13 +289,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
       using seed_t = index_t;
       if (indices.scalar_type() == at::kInt) {
         sample_kernel<seed_t, int32_t><<<blocks_for(n), kWarpsPerBlock * kWarp, 0, stream>>>(
-            indptr.data_ptr<int64_t>(), indices.data_ptr<int32_t>(), seeds.data_ptr<seed_t>(), n,
-            offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
+            indptr.data_ptr<int64_t>(), indices.data_ptr<int32_t>(), seeds.data_ptr<seed_t>(),
+            order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
             neighbors.data_ptr<int32_t>(), edge_pos.data_ptr<int64_t>());
       } else {
         sample_kernel<seed_t, int64_t><<<blocks_for(n), kWarpsPerBlock * kWarp, 0, stream>>>(
-            indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(), seeds.data_ptr<seed_t>(), n,
-            offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
+            indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(), seeds.data_ptr<seed_t>(),
+            order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
             neighbors.data_ptr<int64_t>(), edge_pos.data_ptr<int64_t>());
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
