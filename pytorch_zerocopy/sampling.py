@@ -327,7 +327,8 @@ def sample_layers(
                              probs=pos_probs, seed=layer_seed(seed, depth))
         counts = s.offsets[1:] - s.offsets[:-1]
         nodes, src_local = compact(seeds, s.neighbors)
-        dst_local = torch.repeat_interleave(torch.arange(seeds.numel(), device=device), counts)
+        dst_local = torch.repeat_interleave(torch.arange(seeds.numel(), device=device), counts,
+                                            output_size=s.neighbors.numel())
         eids = s.edge_pos if adj.eids is None else adj.eids[s.edge_pos.to(_compute_device(adj.eids))]
         nbr = s.neighbors.long()
         dst = seeds[dst_local]

@@ -213,3 +213,16 @@ def test_graphsage_trains_well_above_chance(data):
             correct += int((pred == blocks[-1].dstdata["label"]).sum())
     acc = correct / cg.test_idx.numel()
     assert acc > 0.8, f"test accuracy {acc:.3f} (chance is 0.25)"
+
+
+def test_ddp_split_gives_every_rank_an_equal_share(data):
+    cg, graph = data
+    idx = cg.train_idx[:899]  # not a multiple of 3: the last rank is padded
+    shares = []
+    for rank in range(3):
+        loader = DataLoader(graph, idx, NeighborSampler([2]), batch_size=50, shuffle=True, ddp_seed=4)
+        loader.use_ddp, loader._rank, loader._world = True, rank, 3  # as torch.distributed would set
+        loader.set_epoch(2)
+        shares.append(torch.cat([out for _, out, _ in loader]))
+    assert len({s.numel() for s in shares}) == 1 and shares[0].numel() == 300
+    assert set(torch.cat(shares).tolist()) == set(idx.tolist())

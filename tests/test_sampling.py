@@ -334,3 +334,6 @@ def test_opcheck(rng):
     args = (indptr, indices, torch.arange(10), 3, False, None, 5)
     torch.library.opcheck(torch.ops.zerocopy.sample_neighbors.default, args,
                           test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.zerocopy.compact_ids.default,
+                          (torch.arange(5), torch.randint(0, 60, (40,), generator=rng)),
+                          test_utils=("test_schema", "test_faketensor"))
