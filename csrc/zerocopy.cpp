@@ -10,10 +10,10 @@ TORCH_LIBRARY(zerocopy, m) {
 
   // Neighbour sampling over one adjacency (CSR: out-neighbours, CSC: in-neighbours) for a
   // batch of seed nodes; see csrc/sampling.h for what is sampled. Returns per-seed offsets
-  // (int64, seeds+1), the sampled neighbour ids (indices' dtype) and their positions in
-  // `indices` (int64 edge positions).
+  // (int64, seeds+1), the sampled neighbour ids (indices' dtype), their positions in `indices`
+  // (int64 edge positions) and, per sampled edge, the index of its seed in `seeds` (int64).
   m.def("sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, bool replace, "
-        "Tensor? probs, int seed) -> (Tensor, Tensor, Tensor)");
+        "Tensor? probs, int seed) -> (Tensor, Tensor, Tensor, Tensor)");
   // The unique ids of cat(seeds, neighbors) in order of first appearance (int64), and the
   // position of each neighbour in that list (int64): a message flow graph's compaction.
   m.def("compact_ids(Tensor seeds, Tensor neighbors) -> (Tensor, Tensor)");

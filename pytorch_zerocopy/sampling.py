@@ -47,6 +47,7 @@ class SampledNeighbors(NamedTuple):
     offsets: torch.Tensor  # int64, len(seeds) + 1
     neighbors: torch.Tensor  # dtype of indices
     edge_pos: torch.Tensor  # int64
+    seed_index: torch.Tensor  # int64: the i of the seed each sampled edge belongs to
 
 
 class Adjacency(NamedTuple):
@@ -121,10 +122,10 @@ def sample_neighbors(
         seed = int(torch.randint(0, 2**62, ()).item())
     device = _compute_device(indptr)
     seeds = seeds.reshape(-1).to(device)
-    offsets, neighbors, edge_pos = torch.ops.zerocopy.sample_neighbors.default(
+    out = torch.ops.zerocopy.sample_neighbors.default(
         indptr, indices, seeds, int(fanout), bool(replace), probs, _signed64(int(seed))
     )
-    return SampledNeighbors(offsets, neighbors, edge_pos)
+    return SampledNeighbors(*out)
 
 
 def _signed64(x: int) -> int:
@@ -150,7 +151,8 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace, probs, seed)
     ctx = torch.library.get_ctx()
     total = ctx.new_dynamic_size()
     offsets = seeds.new_empty((seeds.shape[0] + 1,), dtype=torch.int64)
-    return offsets, indices.new_empty((total,)), indptr.new_empty((total,))
+    return (offsets, indices.new_empty((total,)), indptr.new_empty((total,)),
+            indptr.new_empty((total,)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,10 +327,8 @@ def sample_layers(
     for depth, fanout in enumerate(reversed(fanouts)):
         s = sample_neighbors(adj.indptr, adj.indices, seeds, fanout, replace=replace,
                              probs=pos_probs, seed=layer_seed(seed, depth))
-        counts = s.offsets[1:] - s.offsets[:-1]
         nodes, src_local = compact(seeds, s.neighbors)
-        dst_local = torch.repeat_interleave(torch.arange(seeds.numel(), device=device), counts,
-                                            output_size=s.neighbors.numel())
+        dst_local = s.seed_index
         eids = s.edge_pos if adj.eids is None else adj.eids[s.edge_pos.to(_compute_device(adj.eids))]
         nbr = s.neighbors.long()
         dst = seeds[dst_local]

@@ -44,9 +44,10 @@ def place(t, placement):
 
 def check_sample(indptr, indices, seeds, out, fanout, replace, probs=None):
     """Every sampled (seed, neighbour, position) exists; counts follow the contract."""
-    offsets, nbrs, pos = (t.cpu() for t in out)
+    offsets, nbrs, pos, seed_index = (t.cpu() for t in out)
     indptr, indices, seeds = indptr.cpu(), indices.cpu(), seeds.cpu()
     assert offsets.dtype == torch.int64 and pos.dtype == torch.int64
+    assert torch.equal(seed_index, torch.repeat_interleave(torch.arange(seeds.numel()), offsets.diff()))
     assert nbrs.dtype == indices.dtype
     assert offsets.numel() == seeds.numel() + 1 and int(offsets[0]) == 0
     assert int(offsets[-1]) == nbrs.numel() == pos.numel()

@@ -32,15 +32,18 @@ inline uint64_t hash_id(int64_t k) {
 }
 
 struct IdTable {
-  std::vector<int64_t> keys;
-  std::vector<int64_t> first;  // smallest position of the key
+  // Key and first position side by side: one cache line per probe.
+  struct Entry {
+    int64_t key;
+    int64_t first;  // smallest position of the key
+  };
+  std::vector<Entry> entries;
   uint64_t mask;
 
   explicit IdTable(int64_t n) {
     uint64_t cap = 16;
     while (cap < static_cast<uint64_t>(n) * 2) cap <<= 1;
-    keys.assign(cap, kEmpty);
-    first.assign(cap, std::numeric_limits<int64_t>::max());
+    entries.assign(cap, Entry{kEmpty, std::numeric_limits<int64_t>::max()});
     mask = cap - 1;
   }
 
@@ -48,11 +51,12 @@ struct IdTable {
   uint64_t insert(int64_t k) {
     uint64_t h = hash_id(k) & mask;
     while (true) {
-      int64_t cur = __atomic_load_n(&keys[h], __ATOMIC_ACQUIRE);
+      int64_t* key = &entries[h].key;
+      int64_t cur = __atomic_load_n(key, __ATOMIC_ACQUIRE);
       if (cur == k) return h;
       if (cur == kEmpty) {
         int64_t expected = kEmpty;
-        if (__atomic_compare_exchange_n(&keys[h], &expected, k, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        if (__atomic_compare_exchange_n(key, &expected, k, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
           return h;
         if (expected == k) return h;
       }
@@ -60,17 +64,10 @@ struct IdTable {
     }
   }
 
-  // Slot of a key known to be present (after all inserts).
-  uint64_t find(int64_t k) const {
-    uint64_t h = hash_id(k) & mask;
-    while (keys[h] != k) h = (h + 1) & mask;
-    return h;
-  }
-
   void note_position(uint64_t slot, int64_t pos) {
-    int64_t cur = __atomic_load_n(&first[slot], __ATOMIC_RELAXED);
-    while (pos < cur &&
-           !__atomic_compare_exchange_n(&first[slot], &cur, pos, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    int64_t* first = &entries[slot].first;
+    int64_t cur = __atomic_load_n(first, __ATOMIC_RELAXED);
+    while (pos < cur && !__atomic_compare_exchange_n(first, &cur, pos, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
   }
 };
@@ -88,6 +85,7 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
   IdTable table(n);
   constexpr int64_t kGrain = 4096;
   std::atomic<bool> negative{false};
+  std::vector<int64_t> slot_of(static_cast<size_t>(n));  // table slot of each position's id
   at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const int64_t k = id_at(p);
@@ -95,7 +93,9 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
         negative = true;
         return;
       }
-      table.note_position(table.insert(k), p);
+      const uint64_t slot = table.insert(k);
+      slot_of[static_cast<size_t>(p)] = static_cast<int64_t>(slot);
+      table.note_position(slot, p);
     }
   });
   TORCH_CHECK_VALUE(!negative.load(), "compact_ids: node ids must be >= 0");
@@ -105,7 +105,7 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
   const int64_t cap = static_cast<int64_t>(table.mask + 1);
   at::parallel_for(0, cap, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t s = b; s < e; ++s)
-      if (table.keys[static_cast<size_t>(s)] != kEmpty) mark[table.first[static_cast<size_t>(s)]] = 1;
+      if (table.entries[static_cast<size_t>(s)].key != kEmpty) mark[table.entries[static_cast<size_t>(s)].first] = 1;
   });
   const at::Tensor rank = is_first.cumsum(0);  // inclusive: local id of a first occurrence + 1
   const int64_t* rk = rank.data_ptr<int64_t>();
@@ -116,9 +116,15 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
   int64_t* out_local = local.data_ptr<int64_t>();
   at::parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
-      const int64_t k = id_at(p);
-      if (mark[p]) out_nodes[rk[p] - 1] = k;
-      if (p >= ns) out_local[p - ns] = rk[table.first[table.find(k)]] - 1;
+      if (mark[p]) out_nodes[rk[p] - 1] = id_at(p);
+    }
+  });
+  // A first occurrence's local id is rk - 1; every other position copies it from its id's
+  // first occurrence.
+  at::parallel_for(ns, n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const int64_t f = table.entries[static_cast<size_t>(slot_of[static_cast<size_t>(p)])].first;
+      out_local[p - ns] = rk[f] - 1;
     }
   });
   return {nodes, local};

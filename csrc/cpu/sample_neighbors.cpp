@@ -136,8 +136,10 @@ std::vector<at::Tensor> sample_cpu_typed(const at::Tensor& indptr, const at::Ten
   const int64_t total = off[n];
   at::Tensor neighbors = at::empty({total}, indices.options());
   at::Tensor edge_pos = at::empty({total}, indptr.options());
+  at::Tensor seed_index = at::empty({total}, indptr.options());
   index_t* nb = neighbors.data_ptr<index_t>();
   int64_t* ep = edge_pos.data_ptr<int64_t>();
+  int64_t* si = seed_index.data_ptr<int64_t>();
   const index_t* idx = indices.data_ptr<index_t>();
 
   at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
@@ -150,13 +152,14 @@ std::vector<at::Tensor> sample_cpu_typed(const at::Tensor& indptr, const at::Ten
       for (int64_t k = 0; k < count; ++k) {
         pos[k] += start;
         nb[off[i] + k] = idx[pos[k]];
+        si[off[i] + k] = i;
       }
     }
   });
-  return {offsets, neighbors, edge_pos};
+  return {offsets, neighbors, edge_pos, seed_index};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& probs, int64_t seed) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, probs);
@@ -180,7 +183,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
                                               static_cast<uint64_t>(seed));
     }
   });
-  return {out[0], out[1], out[2]};
+  return {out[0], out[1], out[2], out[3]};
 }
 
 }  // namespace

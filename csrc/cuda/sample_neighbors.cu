@@ -104,7 +104,7 @@ __global__ void sample_kernel(const int64_t* __restrict__ indptr, const index_t*
                               int64_t n, const int64_t* __restrict__ offsets,
                               const float* __restrict__ probs, int64_t fanout, bool replace,
                               uint64_t seed, index_t* __restrict__ out_nbr,
-                              int64_t* __restrict__ out_pos) {
+                              int64_t* __restrict__ out_pos, int64_t* __restrict__ out_seed) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t w = warp_index(); w < n; w += warp_count()) {
     const int64_t i = order[w];
@@ -115,6 +115,7 @@ __global__ void sample_kernel(const int64_t* __restrict__ indptr, const index_t*
     const int64_t start = indptr[v], end = indptr[v + 1], deg = end - start;
     index_t* nbr = out_nbr + o;
     int64_t* pos = out_pos + o;
+    for (int64_t k = lane; k < count; k += kWarp) out_seed[o + k] = i;
 
     if (probs == nullptr) {
       if (fanout < 0 || (!replace && deg <= fanout)) {
@@ -237,7 +238,7 @@ int blocks_for(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(1) << 20)));
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     const at::Tensor& indptr_in, const at::Tensor& indices_in, const at::Tensor& seeds_in,
     int64_t fanout, bool replace, const std::optional<at::Tensor>& probs_in, int64_t seed) {
   check_sample_neighbors_args(indptr_in, indices_in, seeds_in, fanout, probs_in);
@@ -284,6 +285,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
 
   at::Tensor neighbors = at::empty({total}, indices.options());
   at::Tensor edge_pos = at::empty({total}, long_opts);
+  at::Tensor seed_index = at::empty({total}, long_opts);
   if (total > 0) {
     AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_neighbors", [&] {
       using seed_t = index_t;
@@ -291,17 +293,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
         sample_kernel<seed_t, int32_t><<<blocks_for(n), kWarpsPerBlock * kWarp, 0, stream>>>(
             indptr.data_ptr<int64_t>(), indices.data_ptr<int32_t>(), seeds.data_ptr<seed_t>(),
             order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
-            neighbors.data_ptr<int32_t>(), edge_pos.data_ptr<int64_t>());
+            neighbors.data_ptr<int32_t>(), edge_pos.data_ptr<int64_t>(),
+            seed_index.data_ptr<int64_t>());
       } else {
         sample_kernel<seed_t, int64_t><<<blocks_for(n), kWarpsPerBlock * kWarp, 0, stream>>>(
             indptr.data_ptr<int64_t>(), indices.data_ptr<int64_t>(), seeds.data_ptr<seed_t>(),
             order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), pr, fanout, replace, static_cast<uint64_t>(seed),
-            neighbors.data_ptr<int64_t>(), edge_pos.data_ptr<int64_t>());
+            neighbors.data_ptr<int64_t>(), edge_pos.data_ptr<int64_t>(),
+            seed_index.data_ptr<int64_t>());
       }
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
-  return {offsets, neighbors, edge_pos};
+  return {offsets, neighbors, edge_pos, seed_index};
 }
 
 }  // namespace
