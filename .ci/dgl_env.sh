@@ -38,9 +38,14 @@ else
   rm -rf "$VENV"
   python3 -m venv "$VENV"
   mkdir -p "$WHEELS"
-  # Downloads only what $WHEELS lacks; then installs from it alone.
-  "$VENV/bin/pip" download -q -d "$WHEELS" "${REQS[@]}"
-  "$VENV/bin/pip" download -q --no-deps -d "$WHEELS" "$TORCHDATA"
+  # The wheels are downloaded once (the marker records for which requirements the set is
+  # complete), then installed from $WHEELS alone.
+  want="${REQS[*]} $TORCHDATA"
+  if [ "$(cat "$WHEELS/complete" 2>/dev/null)" != "$want" ]; then
+    "$VENV/bin/pip" download -q -d "$WHEELS" "${REQS[@]}"
+    "$VENV/bin/pip" download -q --no-deps -d "$WHEELS" "$TORCHDATA"
+    echo "$want" >"$WHEELS/complete"
+  fi
   "$VENV/bin/pip" install -q --no-index --find-links "$WHEELS" "${REQS[@]}"
   "$VENV/bin/pip" install -q --no-index --no-deps --find-links "$WHEELS" "$TORCHDATA"
   venv_ok || { echo "dgl env: the environment does not import dgl 2.1.0 on torch 2.2.1" >&2; exit 1; }
