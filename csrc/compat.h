@@ -27,8 +27,10 @@ constexpr bool kStreamAccessorsNoexcept =
 // PrivateUse1HooksInterface gained the accelerator hooks (isBuilt, isAvailable, deviceCount,
 // getCurrentDevice, setCurrentDevice, hasPrimaryContext, isPinnedPtr) after torch 2.2, which
 // has only getDefaultGenerator and getDeviceFromPtr. Those methods carry ZC_HOOK_OVERRIDE:
-// `override` where the base declares them, nothing (a plain method) before.
-#if ZC_TORCH_AT_LEAST(2, 6)
+// `override` from torch 2.11 (the oldest torch with CUDA this package is built against, where
+// the base declares them all); before, nothing, so that torch 2.2 compiles them as plain
+// methods. A method with the base's signature overrides it either way.
+#if ZC_TORCH_AT_LEAST(2, 11)
 #define ZC_HOOK_OVERRIDE override
 #else
 #define ZC_HOOK_OVERRIDE
