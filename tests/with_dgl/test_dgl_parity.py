@@ -128,3 +128,16 @@ def test_sage_conv_from_dgl_runs_on_our_blocks(graph):
     conv2 = dgl.nn.SAGEConv(8, 4, "mean")
     h = conv2(blocks[1], torch.relu(conv1(blocks[0], blocks[0].srcdata["feat"].to(blocks[0].device))))
     assert h.shape == (out.numel(), 4)
+
+
+def test_edge_probabilities_like_dgl(graph):
+    g, data = graph
+    w = torch.rand(g.num_edges())
+    w[torch.rand(g.num_edges()) < 0.5] = 0.0
+    g.edata["p"] = w
+    seeds = data.train_idx[:300]
+    d = dgl.dataloading.NeighborSampler([4], prob="p").sample(g, seeds)[2][0]
+    z = zdgl.NeighborSampler([4], prob="p").sample(g, seeds)[2][0]
+    assert bool((w[z.edata[dgl.EID]] > 0).all()), "sampled a zero-probability edge"
+    # Both take min(fanout, number of positive in-edges) per destination.
+    assert torch.equal(d.in_degrees(), z.in_degrees())
