@@ -92,8 +92,14 @@ def run_batches(step: Callable[[torch.Tensor], int], num_nodes: int, device: tor
                 warmup: int, min_batches: int, budget_s: float, seed: int) -> Dict:
     """Runs sampling batches until both min_batches and budget_s are reached; returns rates."""
     gen = torch.Generator().manual_seed(seed)
-    make = lambda: torch.randperm(num_nodes, generator=gen)[:1024] if num_nodes < (1 << 22) else \
-        torch.unique(torch.randint(0, num_nodes, (1100,), generator=gen))[:1024]
+
+    def make() -> torch.Tensor:
+        """1024 distinct node ids, uniform, in random order."""
+        if num_nodes < (1 << 22):
+            return torch.randperm(num_nodes, generator=gen)[:1024]
+        ids = torch.unique(torch.randint(0, num_nodes, (1100,), generator=gen))
+        return ids[torch.randperm(ids.numel(), generator=gen)[:1024]]
+
     for _ in range(warmup):
         step(make())
     sync(device)
