@@ -25,8 +25,9 @@ constexpr bool kStreamAccessorsNoexcept =
 }  // namespace zerocopy
 
 // PrivateUse1HooksInterface gained the accelerator hooks (isBuilt, isAvailable, deviceCount,
-// getCurrentDevice, setCurrentDevice, hasPrimaryContext, isPinnedPtr) after torch 2.2, which
-// has only getDefaultGenerator and getDeviceFromPtr. Those methods carry ZC_HOOK_OVERRIDE:
+// getCurrentDevice, setCurrentDevice, hasPrimaryContext, isPinnedPtr, getPinnedMemoryAllocator)
+// after torch 2.2, which has only getDefaultGenerator and getDeviceFromPtr, and
+// DeviceGuardImplInterface gained synchronizeDevice. Those methods carry ZC_HOOK_OVERRIDE:
 // `override` from torch 2.11 (the oldest torch with CUDA this package is built against, where
 // the base declares them all); before, nothing, so that torch 2.2 compiles them as plain
 // methods. A method with the base's signature overrides it either way.

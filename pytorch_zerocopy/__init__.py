@@ -15,6 +15,7 @@ from .unified import (
     to_unified,
 )
 from ._build import build_info
+from .ops import gather_rows
 
 __version__ = build_info()["version"]
 
@@ -23,6 +24,7 @@ __all__ = [
     "build_info",
     "empty_shared",
     "empty_unified",
+    "gather_rows",
     "gpu_backed",
     "is_unified",
     "load_unified",

@@ -60,6 +60,10 @@ def _device_module() -> types.ModuleType:
     mod.device_count = lambda: torch.cuda.device_count() if _C.gpu_backed() else 1
     mod.current_device = lambda: torch.cuda.current_device() if _C.gpu_backed() else 0
     mod.is_initialized = lambda: True
+    # Accelerator-generic torch code (pin-memory threads, torch.accelerator) may drive the
+    # unified device like a GPU: its device is the GPU that runs unified ops.
+    mod.set_device = lambda device: torch.cuda.set_device(device) if _C.gpu_backed() else None
+    mod.synchronize = lambda device=None: torch.cuda.synchronize() if _C.gpu_backed() else None
     mod._is_in_bad_fork = lambda: False
     mod.manual_seed_all = lambda seed: None
     mod.get_rng_state = lambda device=None: torch.empty(0, dtype=torch.uint8)
@@ -175,7 +179,7 @@ def load_unified(
         bar = tqdm(total=flat.size * src.dtype.itemsize, unit="B", unit_scale=True, desc="load")
     for start in range(0, flat.size, step):
         stop = min(flat.size, start + step)
-        host[start:stop].copy_(torch.from_numpy(np.ascontiguousarray(flat[start:stop])))
+        host[start:stop].copy_(torch.from_numpy(np.array(flat[start:stop], copy=True)))
         if bar is not None:
             bar.update((stop - start) * src.dtype.itemsize)
     if bar is not None:

@@ -3,6 +3,7 @@
 
 #include "unified/host_mapper.h"
 
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
@@ -34,6 +35,14 @@ class CudaHostMapper final : public HostMapper {
   int device_count() const override { return c10::cuda::device_count(); }
   int current_device() const override { return c10::cuda::current_device(); }
   void set_device(int index) const override { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
+
+  void synchronize(int index) const override {
+    int current = -1;
+    C10_CUDA_CHECK(cudaGetDevice(&current));
+    C10_CUDA_CHECK(cudaSetDevice(index));
+    C10_CUDA_CHECK(cudaDeviceSynchronize());
+    C10_CUDA_CHECK(cudaSetDevice(current));
+  }
 
   c10::Device compute_device(int index) const override {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index >= 0 ? index : current_device()));

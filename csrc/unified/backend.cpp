@@ -14,7 +14,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/_to_copy_native.h>
@@ -60,6 +62,9 @@ struct UnifiedGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream s) const noexcept(compat::kStreamAccessorsNoexcept) override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }
+  void synchronizeDevice(const c10::DeviceIndex index) const ZC_HOOK_OVERRIDE {
+    if (gpu_backed()) host_mapper()->synchronize(index);
+  }
   c10::DeviceIndex deviceCount() const noexcept override {
     try {
       return gpu_backed() ? static_cast<c10::DeviceIndex>(host_mapper()->device_count()) : 1;
@@ -82,7 +87,15 @@ struct UnifiedHooks final : public at::PrivateUse1HooksInterface {
   void setCurrentDevice(c10::DeviceIndex d) const ZC_HOOK_OVERRIDE {
     if (gpu_backed()) host_mapper()->set_device(d);
   }
-  bool isPinnedPtr(const void*) const ZC_HOOK_OVERRIDE { return false; }
+  // Registering a PrivateUse1 backend makes torch treat it as "the accelerator", so
+  // accelerator-generic code such as Tensor.pin_memory() asks these hooks. They answer with
+  // CUDA's pinned memory, which is what such code means on a GPU machine.
+  bool isPinnedPtr(const void* data) const ZC_HOOK_OVERRIDE {
+    return gpu_backed() && at::detail::getCUDAHooks().isPinnedPtr(data);
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const ZC_HOOK_OVERRIDE {
+    return gpu_backed() ? at::detail::getCUDAHooks().getPinnedMemoryAllocator() : c10::GetCPUAllocator();
+  }
   c10::Device getDeviceFromPtr(void*) const override {
     return c10::Device(kUnified, default_unified_index());
   }
@@ -150,6 +163,9 @@ at::Tensor unified_to_copy(const at::Tensor& self, std::optional<at::ScalarType>
   const at::Device target = device.value_or(self.device());
   const bool same_dtype = !dtype || *dtype == self.scalar_type();
   const bool keeps_format = !memory_format || *memory_format == at::MemoryFormat::Preserve;
+  TORCH_CHECK_VALUE(self.layout() == at::kStrided && (!layout || *layout == at::kStrided),
+                    "unified tensors must be strided (dense); got a tensor with layout ", self.layout(),
+                    ": convert it with .to_dense() first");
   if (!is_unified(self)) {
     // BackendSelect sends any tensor.to("unified") here. A CPU tensor of the same dtype is
     // mapped in place; anything else is allocated on the unified device and copied.

@@ -29,6 +29,9 @@ struct HostMapper {
   // uses, so memory is never unmapped under a kernel that still reads it.
   virtual void unmap(void* ptr) = 0;
 
+  // Waits for all work queued on GPU `index`.
+  virtual void synchronize(int index) const = 0;
+
   // The device on which an op over a unified tensor of this index runs.
   virtual c10::Device compute_device(int index) const = 0;
 };

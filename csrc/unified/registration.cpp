@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -12,8 +13,20 @@ namespace zerocopy {
 
 namespace {
 
-// The driver rejects very large single registrations; larger ranges are split.
-constexpr size_t kMaxPieceBytes = size_t(64) << 30;
+// The driver rejects very large single registrations (tables over 256 GiB), so ranges are
+// registered in pieces of at most this many bytes. PYTORCH_ZEROCOPY_MAX_REGISTER_BYTES lowers it
+// (drivers with smaller limits; tests of the chunked path).
+size_t max_piece_bytes() {
+  static const size_t value = [] {
+    size_t v = size_t(64) << 30;
+    if (const char* env = std::getenv("PYTORCH_ZEROCOPY_MAX_REGISTER_BYTES")) {
+      const long long parsed = std::atoll(env);
+      if (parsed > 0) v = static_cast<size_t>(parsed);
+    }
+    return v;
+  }();
+  return value;
+}
 
 struct Piece {
   uintptr_t end;
@@ -90,7 +103,7 @@ std::shared_ptr<Registration> Registration::acquire(void* ptr, size_t nbytes) {
       // Register the gap up to the next piece (or the end), in bounded chunks.
       uintptr_t gap_end = end;
       if (it != g_pieces.end() && it->first < gap_end) gap_end = it->first;
-      gap_end = std::min<uintptr_t>(gap_end, cursor + kMaxPieceBytes);
+      gap_end = std::min<uintptr_t>(gap_end, std::max<uintptr_t>(cursor + page, (cursor + max_piece_bytes()) / page * page));
       bool owned = true;
       void* device = mapper->map(reinterpret_cast<void*>(cursor), gap_end - cursor, &owned);
       const intptr_t offset = reinterpret_cast<intptr_t>(device) - static_cast<intptr_t>(cursor);

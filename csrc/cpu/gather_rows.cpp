@@ -1,0 +1,115 @@
+// CPU kernel of zerocopy::gather_rows: the gather stage of the DMA path (gather on the host
+// into a buffer, usually pinned, then copy it to the GPU).
+//
+// Rows are copied with memcpy by all intra-op threads (at::parallel_for over output rows),
+// prefetching a few rows ahead: random rows of a large table are bound by memory latency, so
+// keeping several misses in flight per core is what matters. Indices are checked in the same
+// pass; a bad index never reads memory, its output row is zero-filled, and with check_bounds
+// the first bad one (in caller order) raises IndexError after the pass.
+
+#include "gather_rows.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+
+namespace zerocopy {
+
+namespace {
+
+constexpr int64_t kPrefetchDistance = 8;  // rows ahead
+constexpr int64_t kPrefetchLines = 4;     // cache lines per prefetched row, at most
+
+template <typename index_t>
+int64_t gather_rows_cpu_impl(const char* table, int64_t rows, int64_t pitch, int64_t row_bytes,
+                             const index_t* index, int64_t n, char* out) {
+  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(row_bytes, 1));
+  const int64_t lines = std::min<int64_t>(kPrefetchLines, (row_bytes + 63) / 64);
+  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+    int64_t local_bad = std::numeric_limits<int64_t>::max();
+    for (int64_t i = begin; i < end; ++i) {
+      if (i + kPrefetchDistance < end) {
+        const int64_t ahead = static_cast<int64_t>(index[i + kPrefetchDistance]);
+        if (ahead >= 0 && ahead < rows) {
+          const char* p = table + ahead * pitch;
+          for (int64_t l = 0; l < lines; ++l) __builtin_prefetch(p + l * 64, 0, 0);
+        }
+      }
+      const int64_t row = static_cast<int64_t>(index[i]);
+      char* dst = out + i * row_bytes;
+      if (row < 0 || row >= rows) {
+        local_bad = std::min(local_bad, i);
+        std::memset(dst, 0, static_cast<size_t>(row_bytes));
+        continue;
+      }
+      std::memcpy(dst, table + row * pitch, static_cast<size_t>(row_bytes));
+    }
+    int64_t seen = first_bad.load(std::memory_order_relaxed);
+    while (local_bad < seen && !first_bad.compare_exchange_weak(seen, local_bad, std::memory_order_relaxed)) {
+    }
+  });
+  return first_bad.load();
+}
+
+// Writes the gather into `out` (already checked: contiguous, right shape and dtype).
+// `table` comes from gather_rows_table.
+void gather_rows_cpu_into(const at::Tensor& table, const at::Tensor& index_in, bool check_bounds,
+                          const at::Tensor& out) {
+  const at::Tensor index = index_in.contiguous();
+  const int64_t n = index.numel();
+  const int64_t rows = table.size(0);
+  const int64_t row_bytes = table.size(1) * static_cast<int64_t>(table.itemsize());
+  if (n == 0) return;
+  const char* base = static_cast<const char*>(table.const_data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  const int64_t pitch = gather_rows_pitch_bytes(table);
+  int64_t first_bad = 0;
+  if (index.scalar_type() == at::kInt) {
+    first_bad = gather_rows_cpu_impl(base, rows, pitch, row_bytes, index.const_data_ptr<int32_t>(), n, dst);
+  } else {
+    first_bad = gather_rows_cpu_impl(base, rows, pitch, row_bytes, index.const_data_ptr<int64_t>(), n, dst);
+  }
+  if (check_bounds && first_bad < n) {
+    const int64_t value = index.scalar_type() == at::kInt ? index.const_data_ptr<int32_t>()[first_bad]
+                                                          : index.const_data_ptr<int64_t>()[first_bad];
+    throw_gather_rows_bad_index(value, first_bad, rows);
+  }
+}
+
+void check_cpu_args(const at::Tensor& table, const at::Tensor& index) {
+  check_device_type(table, c10::kCPU, "gather_rows: table");
+  check_device_type(index, c10::kCPU, "gather_rows: index (for a CPU table)");
+}
+
+at::Tensor gather_rows_cpu(const at::Tensor& table, const at::Tensor& index, bool /*index_sorted*/,
+                           bool check_bounds) {
+  check_cpu_args(table, index);
+  const at::Tensor rows = gather_rows_table(table, index);
+  at::Tensor out = at::empty({index.numel(), table.size(1)}, table.options());
+  gather_rows_cpu_into(rows, index, check_bounds, out);
+  return out;
+}
+
+void gather_rows_out_cpu(const at::Tensor& table, const at::Tensor& index, bool /*index_sorted*/,
+                         bool check_bounds, at::Tensor& out) {
+  check_cpu_args(table, index);
+  const at::Tensor rows = gather_rows_table(table, index);
+  check_device_type(out, c10::kCPU, "gather_rows: out (for a CPU table)");
+  check_gather_rows_out(out, table, index.numel());
+  gather_rows_cpu_into(rows, index, check_bounds, out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
+  m.impl("gather_rows", gather_rows_cpu);
+  m.impl("gather_rows.out", gather_rows_out_cpu);
+}
+
+}  // namespace zerocopy

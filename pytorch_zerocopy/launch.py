@@ -1,0 +1,201 @@
+"""Data-parallel launcher on torch.distributed.elastic (torchrun's machinery).
+
+One launcher per machine builds the shared state once (feature table, graph: host shared
+memory), then starts ``nproc_per_node`` workers through ``elastic_launch``, the engine behind
+``torchrun``. The shared tensors travel to the workers as ``torch.multiprocessing`` shared
+memory, so every worker maps the same bytes (on its own GPU, with ``.to("unified")``) and the
+machine holds one copy whatever the number of workers (paper §3.4, Listing 3).
+
+Rendezvous is torchrun's: a single machine uses a private c10d store on localhost; several
+machines pass torchrun's standard ``--nnodes``, ``--node-rank``, ``--rdzv-backend``,
+``--rdzv-endpoint`` and ``--rdzv-id``. A worker that fails ends the job: elastic stops the
+others and :func:`launch` raises with the failing worker's traceback. Shared memory is
+released when the last process holding it exits (its segment is unlinked at creation), so a
+crash leaks nothing.
+
+    python -m pytorch_zerocopy.launch --nproc-per-node 2 -- train --mode zerocopy
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import torch
+
+
+class WorkerFailed(RuntimeError):
+    """A worker of a launched job failed; the message holds its rank and traceback."""
+
+
+@dataclass
+class LaunchOptions:
+    nproc_per_node: int = 1
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_backend: str = "c10d"
+    rdzv_endpoint: str = ""
+    rdzv_id: str = ""
+    max_restarts: int = 0
+    monitor_interval: float = 0.1
+    log_dir: Optional[str] = None
+    extra_env: Dict[str, str] = field(default_factory=dict)
+
+    def single_machine(self) -> bool:
+        return self.nnodes in ("1", "1:1")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _nodes(spec: str):
+    lo, _, hi = spec.partition(":")
+    return int(lo), int(hi or lo)
+
+
+def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchOptions) -> Dict[int, Any]:
+    """Runs ``entrypoint(*args)`` in ``options.nproc_per_node`` workers; returns their results by rank.
+
+    Each worker finds its place in the environment torchrun sets (RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT); :func:`init_worker` reads it. ``entrypoint`` must be
+    importable (a module-level function): workers are started with spawn.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if options.nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be >= 1, got {options.nproc_per_node}")
+    min_nodes, max_nodes = _nodes(options.nnodes)
+    endpoint = options.rdzv_endpoint
+    if not endpoint:
+        if not options.single_machine():
+            raise ValueError("several machines need --rdzv-endpoint (host:port of the rendezvous)")
+        endpoint = f"127.0.0.1:{_free_port()}"
+    rdzv_configs = {"rank": options.node_rank}
+    if options.single_machine():
+        rdzv_configs["is_host"] = True
+    config = LaunchConfig(
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        nproc_per_node=options.nproc_per_node,
+        run_id=options.rdzv_id or f"zerocopy-{uuid.uuid4().hex[:12]}",
+        rdzv_backend=options.rdzv_backend,
+        rdzv_endpoint=endpoint,
+        rdzv_configs=rdzv_configs,
+        max_restarts=options.max_restarts,
+        monitor_interval=options.monitor_interval,
+        start_method="spawn",
+        logs_specs=_logs_specs(options.log_dir),
+    )
+    env_before = dict(os.environ)
+    os.environ.update(options.extra_env)
+    try:
+        return elastic_launch(config, entrypoint)(*args)
+    except ChildFailedError as e:
+        raise WorkerFailed(_describe_failure(e)) from None
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+
+
+def _logs_specs(log_dir: Optional[str]):
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+
+    return DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE, tee=Std.NONE)
+
+
+def _describe_failure(error) -> str:
+    lines = []
+    for rank, failure in sorted(error.failures.items()):
+        message = _callstack(failure.message) or str(failure.message)
+        lines.append(f"worker rank {rank} failed (exit code {failure.exitcode}):\n{message}")
+    return "\n".join(lines) if lines else str(error)
+
+
+def _callstack(message) -> Optional[str]:
+    """The worker's Python traceback out of elastic's error record, wherever it is nested."""
+    if isinstance(message, dict):
+        if isinstance(message.get("py_callstack"), str):
+            return message["py_callstack"]
+        for value in message.values():
+            found = _callstack(value)
+            if found:
+                return found
+    return None
+
+
+@dataclass
+class WorkerInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+
+def init_worker(backend: Optional[str] = None) -> WorkerInfo:
+    """Inside a launched worker: picks its GPU (or the CPU) and joins the process group."""
+    import torch.distributed as dist
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has only "
+                               f"{torch.cuda.device_count()} GPU(s): launch at most that many per node")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"),
+                                **({"device_id": device} if device.type == "cuda" else {}))
+    return WorkerInfo(rank, local_rank, world_size, device)
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """torchrun's own flags, with torchrun's names."""
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc_per_node", type=int, default=1)
+    parser.add_argument("--nnodes", default="1", help="number of machines, or MIN:MAX")
+    parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0)
+    parser.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default="c10d")
+    parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default="")
+    parser.add_argument("--rdzv-id", "--rdzv_id", dest="rdzv_id", default="")
+    parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0)
+
+
+def options_from_args(args: argparse.Namespace) -> LaunchOptions:
+    return LaunchOptions(nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+                         rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint,
+                         rdzv_id=args.rdzv_id, max_restarts=args.max_restarts)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m pytorch_zerocopy.launch [torchrun flags] -- <zerocopy subcommand> ...``"""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" in argv:
+        split = argv.index("--")
+        launch_argv, command = argv[:split], argv[split + 1:]
+    else:
+        launch_argv, command = argv, ["train"]
+    parser = argparse.ArgumentParser(prog="python -m pytorch_zerocopy.launch", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_launch_arguments(parser)
+    args = parser.parse_args(launch_argv)
+    from .cli import main as cli_main
+
+    launch_flags = ["--gpus", str(args.nproc_per_node), "--nnodes", args.nnodes, "--node-rank", str(args.node_rank),
+                    "--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", args.rdzv_endpoint,
+                    "--rdzv-id", args.rdzv_id]
+    return cli_main([*command, *launch_flags])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
