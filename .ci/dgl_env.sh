@@ -55,8 +55,13 @@ echo "dgl env: ready in $(( $(date +%s) - start )) s"
 # A copy of the tracked and untracked-but-not-ignored files. Extraction keeps modification
 # times, so the ninja build in $SRC/build recompiles only what changed since the last run.
 mkdir -p "$SRC"
-git ls-files -z --cached --others --exclude-standard \
-  | tar --null -T - -cf - | tar -xf - -C "$SRC"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard \
+    | tar --null -T - -cf - | tar -xf - -C "$SRC"
+else  # not a git checkout: everything but environments, caches and build outputs
+  tar --exclude=./.ci-venv --exclude=./.ci-dgl-venv --exclude=./.ci-cache --exclude=./build \
+      --exclude='*.so' --exclude=__pycache__ -cf - . | tar -xf - -C "$SRC"
+fi
 start=$(date +%s)
 (cd "$SRC" && FORCE_ONLY_CPU=1 MAX_JOBS="${MAX_JOBS:-4}" "$VENV/bin/python" setup.py -q build_ext --inplace >build.log 2>&1) \
   || { tail -50 "$SRC/build.log"; echo "dgl env: building against torch 2.2.1 failed" >&2; exit 1; }
