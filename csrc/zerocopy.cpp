@@ -1,6 +1,6 @@
 // Every op schema of the `zerocopy` namespace. Device files (csrc/cpu, csrc/cuda) only
 // register implementations; Python wrappers and fake kernels live in pytorch_zerocopy/ops.py
-// and the graph/ subpackage.
+// and beside the modules that use them (graph/, sampling.py).
 
 #include <torch/library.h>
 
@@ -46,4 +46,14 @@ TORCH_LIBRARY(zerocopy, m) {
   // copies, moves every page back to host memory and re-advises read-mostly, so the next GPU
   // pass faults its pages in as a fresh allocation would.
   m.def("managed_evict(Tensor t) -> ()");
+
+  // Neighbour sampling over one adjacency (CSR: out-neighbours, CSC: in-neighbours) for a
+  // batch of seed nodes; see csrc/sampling.h for what is sampled. Returns per-seed offsets
+  // (int64, seeds+1), the sampled neighbour ids (indices' dtype), their positions in `indices`
+  // (int64 edge positions) and, per sampled edge, the index of its seed in `seeds` (int64).
+  m.def("sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, bool replace, "
+        "Tensor? probs, int seed) -> (Tensor, Tensor, Tensor, Tensor)");
+  // The unique ids of cat(seeds, neighbors) in order of first appearance (int64), and the
+  // position of each neighbour in that list (int64): a message flow graph's compaction.
+  m.def("compact_ids(Tensor seeds, Tensor neighbors) -> (Tensor, Tensor)");
 }

@@ -44,7 +44,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
-from . import _build
+from . import _build, _compat
 
 _C = _build.load_extension()
 
@@ -76,7 +76,7 @@ def _register_backend() -> None:
         return
     torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
     torch._register_device_module(DEVICE_TYPE, _device_module())
-    torch.utils.generate_methods_for_privateuse1_backend(
+    _compat.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=False, for_storage=False
     )
 

@@ -8,6 +8,7 @@
 // functional ops therefore land on that device; ops that write a unified argument write
 // through the mapping into host memory and return the unified tensor itself.
 
+#include "compat.h"
 #include "unified/host_mapper.h"
 #include "unified/unified_tensor.h"
 
@@ -55,13 +56,13 @@ struct UnifiedGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     } catch (...) {
     }
   }
-  c10::Stream getStream(c10::Device d) const override {
+  c10::Stream getStream(c10::Device d) const noexcept(compat::kStreamAccessorsNoexcept) override {
     return c10::Stream(c10::Stream::DEFAULT, d);
   }
-  c10::Stream exchangeStream(c10::Stream s) const override {
+  c10::Stream exchangeStream(c10::Stream s) const noexcept(compat::kStreamAccessorsNoexcept) override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }
-  void synchronizeDevice(const c10::DeviceIndex index) const override {
+  void synchronizeDevice(const c10::DeviceIndex index) const ZC_HOOK_OVERRIDE {
     if (gpu_backed()) host_mapper()->synchronize(index);
   }
   c10::DeviceIndex deviceCount() const noexcept override {
@@ -76,23 +77,23 @@ struct UnifiedGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 C10_REGISTER_GUARD_IMPL(PrivateUse1, UnifiedGuardImpl);
 
 struct UnifiedHooks final : public at::PrivateUse1HooksInterface {
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return true; }
-  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  c10::DeviceIndex deviceCount() const override {
+  bool isBuilt() const ZC_HOOK_OVERRIDE { return true; }
+  bool isAvailable() const ZC_HOOK_OVERRIDE { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const ZC_HOOK_OVERRIDE { return true; }
+  c10::DeviceIndex deviceCount() const ZC_HOOK_OVERRIDE {
     return gpu_backed() ? static_cast<c10::DeviceIndex>(host_mapper()->device_count()) : 1;
   }
-  c10::DeviceIndex getCurrentDevice() const override { return default_unified_index(); }
-  void setCurrentDevice(c10::DeviceIndex d) const override {
+  c10::DeviceIndex getCurrentDevice() const ZC_HOOK_OVERRIDE { return default_unified_index(); }
+  void setCurrentDevice(c10::DeviceIndex d) const ZC_HOOK_OVERRIDE {
     if (gpu_backed()) host_mapper()->set_device(d);
   }
   // Registering a PrivateUse1 backend makes torch treat it as "the accelerator", so
   // accelerator-generic code such as Tensor.pin_memory() asks these hooks. They answer with
   // CUDA's pinned memory, which is what such code means on a GPU machine.
-  bool isPinnedPtr(const void* data) const override {
+  bool isPinnedPtr(const void* data) const ZC_HOOK_OVERRIDE {
     return gpu_backed() && at::detail::getCUDAHooks().isPinnedPtr(data);
   }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
+  c10::Allocator* getPinnedMemoryAllocator() const ZC_HOOK_OVERRIDE {
     return gpu_backed() ? at::detail::getCUDAHooks().getPinnedMemoryAllocator() : c10::GetCPUAllocator();
   }
   c10::Device getDeviceFromPtr(void*) const override {
@@ -352,11 +353,22 @@ void route_composites_to_fallback() {
   }
 }
 
+// Ops without an autograd kernel (custom ops such as zerocopy::*) pass through the autograd
+// key of the unified device, as they do for CPU and CUDA. Newer torch registers this fallback
+// itself; torch 2.2 registers it for the built-in backends only.
+void register_autograd_fallthrough() {
+  if (c10::Dispatcher::singleton().hasBackendFallbackForDispatchKey(c10::DispatchKey::AutogradPrivateUse1)) return;
+  static torch::Library* lib = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::AutogradPrivateUse1,
+                                                  __FILE__, __LINE__);
+  lib->fallback(torch::CppFunction::makeFallthrough());
+}
+
 void register_unified_hooks() {
   static bool done = false;
   if (done) return;
   at::RegisterPrivateUse1HooksInterface(new UnifiedHooks());
   route_composites_to_fallback();
+  register_autograd_fallthrough();
   done = true;
 }
 

@@ -1,0 +1,148 @@
+"""``DataLoader``: DGL's node data loader (same arguments, same batches), sampling with this
+package's kernels.
+
+Differences from DGL, all on the permissive side:
+
+* ``use_uva=True`` works with ``num_workers > 0`` and with indices on the CPU or the GPU. DGL
+  forbids workers in UVA mode because its workers would each sample from pinned memory in a
+  forked process; here sampling always runs in the calling process (on the GPU, or on the CPU
+  with all cores through at::parallel_for), so workers would add nothing: ``num_workers`` is
+  accepted and ignored, with a warning once.
+* ``use_uva=True`` on a machine without a GPU samples on the CPU from the same unified
+  (host-mapped) structure instead of failing.
+* The graph and the indices may be on different devices; indices are moved to where sampling
+  runs.
+
+Shuffling draws from torch's default generator (``torch.manual_seed`` makes epochs
+reproducible); with ``use_ddp`` each rank takes its share of a permutation seeded by
+``ddp_seed`` and the epoch (``set_epoch``), padded by wrapping so all ranks get the same
+number of batches, as DGL does.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterator, Optional, Union
+
+import torch
+
+from .. import unified as _unified
+from .sampler import NeighborSampler, _graph_device
+
+
+class DataLoader:
+    """Iterates over ``(input_nodes, output_nodes, blocks)`` mini-batches of ``indices``."""
+
+    def __init__(
+        self,
+        graph: Any,
+        indices: Any,
+        graph_sampler: NeighborSampler,
+        device: Optional[Union[str, int, torch.device]] = None,
+        use_ddp: bool = False,
+        ddp_seed: int = 0,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        shuffle: bool = False,
+        use_prefetch_thread: Optional[bool] = None,
+        use_alternate_streams: Optional[bool] = None,
+        pin_prefetcher: Optional[bool] = None,
+        use_uva: bool = False,
+        gpu_cache: Any = None,
+        num_workers: int = 0,
+        **kwargs: Any,
+    ):
+        if not hasattr(graph_sampler, "sample_with"):
+            raise TypeError("graph_sampler must be pytorch_zerocopy.dgl.NeighborSampler (or a subclass), "
+                            f"got {type(graph_sampler).__name__}")
+        if isinstance(indices, dict):
+            raise NotImplementedError("index dicts are for heterogeneous graphs, which are not supported")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if gpu_cache is not None:
+            raise NotImplementedError("gpu_cache is not supported; features are read zero-copy from host memory")
+        indices = torch.as_tensor(indices)
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().flatten()
+        if indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
+            raise TypeError(f"indices must be a 1-D tensor of node ids (int32/int64 or a bool mask), "
+                            f"got {indices.dtype} with shape {tuple(indices.shape)}")
+        if num_workers and num_workers > 0:
+            warnings.warn("pytorch_zerocopy.dgl.DataLoader samples in the calling process (GPU, or all "
+                          "CPU cores); num_workers is ignored", stacklevel=2)
+        self.graph = graph
+        self.indices = indices
+        self.graph_sampler = graph_sampler
+        self.use_ddp = use_ddp
+        self.ddp_seed = ddp_seed
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self.use_uva = use_uva
+        self.num_workers = num_workers
+        self.epoch = 0
+
+        graph_device = _graph_device(graph)
+        if device is None:
+            if use_uva:
+                device = torch.device("cuda", torch.cuda.current_device()) if _unified.gpu_backed() else torch.device("cpu")
+            else:
+                device = graph_device
+        device = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        if graph_device.type == "cuda":
+            self.placement = "cuda"
+        elif use_uva:
+            self.placement = "unified"
+        else:
+            self.placement = "cpu"
+        # Where seeds live while sampling: the device the kernel runs on.
+        if self.placement == "cuda":
+            self._seed_device = graph_device
+        elif self.placement == "unified" and _unified.gpu_backed():
+            self._seed_device = device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+        else:
+            self._seed_device = torch.device("cpu")
+
+        self._rank, self._world = 0, 1
+        if use_ddp:
+            if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+                raise RuntimeError("use_ddp=True needs torch.distributed to be initialised first")
+            self._rank, self._world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose permutation ``use_ddp`` shuffling uses (as DistributedSampler)."""
+        self.epoch = int(epoch)
+
+    def _epoch_indices(self) -> torch.Tensor:
+        ids = self.indices.cpu()
+        if self.use_ddp:
+            if self.shuffle:
+                gen = torch.Generator().manual_seed(self.ddp_seed + self.epoch)
+                ids = ids[torch.randperm(ids.numel(), generator=gen)]
+            per_rank = math.ceil(ids.numel() / self._world)
+            if ids.numel() and per_rank * self._world > ids.numel():
+                pad = per_rank * self._world - ids.numel()
+                ids = torch.cat([ids, ids[:pad].repeat(math.ceil(pad / max(ids.numel(), 1)))[:pad]])
+            return ids[self._rank::self._world]
+        if self.shuffle:
+            ids = ids[torch.randperm(ids.numel())]
+        return ids
+
+    def __len__(self) -> int:
+        n = self._epoch_size()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def _epoch_size(self) -> int:
+        n = self.indices.numel()
+        return math.ceil(n / self._world) if self.use_ddp else n
+
+    def __iter__(self) -> Iterator:
+        ids = self._epoch_indices().to(self._seed_device)
+        for b in range(len(self)):
+            seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
+            out = self.graph_sampler.output_device or self.device
+            yield self.graph_sampler.sample_with(self.graph, seeds, self.placement, out)

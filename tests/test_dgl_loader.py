@@ -1,0 +1,228 @@
+"""The DGL-compatible loader without DGL: batches, blocks, prefetching, bad input, and a
+GraphSAGE model built from pytorch_zerocopy.dgl.nn trained through it."""
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pytorch_zerocopy  # noqa: F401
+from pytorch_zerocopy.dgl import (NID, EID, Block, DataLoader, Graph, MultiLayerFullNeighborSampler,
+                                  NeighborSampler)
+from pytorch_zerocopy.dgl.nn import SAGEConv
+from pytorch_zerocopy.dgl.synthetic import community_graph
+
+
+@pytest.fixture(scope="module")
+def data():
+    cg = community_graph(num_nodes=1500, seed=3)
+    indptr, indices, order = cg.csr()
+    graph = Graph((indptr, indices), ndata={"feat": cg.feat.clone(), "label": cg.label.clone()},
+                  edata={"w": torch.rand(indices.numel()) + 0.1})
+    return cg, graph
+
+
+def edges_of(graph):
+    src = torch.repeat_interleave(torch.arange(graph.num_nodes()), graph.indptr[1:] - graph.indptr[:-1])
+    return src, graph.indices.long()
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_batches_cover_indices_once_per_epoch(data, shuffle, drop_last):
+    cg, graph = data
+    idx = cg.train_idx
+    loader = DataLoader(graph, idx, NeighborSampler([2]), batch_size=64, shuffle=shuffle, drop_last=drop_last)
+    n_full = idx.numel() // 64
+    assert len(loader) == (n_full if drop_last else n_full + (idx.numel() % 64 > 0))
+    epochs = []
+    for _ in range(2):
+        seen = [out for _, out, _ in loader]
+        assert len(seen) == len(loader)
+        assert all(s.numel() == 64 for s in seen[:n_full])
+        seen = torch.cat(seen)
+        if drop_last:
+            assert seen.numel() == n_full * 64 and seen.unique().numel() == seen.numel()
+            assert bool(torch.isin(seen, idx).all())
+        else:
+            assert torch.equal(seen.sort().values, idx.sort().values)
+        epochs.append(seen)
+    if shuffle:
+        assert not torch.equal(epochs[0], epochs[1]), "shuffle must give a new order each epoch"
+        assert not torch.equal(epochs[0][: idx.numel() // 2], idx[: idx.numel() // 2])
+    else:
+        assert torch.equal(epochs[0], idx[: epochs[0].numel()])
+
+
+@pytest.mark.parametrize("use_uva", [False, True])
+def test_block_attributes_and_prefetch(data, use_uva):
+    cg, graph = data
+    src_all, dst_all = edges_of(graph)
+    sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                              prefetch_edge_feats=["w"])
+    loader = DataLoader(graph, cg.train_idx, sampler, batch_size=100, shuffle=True, use_uva=use_uva)
+    input_nodes, output_nodes, blocks = next(iter(loader))
+    assert len(blocks) == 2 and all(isinstance(b, Block) for b in blocks)
+    assert torch.equal(blocks[0].srcdata[NID], input_nodes)
+    assert torch.equal(blocks[-1].dstdata[NID], output_nodes)
+    assert blocks[-1].num_dst_nodes() == output_nodes.numel() == 100
+    for inner, outer in zip(blocks, blocks[1:]):
+        assert inner.num_dst_nodes() == outer.num_src_nodes()
+        assert torch.equal(inner.dstdata[NID], outer.srcdata[NID])
+    for b, fanout in zip(blocks, [4, 3]):
+        src, dst = b.edges()
+        assert b.device == torch.device("cpu")
+        assert bool((src < b.num_src_nodes()).all()) and bool((dst < b.num_dst_nodes()).all())
+        assert int(b.in_degrees().max()) <= fanout
+        # Edges are in-edges of the original graph: source -> destination, named by edge id.
+        eid = b.edata[EID]
+        assert torch.equal(src_all[eid], b.srcdata[NID][src])
+        assert torch.equal(dst_all[eid], b.srcdata[NID][dst])
+        assert torch.equal(b.edata["w"], graph.edata["w"][eid])
+    assert torch.equal(blocks[0].srcdata["feat"], cg.feat[input_nodes])
+    assert torch.equal(blocks[-1].dstdata["label"], cg.label[output_nodes])
+
+
+def test_uva_and_cpu_sampling_agree(data):
+    cg, graph = data
+    outs = []
+    for use_uva in (False, True):
+        torch.manual_seed(5)
+        loader = DataLoader(graph, cg.train_idx, NeighborSampler([5, 5]), batch_size=50, use_uva=use_uva)
+        outs.append(next(iter(loader)))
+    (a_in, a_out, a_blocks), (b_in, b_out, b_blocks) = outs
+    assert torch.equal(a_in, b_in) and torch.equal(a_out, b_out)
+    for x, y in zip(a_blocks, b_blocks):
+        assert all(torch.equal(p, q) for p, q in zip(x.edges(), y.edges()))
+
+
+def test_full_neighbour_sampler_takes_every_in_edge(data):
+    cg, graph = data
+    _, dst_all = edges_of(graph)
+    loader = DataLoader(graph, cg.test_idx[:30], MultiLayerFullNeighborSampler(1), batch_size=30)
+    _, out, (block,) = next(iter(loader))
+    want = torch.isin(dst_all, out).nonzero().flatten()
+    assert torch.equal(block.edata[EID].sort().values, want)
+
+
+def test_edge_probabilities_exclude_zero_weight_edges(data):
+    cg, graph = data
+    keep = torch.rand(graph.num_edges()) < 0.5
+    g2 = Graph((graph.indptr, graph.indices), ndata=graph.ndata, edata={"p": keep.float()})
+    loader = DataLoader(g2, cg.train_idx, NeighborSampler([3, 3], prob="p"), batch_size=200)
+    n_edges = 0
+    for _, _, blocks in loader:
+        for b in blocks:
+            assert bool(keep[b.edata[EID]].all())
+            n_edges += b.num_edges()
+    assert n_edges > 0
+
+
+def test_out_edges(data):
+    cg, graph = data
+    src_all, dst_all = edges_of(graph)
+    loader = DataLoader(graph, cg.train_idx, NeighborSampler([3], edge_dir="out"), batch_size=40)
+    _, out, (b,) = next(iter(loader))
+    src, dst = b.edges()
+    eid = b.edata[EID]
+    # Messages flow from the sampled out-neighbour to the seed; edge ids name seed -> neighbour.
+    assert torch.equal(src_all[eid], b.srcdata[NID][dst])
+    assert torch.equal(dst_all[eid], b.srcdata[NID][src])
+
+
+def test_bad_input(data):
+    cg, graph = data
+    s = NeighborSampler([3])
+    with pytest.raises(ValueError, match="at least one fanout"):
+        NeighborSampler([])
+    with pytest.raises(ValueError, match="fanouts must be ints"):
+        NeighborSampler([3, -2])
+    with pytest.raises(TypeError, match="one fanout per layer"):
+        NeighborSampler(5)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        NeighborSampler([3], prob="w", mask="w")
+    with pytest.raises(ValueError, match="edge_dir"):
+        NeighborSampler([3], edge_dir="up")
+    with pytest.raises(ValueError, match="batch_size"):
+        DataLoader(graph, cg.train_idx, s, batch_size=0)
+    with pytest.raises(TypeError, match="indices must be"):
+        DataLoader(graph, cg.train_idx.float(), s)
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        DataLoader(graph, {"user": cg.train_idx}, s)
+    with pytest.raises(IndexError, match="out of range"):
+        next(iter(DataLoader(graph, torch.tensor([0, graph.num_nodes()]), s, batch_size=2)))
+    with pytest.raises(KeyError, match="no node feature 'nope'"):
+        next(iter(DataLoader(graph, cg.train_idx, NeighborSampler([2], prefetch_node_feats=["nope"]))))
+    with pytest.raises(KeyError, match="no edge feature 'nope'"):
+        next(iter(DataLoader(graph, cg.train_idx, NeighborSampler([2], prob="nope"))))
+    with pytest.raises(RuntimeError, match="torch.distributed"):
+        DataLoader(graph, cg.train_idx, s, use_ddp=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DataLoader(graph, cg.train_idx, s, num_workers=4, use_uva=True)
+    assert any("num_workers is ignored" in str(w.message) for w in caught)
+
+
+class SAGE(torch.nn.Module):
+    def __init__(self, in_feats, hidden, classes):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([SAGEConv(in_feats, hidden), SAGEConv(hidden, classes)])
+
+    def forward(self, blocks, x):
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i < len(self.layers) - 1:
+                h = F.relu(h)
+        return h
+
+
+def test_sage_conv_matches_dense_mean():
+    torch.manual_seed(0)
+    src = torch.tensor([0, 2, 3, 3, 1])
+    dst = torch.tensor([0, 0, 1, 2, 2])
+    block = Block(src, dst, num_src=4, num_dst=3)
+    x = torch.randn(4, 5)
+    conv = SAGEConv(5, 2)
+    mean = torch.stack([(x[0] + x[2]) / 2, x[3], (x[3] + x[1]) / 2])
+    want = conv.fc_self(x[:3]) + conv.fc_neigh(mean) + conv.bias
+    assert torch.allclose(conv(block, x), want, atol=1e-6)
+
+
+def test_graphsage_trains_well_above_chance(data):
+    cg, graph = data
+    torch.manual_seed(0)
+    model = SAGE(cg.feat.shape[1], 32, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sampler = NeighborSampler([8, 8], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    train = DataLoader(graph, cg.train_idx, sampler, batch_size=128, shuffle=True)
+    for _ in range(6):
+        for _, _, blocks in train:
+            loss = F.cross_entropy(model(blocks, blocks[0].srcdata["feat"]), blocks[-1].dstdata["label"])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    test = DataLoader(graph, cg.test_idx, MultiLayerFullNeighborSampler(2, prefetch_node_feats=["feat"],
+                                                                        prefetch_labels=["label"]),
+                      batch_size=500)
+    correct = 0
+    with torch.no_grad():
+        for _, out, blocks in test:
+            pred = model(blocks, blocks[0].srcdata["feat"]).argmax(1)
+            correct += int((pred == blocks[-1].dstdata["label"]).sum())
+    acc = correct / cg.test_idx.numel()
+    assert acc > 0.8, f"test accuracy {acc:.3f} (chance is 0.25)"
+
+
+def test_ddp_split_gives_every_rank_an_equal_share(data):
+    cg, graph = data
+    idx = cg.train_idx[:899]  # not a multiple of 3: the last rank is padded
+    shares = []
+    for rank in range(3):
+        loader = DataLoader(graph, idx, NeighborSampler([2]), batch_size=50, shuffle=True, ddp_seed=4)
+        loader.use_ddp, loader._rank, loader._world = True, rank, 3  # as torch.distributed would set
+        loader.set_epoch(2)
+        shares.append(torch.cat([out for _, out, _ in loader]))
+    assert len({s.numel() for s in shares}) == 1 and shares[0].numel() == 300
+    assert set(torch.cat(shares).tolist()) == set(idx.tolist())
