@@ -1,0 +1,68 @@
+"""How feature rows of a minibatch's input nodes reach the trainer, per mode."""
+
+from __future__ import annotations
+
+import torch
+
+from ..unified import gpu_backed, to_unified
+
+GATHERS = ("zerocopy", "naive", "dma", "gpu", "cpu")
+
+
+class FeatureGather:
+    """Gathers rows of the shared host table ``features`` for ``device``.
+
+    ``zerocopy``: the routed zero-copy gather, ``table[idx]`` on the unified table.
+    ``naive``: ``index_select`` on the table's plain CUDA alias (no reordering).
+    ``gpu``: ``index_select`` on a copy of the table in GPU memory.
+    ``dma`` / ``cpu``: ``index_select`` on the host table, on the CPU, with this process's
+    torch threads (the DMA path copies the result to the GPU afterwards).
+    The object keeps the mapping (or the GPU copy) alive for its own lifetime.
+    """
+
+    def __init__(self, features: torch.Tensor, mode: str, device: torch.device):
+        if mode not in GATHERS:
+            raise ValueError(f"gather mode must be one of {GATHERS}, got {mode!r}")
+        if features.device.type != "cpu":
+            raise ValueError(f"features must be the host table, got a tensor on {features.device}")
+        self.mode = mode
+        self.device = torch.device(device)
+        self.host = features
+        if mode in ("naive", "gpu") and self.device.type != "cuda":
+            raise RuntimeError(f"the {mode!r} gather needs a CUDA device, got {self.device}")
+        if mode == "zerocopy":
+            self.table = to_unified(features)
+        elif mode == "naive":
+            from .. import unified
+
+            self._unified = to_unified(features)
+            if not gpu_backed():
+                raise RuntimeError("the 'naive' gather needs a GPU-backed build")
+            self.table = unified._C.device_alias(self._unified, self.device)
+        elif mode == "gpu":
+            self.table = features.to(self.device)
+        else:
+            self.table = features
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the gather runs on (and writes to) ``device`` rather than the CPU."""
+        return self.mode in ("zerocopy", "naive", "gpu") and self.device.type == "cuda"
+
+    def gather(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows ``idx`` (a CPU int64 tensor) as a new tensor (on ``device`` for on-device modes)."""
+        if self.mode == "zerocopy":
+            return self.table[idx.to(self.device, non_blocking=True) if self.on_device else idx]
+        if self.on_device:
+            return torch.index_select(self.table, 0, idx.to(self.device, non_blocking=True))
+        return torch.index_select(self.table, 0, idx)
+
+    def gather_into(self, idx: torch.Tensor, out: torch.Tensor) -> None:
+        """Writes rows ``idx`` into ``out[:len(idx)]`` (``out`` on the gather's device)."""
+        n = idx.numel()
+        if self.mode == "zerocopy":
+            out[:n].copy_(self.gather(idx))
+        elif self.on_device:
+            torch.index_select(self.table, 0, idx.to(self.device, non_blocking=True), out=out[:n])
+        else:
+            torch.index_select(self.table, 0, idx, out=out[:n])
