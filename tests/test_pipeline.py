@@ -1,5 +1,6 @@
 """The sampler -> producer -> consumer pipeline on the CPU: ring hand-off and end to end."""
 
+import os
 import queue
 import threading
 from dataclasses import replace
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from pytorch_zerocopy.datasets import community_graph
+from test_pipeline_failures import _assert_nothing_left, _shm_entries
 from pytorch_zerocopy.pipeline import PipelineConfig, run_pipeline
 from pytorch_zerocopy.pipeline.messages import EpochMark, SlotReady
 from pytorch_zerocopy.pipeline.roles import RingSource, epoch_batches, producer_main, sampler_main
@@ -88,17 +90,20 @@ def test_epoch_batches_cover_the_split(small):
 
 def test_cpu_pipeline_trains_end_to_end(small):
     """Three processes (two samplers), ring in shared memory, CPU training: accuracy far above
-    chance (1/16) after three short epochs, and every minibatch accounted for."""
+    chance (1/16) after two short epochs, and every minibatch accounted for."""
     cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=3, num_samplers=2,
-                         batch_size=256, epochs=3, fanouts=(8, 8), hidden=64, lr=1e-2)
-    messages = []
-    epochs = run_pipeline(cfg, small, messages.append)
-    assert [e["epoch"] for e in epochs] == [0, 1, 2]
+                         batch_size=256, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2)
+    messages, pids = [], {}
+    shm_before = _shm_entries([os.getpid()])
+    epochs = run_pipeline(cfg, small, messages.append, on_start=pids.update)
+    assert len(pids) == 4
+    _assert_nothing_left(pids, shm_before)
+    assert [e["epoch"] for e in epochs] == [0, 1]
     n_train = -(-small.train_idx.numel() // 256)
     assert all(e["train_batches"] == n_train for e in epochs)
     assert all(e["val_nodes"] == small.val_idx.numel() for e in epochs)
     steps = [m for m in messages if m[0] == "step"]
-    assert len(steps) == 3 * (n_train + -(-small.val_idx.numel() // 256))
+    assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256))
     assert epochs[-1]["val_acc"] > 0.5
     assert epochs[-1]["loss"] < epochs[0]["loss"]
     assert all(e["feature_bytes"] > 0 and e["train_seconds"] > 0 for e in epochs)
