@@ -11,7 +11,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..unified import empty_shared, empty_unified
+from ..unified import empty_shared, to_unified
 from .base import NodeDataset
 
 
@@ -83,6 +83,42 @@ def embedded_default(feature_dim: int = 64) -> NodeDataset:
     return community_graph(feature_dim=feature_dim, name="community-120k")
 
 
+def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Tensor, num_classes: int,
+                 p_in: float, mean_scale: float, seed: int, device: str, chunk_bytes: int) -> None:
+    """Writes the edges and features of :func:`papers_like` into the preallocated shared tables."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        # Mapping the tables makes each chunk's copy a DMA at full PCIe speed.
+        mapped = [to_unified(indices), to_unified(features)]
+    num_nodes = indptr.numel() - 1
+    deg = indptr[1:] - indptr[:-1]
+    per_class = num_nodes // num_classes
+    rows_per_chunk = max(1, chunk_bytes // (8 * max(1, int(deg.max()) if num_nodes else 1)))
+    for a in range(0, num_nodes, rows_per_chunk):
+        b = min(num_nodes, a + rows_per_chunk)
+        lo, hi = int(indptr[a]), int(indptr[b])
+        v = torch.arange(a, b, device=device).repeat_interleave(deg[a:b].to(device))
+        same = torch.randint(0, per_class, (hi - lo,), generator=gen, device=device) * num_classes + v % num_classes
+        same = torch.where(same >= num_nodes, same - num_classes, same)
+        other = torch.randint(0, num_nodes, (hi - lo,), generator=gen, device=device)
+        chosen = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, same, other)
+        indices[lo:hi].copy_(chosen)
+
+    feature_dim = features.shape[1]
+    means = torch.randn(num_classes, feature_dim, generator=gen, device=device) * mean_scale
+    rows_per_chunk = max(1, chunk_bytes // (feature_dim * 4))
+    for a in range(0, num_nodes, rows_per_chunk):
+        b = min(num_nodes, a + rows_per_chunk)
+        cls = torch.arange(a, b, device=device) % num_classes
+        chunk = torch.randn(b - a, feature_dim, generator=gen, device=device).add_(means[cls])
+        features[a:b].copy_(chunk.to(features.dtype))
+    if on_gpu:
+        torch.cuda.synchronize()
+        del mapped
+
+
 def papers_like(
     num_nodes: int,
     avg_degree: int = 15,
@@ -104,9 +140,13 @@ def papers_like(
     random node; neighbours are spread over the whole id range, as in real graphs where the
     feature table is not ordered by community. Features are written straight into a
     shared-memory table (no temporary full copy), ``chunk_bytes`` at a time; the index array is
-    built the same way. ``device`` is where random numbers are drawn (default: ``cuda`` when a
-    GPU is visible, which is much faster for tables of tens of GiB); the content is deterministic
-    for a given seed and device. Splits: ``train_fraction`` / 0.1% / 0.2% of the nodes.
+    built the same way.
+
+    ``device`` is where random numbers are drawn (default: ``cuda`` when a GPU is visible, much
+    faster for tables of tens of GiB). With ``cuda`` the tables are filled by a short-lived
+    child process, so this process never creates a CUDA context (a later MPS partition then
+    has the GPU to itself). The content is deterministic for a given seed and device. Splits:
+    ``train_fraction`` / 0.1% / 0.2% of the nodes.
     """
     if num_nodes < num_classes:
         raise ValueError(f"papers_like: num_nodes ({num_nodes}) must be >= num_classes ({num_classes})")
@@ -115,41 +155,26 @@ def papers_like(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed)
     cpu_gen = torch.Generator().manual_seed(seed)
 
     deg = torch.randint(1, 2 * avg_degree, (num_nodes,), generator=cpu_gen)
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
     torch.cumsum(deg, 0, out=indptr[1:])
-    num_edges = int(indptr[-1])
-    # On a GPU, tables are made unified (registered) so that chunk copies run at DMA speed.
-    on_gpu = device.type == "cuda"
-    indices_u = empty_unified((num_edges,), torch.int64) if on_gpu else None
-    indices = indices_u.cpu() if on_gpu else empty_shared((num_edges,), torch.int64)
-    per_class = num_nodes // num_classes
-    rows_per_chunk = max(1, chunk_bytes // (8 * 2 * avg_degree))
-    for a in range(0, num_nodes, rows_per_chunk):
-        b = min(num_nodes, a + rows_per_chunk)
-        lo, hi = int(indptr[a]), int(indptr[b])
-        v = torch.arange(a, b, device=device).repeat_interleave(deg[a:b].to(device))
-        same = torch.randint(0, per_class, (hi - lo,), generator=gen, device=device) * num_classes + v % num_classes
-        same = torch.where(same >= num_nodes, same - num_classes, same)
-        other = torch.randint(0, num_nodes, (hi - lo,), generator=gen, device=device)
-        chosen = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, same, other)
-        indices[lo:hi].copy_(chosen)
+    del deg
+    indptr.share_memory_()
+    indices = empty_shared((int(indptr[-1]),), torch.int64)
+    features = empty_shared((num_nodes, feature_dim), dtype)
+    args = (indptr, indices, features, num_classes, p_in, mean_scale, seed, str(device), chunk_bytes)
+    if device.type == "cuda":
+        import torch.multiprocessing as mp
 
-    means = torch.randn(num_classes, feature_dim, generator=gen, device=device) * mean_scale
-    feat_u = empty_unified((num_nodes, feature_dim), dtype) if on_gpu else None
-    features = feat_u.cpu() if on_gpu else empty_shared((num_nodes, feature_dim), dtype)
-    rows_per_chunk = max(1, chunk_bytes // (feature_dim * 4))
-    for a in range(0, num_nodes, rows_per_chunk):
-        b = min(num_nodes, a + rows_per_chunk)
-        cls = torch.arange(a, b, device=device) % num_classes
-        chunk = torch.randn(b - a, feature_dim, generator=gen, device=device).add_(means[cls])
-        features[a:b].copy_(chunk.to(dtype))
-    if on_gpu:
-        torch.cuda.synchronize()
-    del indices_u, feat_u  # the shared host tensors stay; children map them themselves
+        child = mp.get_context("spawn").Process(target=_fill_papers, args=args, name="zerocopy-generate")
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise RuntimeError(f"papers_like: the generating process failed (exit code {child.exitcode})")
+    else:
+        _fill_papers(*args)
 
     labels = torch.arange(num_nodes, dtype=torch.int64) % num_classes
     train, val, test = _splits(num_nodes, train_fraction, 0.001, 0.002, cpu_gen)

@@ -26,7 +26,10 @@ class FeatureGather:
         if features.device.type != "cpu":
             raise ValueError(f"features must be the host table, got a tensor on {features.device}")
         self.mode = mode
-        self.device = torch.device(device)
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
         self.host = features
         if mode in ("naive", "gpu") and self.device.type != "cuda":
             raise RuntimeError(f"the {mode!r} gather needs a CUDA device, got {self.device}")

@@ -27,6 +27,9 @@ class PipelineConfig:
     ``partition``: ``"none"``, ``"mps"`` (producer / consumer processes under a private MPS
     daemon, ``producer_share`` percent of the threads for the producer) or ``"green"`` (inline
     gather on a stream of a green context with ``producer_sms`` SMs, training on another).
+    ``replay``: sample only this many distinct minibatches per worker and kind, once, and
+    send them again in turn for the rest of the run: takes CPU sampling out of the measurement
+    when benchmarking the data path (the paper's Figure 11 compares data paths, not samplers).
     ``inject_failure``: ``(role, "raise" | "exit", minibatch)`` makes that role fail at that
     minibatch; it exists to test the failure handling.
     """
@@ -52,6 +55,7 @@ class PipelineConfig:
     lr: float = 3e-3
     seed: int = 0
     queue_depth: int = 4
+    replay: Optional[int] = None
     inject_failure: Optional[Tuple[str, str, int]] = None
 
 

@@ -83,6 +83,7 @@ def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, con
     """
     _set_threads(cfg.sampler_threads)
     step = 0
+    replayed = {"train": [], "val": []}
     for epoch in range(cfg.epochs):
         for kind in ("train", "val"):
             for i, seeds in enumerate(epoch_batches(cfg, ds, epoch, kind)):
@@ -90,11 +91,18 @@ def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, con
                     continue
                 maybe_fail(cfg, "sampler", step)
                 step += 1
-                # One generator per minibatch: the sample does not depend on the worker count.
-                gen = torch.Generator().manual_seed(minibatch_seed(cfg.seed, epoch, kind, i))
-                input_nodes, output_nodes, blocks = sample_blocks(ds.indptr, ds.indices, seeds, cfg.fanouts, gen)
-                light = [Block(b.src, b.dst, b.n_src, b.n_dst) for b in blocks]
-                batch_q.put(Minibatch(kind, epoch, i, input_nodes, ds.labels[output_nodes], light))
+                pool = replayed[kind]
+                if cfg.replay is not None and len(pool) >= cfg.replay:
+                    input_nodes, labels, light = pool[step % len(pool)]
+                else:
+                    # One generator per minibatch: the sample does not depend on the worker count.
+                    gen = torch.Generator().manual_seed(minibatch_seed(cfg.seed, epoch, kind, i))
+                    input_nodes, output_nodes, blocks = sample_blocks(ds.indptr, ds.indices, seeds, cfg.fanouts, gen)
+                    light = [Block(b.src, b.dst, b.n_src, b.n_dst) for b in blocks]
+                    labels = ds.labels[output_nodes]
+                    if cfg.replay is not None:
+                        pool.append((input_nodes, labels, light))
+                batch_q.put(Minibatch(kind, epoch, i, input_nodes, labels, light))
             batch_q.put(EpochMark(epoch, kind))
     batch_q.put(None)
     consumed.wait()
