@@ -49,6 +49,16 @@ def maybe_fail(cfg: PipelineConfig, role: str, step: int) -> None:
     raise ValueError(f"unknown injected failure {how!r}")
 
 
+def resolve_device(name: str) -> torch.device:
+    """``cfg.device`` as a device with an index (the current GPU when none is given)."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    return device
+
+
 def _set_threads(n: int) -> None:
     if n > 0:
         torch.set_num_threads(n)
@@ -128,9 +138,7 @@ def producer_main(cfg: PipelineConfig, ds: NodeDataset, batch_q, ready_q, free_q
     """Gathers each minibatch's input features into a free ring slot and hands it over."""
     _set_threads(cfg.producer_threads)
     host_slots = cfg.gather in ("dma", "cpu") or cfg.device == "cpu"
-    device = torch.device("cpu") if host_slots else torch.device(cfg.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = torch.device("cpu") if host_slots else resolve_device(cfg.device)
     gather = FeatureGather(ds.features, "cpu" if cfg.gather == "dma" else cfg.gather, device)
     rows = slot_capacity(cfg, ds)
     buffers = [_new_slot(rows, ds, device) for _ in range(cfg.num_slots)]
@@ -331,10 +339,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
     ``("epoch", stats)`` per epoch.
     """
     _set_threads(cfg.consumer_threads)
-    device = torch.device(cfg.device)
+    device = resolve_device(cfg.device)
     side = None
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     if source_kind == "ring":
         source = RingSource(cfg, queues["ready"], queues["free"], device)
     else:

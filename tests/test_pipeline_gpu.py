@@ -1,0 +1,158 @@
+"""The pipeline on a GPU: every mode trains, MPS and green-context partitions, failures with MPS.
+
+CPU-only checks of the partition helpers run everywhere; the rest carry the ``cuda`` marker.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pytorch_zerocopy.datasets import community_graph
+from pytorch_zerocopy.pipeline import PipelineError, run_pipeline
+from pytorch_zerocopy.pipeline.partition import MpsDaemon, MpsError, round_sms
+from pytorch_zerocopy.train import pipeline_config
+from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, _shm_entries
+
+needs_mps = pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
+                               reason="nvidia-cuda-mps-control not installed")
+
+
+def _mps_daemons():
+    """Our MPS processes: those whose pipe directory is one of ours (zerocopy-mps-*)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if not f.read().startswith("nvidia-cuda-mps"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if b"zerocopy-mps-" in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+# --- everywhere -----------------------------------------------------------------------------
+
+
+def test_round_sms():
+    assert round_sms(16, 132, 8) == (16, 112)
+    assert round_sms(10, 132, 8) == (16, 112)
+    assert round_sms(1, 132, 8) == (8, 120)
+    assert round_sms(13, 108, 2) == (14, 94)
+    with pytest.raises(ValueError, match="positive"):
+        round_sms(0, 132, 8)
+    with pytest.raises(ValueError, match="no consumer SMs"):
+        round_sms(130, 132, 8)
+
+
+def test_missing_mps_binary_is_a_clear_error():
+    with pytest.raises(MpsError, match="not on PATH"):
+        MpsDaemon(binary="nvidia-cuda-mps-control-that-does-not-exist")
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return community_graph(num_nodes=20_000, feature_dim=64, seed=3)
+
+
+def _train(graph, mode, partition="auto", **kw):
+    cfg = pipeline_config(mode, partition, batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2, **kw)
+    pids = {}
+    epochs = run_pipeline(cfg, graph, on_start=pids.update)
+    return epochs, pids
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu", "cpu"])
+def test_gpu_modes_train(graph, mode):
+    epochs, pids = _train(graph, mode)
+    assert len(epochs) == 2 and epochs[-1]["val_acc"] > 0.5
+    _assert_nothing_left(pids, set())
+
+
+@pytest.mark.cuda
+def test_zerocopy_ring_on_gpu_without_partition(graph):
+    shm_before = _shm_entries([os.getpid()])
+    epochs, pids = _train(graph, "zerocopy", "none", num_slots=2)
+    assert epochs[-1]["val_acc"] > 0.5
+    assert all(e["train_batches"] == -(-graph.train_idx.numel() // 512) for e in epochs)
+    _assert_nothing_left(pids, shm_before)
+
+
+@pytest.mark.cuda
+@needs_mps
+def test_mps_daemon_limits_clients_and_stops():
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    probe = [sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)"]
+    with MpsDaemon() as daemon:
+        root = daemon.root
+        out = subprocess.run(probe, env={**os.environ, **daemon.client_env(10)}, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        sms = int(out.stdout.strip().splitlines()[-1])
+        assert 0 < sms <= total * 0.2, (sms, total)
+        assert _mps_daemons()
+    assert not os.path.exists(root)
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_mps
+def test_zerocopy_with_mps_trains_and_cleans_up(graph):
+    messages = []
+    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
+                          producer_share=10)
+    epochs = run_pipeline(cfg, graph, messages.append)
+    assert ("partition", {"kind": "mps", "producer_share": 10, "consumer_share": 90}) in messages
+    assert epochs[-1]["val_acc"] > 0.5
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_mps
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+def test_mps_run_failure_stops_the_daemon(graph, role):
+    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
+                          inject_failure=(role, "kill", 2))
+    error, pids, _ = _run_with_deadline(cfg, graph)
+    assert isinstance(error, PipelineError) and error.role == role and "SIGKILL" in str(error)
+    _assert_nothing_left(pids, set())
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+def test_green_partition_trains(graph):
+    from torch.cuda import green_contexts
+
+    if not getattr(green_contexts, "SUPPORTED", False):
+        pytest.skip("this torch has no green-context support")
+    messages = []
+    cfg = pipeline_config("zerocopy", "green", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
+                          producer_sms=12)
+    epochs = run_pipeline(cfg, graph, messages.append)
+    info = next(m[1] for m in messages if m[0] == "partition")
+    assert info["kind"] == "green" and info["producer_sms"] % info["granularity"] == 0
+    assert info["producer_sms"] >= 12 and info["producer_sms"] + info["consumer_sms"] <= info["total_sms"]
+    assert epochs[-1]["val_acc"] > 0.5
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+def test_gpu_ring_failure_ends_the_run(graph, role):
+    cfg = pipeline_config("zerocopy", "none", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
+                          inject_failure=(role, "raise", 2))
+    error, pids, _ = _run_with_deadline(cfg, graph)
+    assert isinstance(error, PipelineError) and error.role == role
+    assert "injected failure" in error.remote_traceback
+    _assert_nothing_left(pids, set())
