@@ -63,3 +63,37 @@ def test_train_cli_runs_the_cpu_path():
     if not gpu_available():
         assert "No CUDA GPU available" in out.stdout
     assert set(MODES) == {"cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"}
+
+
+def test_ctrl_c_stops_every_process():
+    """SIGINT to ``zerocopy train`` (what Ctrl-C sends) ends it with status 130 within seconds,
+    and no pipeline process survives."""
+    import signal
+    import time
+
+    import psutil
+
+    cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--dataset", "papers-like:20k:6", "--feature-dim", "16",
+           "--epochs", "1000", "--batch-size", "64", "--fanouts", "3,3", "--hidden", "16"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 90
+        roles = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            roles = [c for c in parent.children() if "resource_tracker" not in " ".join(c.cmdline())]
+            if len(roles) >= 3:
+                break
+            time.sleep(0.2)
+        assert len(roles) >= 3, "the pipeline did not start"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    _, alive = psutil.wait_procs(roles, timeout=5)
+    assert alive == []
