@@ -97,7 +97,8 @@ class ProgressPrinter:
             else:
                 print(f"GPU partition: green contexts, producer {info['producer_sms']} SMs / consumer "
                       f"{info['consumer_sms']} SMs of {info['total_sms']} (granularity {info['granularity']}, "
-                      f"requested {info['requested_producer_sms']})")
+                      f"requested {info['requested_producer_sms']}"
+                      + ("" if info.get("disjoint") else "; torch's green contexts: the SM sets may overlap") + ")")
         elif kind == "step":
             _, _, epoch, _ = msg
             if epoch != self.epoch:

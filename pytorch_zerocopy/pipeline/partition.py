@@ -184,31 +184,41 @@ _LIVE_GREEN_CONTEXTS: list = []
 def green_streams(device: torch.device, producer_sms: int):
     """(producer stream, consumer stream, info) on two green contexts of ``device``.
 
-    Uses ``torch.cuda.green_contexts``: each context gets an SM count rounded to the hardware
-    granularity and hands out a stream bound to it; kernels launched on a stream run only on
-    its context's SMs. The info dict reports the counts actually used.
+    The producer gets ``producer_sms`` rounded up to the hardware granularity; the consumer the
+    rest. Disjoint SM sets come from the driver API (:mod:`.green`); where that fails, torch's
+    ``torch.cuda.green_contexts`` is used, whose contexts may share SMs, and the info dict says
+    so (``"disjoint": False``) along with the counts actually used.
     """
-    try:
-        from torch.cuda import green_contexts
-    except ImportError as e:
-        raise RuntimeError(f"partition='green' needs torch.cuda.green_contexts (torch >= 2.9): {e}") from None
-    if not getattr(green_contexts, "SUPPORTED", False):
-        raise RuntimeError("partition='green': this torch build has no green-context support "
-                           "(needs a CUDA 12.4+ build); use partition='mps' or 'none'.")
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).multi_processor_count
-    gran = sm_granularity(device)
+    gran = sm_granularity(torch.device("cuda", index))
     prod_sms, cons_sms = round_sms(producer_sms, total, gran)
+    info = {"kind": "green", "total_sms": total, "granularity": gran, "requested_producer_sms": producer_sms}
+    from .green import GreenContextError, disjoint_green_streams
+
+    try:
+        p_stream, c_stream, p_n, c_n = disjoint_green_streams(index, prod_sms)
+        info.update(producer_sms=p_n, consumer_sms=c_n, disjoint=True, api="driver")
+        return p_stream, c_stream, info
+    except GreenContextError as e:
+        driver_error = str(e)
+
+    try:
+        from torch.cuda import green_contexts
+    except ImportError as e:
+        raise RuntimeError(f"partition='green': the driver API failed ({driver_error}) and this torch has no "
+                           f"torch.cuda.green_contexts ({e}); use partition='mps' or 'none'") from None
+    if not getattr(green_contexts, "SUPPORTED", False):
+        raise RuntimeError(f"partition='green': the driver API failed ({driver_error}) and this torch build has "
+                           "no green-context support; use partition='mps' or 'none'.")
     producer_ctx = green_contexts.GreenContext.create(num_sms=prod_sms, device_id=index)
     consumer_ctx = green_contexts.GreenContext.create(num_sms=cons_sms, device_id=index)
     if not hasattr(producer_ctx, "Stream"):
         raise RuntimeError("partition='green': this torch's GreenContext has no Stream(); "
                            "upgrade torch or use partition='mps'.")
-    producer_stream = producer_ctx.Stream()
-    consumer_stream = consumer_ctx.Stream()
     # The contexts must outlive their streams: they live as long as the process.
     _LIVE_GREEN_CONTEXTS.extend([producer_ctx, consumer_ctx])
-    info = {"kind": "green", "total_sms": total, "granularity": gran, "producer_sms": prod_sms,
-            "consumer_sms": cons_sms, "requested_producer_sms": producer_sms}
-    return producer_stream, consumer_stream, info
+    info.update(producer_sms=prod_sms, consumer_sms=cons_sms, disjoint=False, api="torch",
+                driver_error=driver_error)
+    return producer_ctx.Stream(), consumer_ctx.Stream(), info
