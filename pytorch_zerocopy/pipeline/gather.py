@@ -9,6 +9,15 @@ from ..unified import gpu_backed, to_unified
 GATHERS = ("zerocopy", "naive", "dma", "gpu", "cpu")
 
 
+def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (a CPU tensor, typically in pageable shared memory) on ``device`` without making
+    the host wait for the GPU: staged through torch's pinned-memory cache, whose blocks are
+    reused only after the copy has run, then copied asynchronously."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 class FeatureGather:
     """Gathers rows of the shared host table ``features`` for ``device``.
 
@@ -55,9 +64,9 @@ class FeatureGather:
     def gather(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows ``idx`` (a CPU int64 tensor) as a new tensor (on ``device`` for on-device modes)."""
         if self.mode == "zerocopy":
-            return self.table[idx.to(self.device, non_blocking=True) if self.on_device else idx]
+            return self.table[to_device_async(idx, self.device) if self.on_device else idx]
         if self.on_device:
-            return torch.index_select(self.table, 0, idx.to(self.device, non_blocking=True))
+            return torch.index_select(self.table, 0, to_device_async(idx, self.device))
         return torch.index_select(self.table, 0, idx)
 
     def gather_into(self, idx: torch.Tensor, out: torch.Tensor) -> None:
@@ -66,6 +75,6 @@ class FeatureGather:
         if self.mode == "zerocopy":
             out[:n].copy_(self.gather(idx))
         elif self.on_device:
-            torch.index_select(self.table, 0, idx.to(self.device, non_blocking=True), out=out[:n])
+            torch.index_select(self.table, 0, to_device_async(idx, self.device), out=out[:n])
         else:
             torch.index_select(self.table, 0, idx, out=out[:n])

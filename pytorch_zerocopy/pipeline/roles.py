@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from ..datasets.base import NodeDataset
 from ..unified import empty_shared, to_unified
-from .gather import FeatureGather
+from .gather import FeatureGather, to_device_async
 from .messages import (RELEASED, EpochMark, FreeEvents, Minibatch, PipelineConfig, RingHandles,
                        SlotReady)
 from .model import GraphSAGE
@@ -402,8 +402,9 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             train_clock = time.perf_counter()
         maybe_fail(cfg, "consumer", step)
         step += 1
-        blocks = [b.to(device, non_blocking=True) for b in batch.blocks]
-        labels = batch.labels.to(device, non_blocking=True)
+        blocks = [Block(to_device_async(b.src, device), to_device_async(b.dst, device), b.n_src, b.n_dst)
+                  for b in batch.blocks]
+        labels = to_device_async(batch.labels, device)
         if feats.dtype != torch.float32:
             feats = feats.float()
         if batch.kind == "train":
