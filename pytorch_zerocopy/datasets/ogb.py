@@ -9,7 +9,7 @@ Two layouts are read (those of the archives OGB distributes, unzipped):
   ``node_feat`` (N x D) and ``num_nodes_list``; ``raw/node-label.npz`` with ``node_label``
   (N x 1, float, NaN for unlabelled nodes; those get label -1 and appear in no split).
 
-Splits: ``split/<scheme>/{train,valid,test}.csv.gz`` (one node id per line); the scheme is the
+Splits: ``split/<scheme>/{train,valid,test}.csv.gz`` (or ``.csv``; one node id per line); the scheme is the
 only sub-directory of ``split/`` or is given. Undirected datasets (``ogbn-products``) store each
 edge once; ``add_reverse`` (default: True except for papers100M, which is directed) adds the
 reverse edges, as OGB's ``add_inverse_edge`` does. Features are copied into shared memory.
@@ -35,9 +35,9 @@ def _read_csv(path: str, dtype) -> np.ndarray:
     try:
         import pandas as pd  # much faster on large files when present
 
-        return pd.read_csv(path, header=None, compression="gzip").values.astype(dtype)
+        return pd.read_csv(path, header=None, compression="gzip" if path.endswith(".gz") else None).values.astype(dtype)
     except ImportError:
-        with gzip.open(path, "rt") as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
 
 
@@ -52,6 +52,8 @@ def _read_split(root: str, scheme: Optional[str]) -> dict:
     out = {}
     for part in ("train", "valid", "test"):
         path = os.path.join(split_dir, scheme, f"{part}.csv.gz")
+        if not os.path.exists(path) and os.path.exists(path[:-3]):
+            path = path[:-3]  # OGB's format description also allows plain .csv
         if not os.path.exists(path):
             raise FileNotFoundError(f"load_ogb: missing split file {path}")
         out[part] = torch.from_numpy(_read_csv(path, np.int64).reshape(-1))

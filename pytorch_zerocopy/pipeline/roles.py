@@ -231,6 +231,10 @@ class RingSource:
                 yield item, None
                 continue
             if item.buffer is not None:
+                if self.gpu_slots:
+                    # The producer may reuse the old buffer's memory as soon as we drop it:
+                    # finish our queued reads of it first (rare: slots grow a few times at most).
+                    torch.cuda.current_stream(self.device).synchronize()
                 self.buffers[item.slot] = item.buffer
                 if self.copy_in:
                     self._mapped[item.slot] = to_unified(item.buffer)

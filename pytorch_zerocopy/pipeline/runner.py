@@ -182,9 +182,29 @@ class Supervisor:
                 proc.kill()
                 proc.join()
         for _, proc, conn in self.procs:
+            _remove_orphan_segments(proc.pid)
             conn.close()
             proc.close()
         self.procs = []
+
+
+def _remove_orphan_segments(pid: int, shm_dir: str = "/dev/shm") -> None:
+    """Unlinks shared-memory segments a dead child left behind.
+
+    torch names a tensor's segment ``torch_<pid>_...`` and unlinks it right after creating it;
+    a role killed between the two (SIGKILL, or SIGTERM at shutdown) would leak it.
+    """
+    prefix = f"torch_{pid}_"
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+            except OSError:
+                pass
 
 
 def _main_thread() -> bool:
