@@ -48,7 +48,7 @@ def producer_bench(features, rows: int, seconds: float, barrier) -> dict:
     out = table[pool[0]]
     torch.cuda.synchronize()
     if barrier is not None:
-        barrier.wait()
+        barrier.wait(timeout=120)  # the partner failing breaks the barrier instead of hanging
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for idx in pool:
@@ -87,7 +87,7 @@ def consumer_bench(ds, fanouts, batch_size: int, hidden: int, seconds: float, ba
         step()
     torch.cuda.synchronize()
     if barrier is not None:
-        barrier.wait()
+        barrier.wait(timeout=120)  # the partner failing breaks the barrier instead of hanging
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(5):
@@ -142,7 +142,7 @@ def main() -> int:
     print(f"ceilings: {ceilings}; {rows} rows per minibatch", flush=True)
 
     solo_nomps = run_children([(producer_bench, (ds.features, rows, seconds, None), None)])[0]
-    concurrent = []
+    concurrent, failed = [], []
     with MpsDaemon() as daemon:
         full_gather = run_children([(producer_bench, (ds.features, rows, seconds, None), daemon.client_env(100))])[0]
         solo_consumer = run_children([(consumer_bench, (ds, fanouts, args.batch_size, args.hidden, seconds, None),
@@ -153,11 +153,16 @@ def main() -> int:
 
         for share in shares:
             barrier = mp.get_context("spawn").Barrier(2)
-            prod, cons = run_children([
-                (producer_bench, (ds.features, rows, seconds, barrier), daemon.client_env(share)),
-                (consumer_bench, (ds, fanouts, args.batch_size, args.hidden, seconds, barrier),
-                 daemon.client_env(100 - share)),
-            ])
+            try:
+                prod, cons = run_children([
+                    (producer_bench, (ds.features, rows, seconds, barrier), daemon.client_env(share)),
+                    (consumer_bench, (ds, fanouts, args.batch_size, args.hidden, seconds, barrier),
+                     daemon.client_env(100 - share)),
+                ], timeout=300)
+            except (RuntimeError, TimeoutError) as e:
+                print(f"share {share:g}%: FAILED {e}", flush=True)
+                failed.append({"share": share, "error": str(e)[-800:]})
+                continue
             row = {"share": share, "producer_sms": prod["sms"], "consumer_sms": cons["sms"],
                    "gather_gbs": prod["gbs"], "gather_vs_full": prod["gbs"] / full_gather["gbs"],
                    "consumer_minibatches_per_s": cons["minibatches_per_s"],
@@ -200,7 +205,7 @@ def main() -> int:
                 "consumer_at_least_85pct": best["consumer_vs_solo"] >= 0.85}
     result = {"machine": info, "ceilings": ceilings, "rows_per_minibatch": rows, "table_gib": table_gib,
               "seconds_per_run": seconds, "gather_alone_no_mps": solo_nomps, "gather_alone_mps_100": full_gather,
-              "consumer_alone_mps_100": solo_consumer, "concurrent": concurrent, "pipeline": pipeline, "bars": bars,
+              "consumer_alone_mps_100": solo_consumer, "concurrent": concurrent, "failed_shares": failed, "pipeline": pipeline, "bars": bars,
               "config": vars(args), "wall_seconds": time.perf_counter() - t0}
 
     md = header_lines("MPS producer-share sweep (Figure 10)", info, ceilings)
@@ -219,6 +224,8 @@ def main() -> int:
         md.append(f"| {r['share']:g}% | {r['producer_sms']} | {r['gather_gbs']:.1f} | {r['gather_vs_full']:.0%} | "
                   f"{r['gather_gbs'] / ceilings['pinned_memcpy_gbs']:.2f} | {r['consumer_sms']} | "
                   f"{r['consumer_minibatches_per_s']:.1f} | {r['consumer_vs_solo']:.0%} | {pms} |")
+    for r in failed:
+        md.append(f"| {r['share']:g}% | failed: {r['error'].splitlines()[-1][:200]} | | | | | | | |")
     if None in pipe and "ms_per_minibatch" in pipe[None]:
         md += ["", f"Pipeline without MPS (partition none): {pipe[None]['ms_per_minibatch']:.2f} ms per minibatch."]
     md += ["", "Bars (best share with <= 16 producer SMs): " + ", ".join(

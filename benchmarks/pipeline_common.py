@@ -183,10 +183,14 @@ def write_report(out_dir: str, name: str, result: Dict[str, Any], markdown: List
         except ImportError:
             print("matplotlib not installed: no plot written")
             return
-        plot(plt)
-        plt.tight_layout()
-        plt.savefig(os.path.join(out_dir, f"{name}.png"), dpi=120)
-        plt.close("all")
+        try:
+            plot(plt)
+            plt.tight_layout()
+            plt.savefig(os.path.join(out_dir, f"{name}.png"), dpi=120)
+        except Exception as e:  # noqa: BLE001 - the numbers are already written
+            print(f"plot failed ({e}); JSON and Markdown are written")
+        finally:
+            plt.close("all")
     print(f"wrote {os.path.join(out_dir, name)}.{{json,md{',png' if plot else ''}}}")
 
 

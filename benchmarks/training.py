@@ -180,10 +180,10 @@ def main() -> int:
         if "error" in r:
             md.append(f"| {r['mode']} | failed: {r['error']} | | | | | | |")
             continue
-        vs_dma = by_mode["dma"]["epoch_seconds"] / r["epoch_seconds"] if "dma" in by_mode else float("nan")
-        vs_gpu = r["epoch_seconds"] / by_mode["gpu"]["epoch_seconds"] if "gpu" in by_mode else float("nan")
+        vs_dma = (f"{by_mode['dma']['epoch_seconds'] / r['epoch_seconds']:.2f}x faster" if "dma" in by_mode else "-")
+        vs_gpu = (f"{r['epoch_seconds'] / by_mode['gpu']['epoch_seconds']:.2f}x time" if "gpu" in by_mode else "-")
         md.append(f"| {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | {r['feature_gbs']:.1f} | "
-                  f"{r['feature_gbs'] / ceiling:.2f} | {vs_dma:.2f}x faster | {vs_gpu:.2f}x time | {r['val_acc']:.3f} |")
+                  f"{r['feature_gbs'] / ceiling:.2f} | {vs_dma} | {vs_gpu} | {r['val_acc']:.3f} |")
     md += ["", "Figure 12 (table %g GiB per width):" % sweep_gib, "",
            "| width | mode | epoch s | feature GB/s | speedup over dma |", "|---|---|---|---|---|"]
     for r in fig12:
@@ -201,7 +201,7 @@ def main() -> int:
         ok = [r for r in fig11 if "error" not in r]
         axes[0].bar([r["mode"] for r in ok], [r["epoch_seconds"] for r in ok], color="tab:blue")
         axes[0].set_ylabel("epoch time (s)")
-        axes[0].set_title(f"Figure 11: {table_bytes / 2**30:.0f} GiB table, width {args.width}")
+        axes[0].set_title(f"Figure 11: {table_bytes / 2**30:.3g} GiB table, width {args.width}")
         for mode in sweep_modes:
             pts = [(r["width"], r["epoch_seconds"]) for r in fig12 if r["mode"] == mode and "error" not in r]
             if pts:
