@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.pipeline_common import (header_lines, machine_info, measure_ceilings, run_children,  # noqa: E402
-                                        write_report)
+                                        write_report, zerocopy_gather)
 
 SHARES = (2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0)
 
@@ -45,14 +45,14 @@ def producer_bench(features, rows: int, seconds: float, barrier) -> dict:
     table = zc.to_unified(features)
     gen = torch.Generator(device="cuda").manual_seed(1)
     pool = [torch.randint(0, features.shape[0], (rows,), device="cuda", generator=gen) for _ in range(8)]
-    out = table[pool[0]]
+    out = zerocopy_gather(table, pool[0])
     torch.cuda.synchronize()
     if barrier is not None:
         barrier.wait(timeout=120)  # the partner failing breaks the barrier instead of hanging
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for idx in pool:
-            out = table[idx]
+            out = zerocopy_gather(table, idx)
             n += 1
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+
+import pytorch_zerocopy
 
 from ..unified import gpu_backed, to_unified
 
@@ -61,10 +65,22 @@ class FeatureGather:
         """Whether the gather runs on (and writes to) ``device`` rather than the CPU."""
         return self.mode in ("zerocopy", "naive", "gpu") and self.device.type == "cuda"
 
+    def _routed(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The zero-copy gather: the library's ``gather_rows`` (no bounds check: sampled ids are
+        valid by construction, and the check would cost a host synchronisation) where it
+        exists, else ``table[idx]``, which the unified device routes to the same kernel."""
+        idx = to_device_async(idx, self.device) if self.on_device else idx
+        gather_rows = getattr(pytorch_zerocopy, "gather_rows", None)
+        if gather_rows is not None:
+            return gather_rows(self.table, idx, out=out, check_bounds=False)
+        if out is None:
+            return self.table[idx]
+        return out.copy_(self.table[idx])
+
     def gather(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows ``idx`` (a CPU int64 tensor) as a new tensor (on ``device`` for on-device modes)."""
         if self.mode == "zerocopy":
-            return self.table[to_device_async(idx, self.device) if self.on_device else idx]
+            return self._routed(idx)
         if self.on_device:
             return torch.index_select(self.table, 0, to_device_async(idx, self.device))
         return torch.index_select(self.table, 0, idx)
@@ -73,7 +89,7 @@ class FeatureGather:
         """Writes rows ``idx`` into ``out[:len(idx)]`` (``out`` on the gather's device)."""
         n = idx.numel()
         if self.mode == "zerocopy":
-            out[:n].copy_(self.gather(idx))
+            self._routed(idx, out[:n])
         elif self.on_device:
             torch.index_select(self.table, 0, to_device_async(idx, self.device), out=out[:n])
         else:
