@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from .base import NodeDataset
+from .base import NodeDataset, shared_host_tensor
 from .ogb import load_ogb
 from .synthetic import community_graph, embedded_default, papers_like
 
@@ -44,4 +44,4 @@ def load_dataset(spec: str = "community", feature_dim: Optional[int] = None,
                      "or a directory in OGB's layout")
 
 
-__all__ = ["NodeDataset", "community_graph", "embedded_default", "load_dataset", "load_ogb", "papers_like"]
+__all__ = ["NodeDataset", "shared_host_tensor", "community_graph", "embedded_default", "load_dataset", "load_ogb", "papers_like"]

@@ -2,9 +2,37 @@
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 import torch
+
+
+def shared_host_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU tensor allocated directly in shared memory (no copy).
+
+    Unlike :func:`pytorch_zerocopy.empty_shared` it never touches the GPU: no CUDA context is
+    created and nothing is registered, so a process that only prepares data stays GPU-free
+    (an MPS partition started later then owns the GPU). Children that receive the tensor map
+    the same bytes and register them themselves when they make them unified.
+    """
+    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    try:
+        fs = os.statvfs("/dev/shm")
+        free = fs.f_bavail * fs.f_frsize
+    except OSError:
+        free = None
+    if free is not None and nbytes > free:
+        raise RuntimeError(f"cannot allocate {nbytes} bytes of shared memory: /dev/shm has only {free} bytes "
+                           "free. Enlarge it (mount -o remount,size=<N>G /dev/shm, or docker run "
+                           "--shm-size=<N>g) or free space in it.")
+    storage = torch.UntypedStorage._new_shared(max(1, nbytes))
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
 @dataclass

@@ -24,8 +24,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from ..unified import empty_shared
-from .base import NodeDataset
+from .base import NodeDataset, shared_host_tensor
 from .synthetic import _csr_from_edges
 
 PathLike = Union[str, os.PathLike]
@@ -63,7 +62,7 @@ def _read_split(root: str, scheme: Optional[str]) -> dict:
 def _shared_features(array: np.ndarray) -> torch.Tensor:
     array = np.asarray(array)
     dtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float64): torch.float32}.get(array.dtype, torch.float32)
-    out = empty_shared(array.shape, dtype)
+    out = shared_host_tensor(array.shape, dtype)
     step = max(1, (256 << 20) // max(1, array[0].nbytes if len(array) else 1))
     for a in range(0, array.shape[0], step):
         out[a:a + step].copy_(torch.from_numpy(np.ascontiguousarray(array[a:a + step])).to(dtype))

@@ -11,8 +11,8 @@ from typing import Optional, Union
 
 import torch
 
-from ..unified import empty_shared, to_unified
-from .base import NodeDataset
+from ..unified import to_unified
+from .base import NodeDataset, shared_host_tensor
 
 
 def _splits(num_nodes: int, train: float, val: float, test: float, gen: torch.Generator):
@@ -71,7 +71,7 @@ def community_graph(
     indptr, indices = _csr_from_edges(torch.cat([src, dst]), torch.cat([dst, src]), num_nodes)
 
     means = torch.randn(num_classes, feature_dim, generator=gen) * mean_scale
-    features = empty_shared((num_nodes, feature_dim), torch.float32)
+    features = shared_host_tensor((num_nodes, feature_dim), torch.float32)
     features.copy_(means[labels])
     features.add_(torch.randn(num_nodes, feature_dim, generator=gen))
     train, val, test = _splits(num_nodes, 0.2, 0.05, 0.25, gen)
@@ -162,8 +162,8 @@ def papers_like(
     torch.cumsum(deg, 0, out=indptr[1:])
     del deg
     indptr.share_memory_()
-    indices = empty_shared((int(indptr[-1]),), torch.int64)
-    features = empty_shared((num_nodes, feature_dim), dtype)
+    indices = shared_host_tensor((int(indptr[-1]),), torch.int64)
+    features = shared_host_tensor((num_nodes, feature_dim), dtype)
     args = (indptr, indices, features, num_classes, p_in, mean_scale, seed, str(device), chunk_bytes)
     if device.type == "cuda":
         import torch.multiprocessing as mp

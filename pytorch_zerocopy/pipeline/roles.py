@@ -25,7 +25,8 @@ import torch
 from torch.nn import functional as F
 
 from ..datasets.base import NodeDataset
-from ..unified import empty_shared, to_unified
+from ..datasets.base import shared_host_tensor
+from ..unified import to_unified
 from .gather import FeatureGather, to_device_async
 from .messages import (RELEASED, EpochMark, FreeEvents, Minibatch, PipelineConfig, RingHandles,
                        SlotReady)
@@ -131,7 +132,7 @@ def slot_capacity(cfg: PipelineConfig, ds: NodeDataset, budget_bytes: int = 2 <<
 def _new_slot(rows: int, ds: NodeDataset, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return torch.empty(rows, ds.feature_dim, dtype=ds.features.dtype, device=device)
-    return empty_shared((rows, ds.feature_dim), ds.features.dtype)
+    return shared_host_tensor((rows, ds.feature_dim), ds.features.dtype)
 
 
 def producer_main(cfg: PipelineConfig, ds: NodeDataset, batch_q, ready_q, free_q) -> None:
