@@ -1,7 +1,7 @@
 """The ``zerocopy`` command.
 
     zerocopy train    train GraphSAGE through the zero-copy pipeline (embedded dataset by default)
-    zerocopy demo     map a feature table for the GPU and gather rows from it (the default job)
+    zerocopy demo     map a feature table for the GPU and gather rows from it
     zerocopy doctor   check this machine for zero-copy use; every line says OK or what to do
 """
 

@@ -133,6 +133,7 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
     """Trains GraphSAGE on ``dataset`` (a :class:`NodeDataset` or a spec for ``load_dataset``)."""
     from .datasets import NodeDataset, load_dataset
     from .pipeline import run_pipeline
+    from .pipeline.partition import MpsError
 
     if not isinstance(dataset, NodeDataset):
         dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
@@ -141,7 +142,15 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
     n_train = -(-dataset.train_idx.numel() // batch_size)
     n_val = -(-dataset.val_idx.numel() // batch_size)
     printer = ProgressPrinter(min(n_train, max_batches or n_train), min(n_val, cfg.val_batches or n_val), quiet)
-    return run_pipeline(cfg, dataset, printer)
+    try:
+        return run_pipeline(cfg, dataset, printer)
+    except MpsError as e:
+        if partition != "auto":
+            raise
+        # MPS was only the default choice: without a working daemon, train unpartitioned.
+        if not quiet:
+            print(f"MPS is not usable here ({e}); running without a GPU partition")
+        return run_pipeline(replace(cfg, partition="none"), dataset, printer)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
