@@ -1,6 +1,5 @@
 """The sampler -> producer -> consumer pipeline on the CPU: ring hand-off and end to end."""
 
-import os
 import queue
 import threading
 from dataclasses import replace
@@ -9,7 +8,7 @@ import pytest
 import torch
 
 from pytorch_zerocopy.datasets import community_graph
-from test_pipeline_failures import _assert_nothing_left, _shm_entries
+from test_pipeline_failures import _assert_nothing_left, snapshot
 from pytorch_zerocopy.pipeline import PipelineConfig, run_pipeline
 from pytorch_zerocopy.pipeline.messages import EpochMark, SlotReady
 from pytorch_zerocopy.pipeline.roles import RingSource, epoch_batches, producer_main, sampler_main
@@ -122,10 +121,10 @@ def test_cpu_pipeline_trains_end_to_end(small):
     cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=3, num_samplers=2,
                          batch_size=256, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2)
     messages, pids = [], {}
-    shm_before = _shm_entries([os.getpid()])
+    before = snapshot()
     epochs = run_pipeline(cfg, small, messages.append, on_start=pids.update)
     assert len(pids) == 4
-    _assert_nothing_left(pids, shm_before)
+    _assert_nothing_left(pids, before)
     assert [e["epoch"] for e in epochs] == [0, 1]
     n_train = -(-small.train_idx.numel() // 256)
     assert all(e["train_batches"] == n_train for e in epochs)

@@ -53,7 +53,13 @@ def _run_with_deadline(cfg, ds):
     return outcome["error"], pids, seconds
 
 
-def _assert_nothing_left(pids, shm_before):
+def snapshot():
+    """What this process holds before a run: shared-memory segments and live registrations."""
+    return _shm_entries([os.getpid()]), registration_stats()["live_pieces"]
+
+
+def _assert_nothing_left(pids, before):
+    shm_before, regs_before = before
     for name, pid in pids.items():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, \
             f"{name} (pid {pid}) is still alive"
@@ -63,13 +69,13 @@ def _assert_nothing_left(pids, shm_before):
     gc.collect()
     leaked = _shm_entries(list(pids.values()) + [os.getpid()]) - shm_before
     assert not leaked, f"leaked shared-memory segments: {leaked}"
-    assert registration_stats()["live_pieces"] == 0
+    assert registration_stats()["live_pieces"] == regs_before
 
 
 @pytest.mark.parametrize("how", ["raise", "kill"])
 @pytest.mark.parametrize("role", ["sampler", "producer", "consumer"])
 def test_a_failing_role_ends_the_run_with_its_traceback(tiny, role, how):
-    shm_before = _shm_entries([os.getpid()])
+    before = snapshot()
     cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=2, batch_size=100,
                          epochs=1, fanouts=(4, 4), hidden=16, inject_failure=(role, how, 2))
     error, pids, seconds = _run_with_deadline(cfg, tiny)
@@ -80,14 +86,15 @@ def test_a_failing_role_ends_the_run_with_its_traceback(tiny, role, how):
         assert "Traceback" in error.remote_traceback and "maybe_fail" in error.remote_traceback
     else:
         assert "SIGKILL" in str(error)
-    _assert_nothing_left(pids, shm_before)
+    _assert_nothing_left(pids, before)
 
 
 def test_a_role_exiting_without_a_report_is_an_error(tiny):
     # The trainer gathers inline here: two processes, no producer.
+    before = snapshot()
     cfg = PipelineConfig(device="cpu", gather="cpu", batch_size=100, epochs=1, fanouts=(4, 4), hidden=16,
                          inject_failure=("consumer", "exit", 1))
     error, pids, _ = _run_with_deadline(cfg, tiny)
     assert isinstance(error, PipelineError) and error.role == "consumer"
     assert "exited with status 3" in str(error)
-    _assert_nothing_left(pids, set())
+    _assert_nothing_left(pids, before)

@@ -15,7 +15,7 @@ from pytorch_zerocopy.datasets import community_graph
 from pytorch_zerocopy.pipeline import PipelineError, run_pipeline
 from pytorch_zerocopy.pipeline.partition import MpsDaemon, MpsError, round_sms
 from pytorch_zerocopy.train import pipeline_config
-from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, _shm_entries
+from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot
 
 needs_mps = pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
                                reason="nvidia-cuda-mps-control not installed")
@@ -69,25 +69,25 @@ def graph():
 def _train(graph, mode, partition="auto", **kw):
     cfg = pipeline_config(mode, partition, batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2, **kw)
     pids = {}
+    before = snapshot()
     epochs = run_pipeline(cfg, graph, on_start=pids.update)
-    return epochs, pids
+    return epochs, pids, before
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu", "cpu"])
 def test_gpu_modes_train(graph, mode):
-    epochs, pids = _train(graph, mode)
+    epochs, pids, before = _train(graph, mode)
     assert len(epochs) == 2 and epochs[-1]["val_acc"] > 0.5
-    _assert_nothing_left(pids, set())
+    _assert_nothing_left(pids, before)
 
 
 @pytest.mark.cuda
 def test_zerocopy_ring_on_gpu_without_partition(graph):
-    shm_before = _shm_entries([os.getpid()])
-    epochs, pids = _train(graph, "zerocopy", "none", num_slots=2)
+    epochs, pids, before = _train(graph, "zerocopy", "none", num_slots=2)
     assert epochs[-1]["val_acc"] > 0.5
     assert all(e["train_batches"] == -(-graph.train_idx.numel() // 512) for e in epochs)
-    _assert_nothing_left(pids, shm_before)
+    _assert_nothing_left(pids, before)
 
 
 @pytest.mark.cuda
@@ -125,9 +125,10 @@ def test_zerocopy_with_mps_trains_and_cleans_up(graph):
 def test_mps_run_failure_stops_the_daemon(graph, role):
     cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
                           inject_failure=(role, "kill", 2))
+    before = snapshot()
     error, pids, _ = _run_with_deadline(cfg, graph)
     assert isinstance(error, PipelineError) and error.role == role and "SIGKILL" in str(error)
-    _assert_nothing_left(pids, set())
+    _assert_nothing_left(pids, before)
     assert _mps_daemons() == []
 
 
@@ -150,7 +151,8 @@ def test_green_partition_trains(graph):
 def test_gpu_ring_failure_ends_the_run(graph, role):
     cfg = pipeline_config("zerocopy", "none", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
                           inject_failure=(role, "raise", 2))
+    before = snapshot()
     error, pids, _ = _run_with_deadline(cfg, graph)
     assert isinstance(error, PipelineError) and error.role == role
     assert "injected failure" in error.remote_traceback
-    _assert_nothing_left(pids, set())
+    _assert_nothing_left(pids, before)

@@ -89,9 +89,8 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Te
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     on_gpu = device.type == "cuda"
-    if on_gpu:
-        # Mapping the tables makes each chunk's copy a DMA at full PCIe speed.
-        mapped = [to_unified(indices), to_unified(features)]
+    # Mapping the tables (kept alive until the end) makes each chunk's copy a full-speed DMA.
+    mapped = [to_unified(indices), to_unified(features)] if on_gpu else []
     num_nodes = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
     per_class = num_nodes // num_classes
@@ -116,7 +115,7 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Te
         features[a:b].copy_(chunk.to(features.dtype))
     if on_gpu:
         torch.cuda.synchronize()
-        del mapped
+    mapped.clear()
 
 
 def papers_like(

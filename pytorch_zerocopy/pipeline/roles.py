@@ -19,7 +19,7 @@ import os
 import signal
 import time
 from collections import Counter, defaultdict
-from typing import Iterator, List, Optional, Union
+from typing import Iterator, List, Optional
 
 import torch
 from torch.nn import functional as F
