@@ -10,7 +10,7 @@ import torch
 from pytorch_zerocopy.datasets import community_graph
 from test_pipeline_failures import _assert_nothing_left, snapshot
 from pytorch_zerocopy.pipeline import PipelineConfig, run_pipeline
-from pytorch_zerocopy.pipeline.messages import EpochMark, SlotReady
+from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch, SlotReady
 from pytorch_zerocopy.pipeline.roles import RingSource, epoch_batches, producer_main, sampler_main
 
 
@@ -103,6 +103,23 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch):
     producer.join(30)
     assert not producer.is_alive()
     assert grown >= 2  # each slot grew at least once
+
+
+def test_sampler_replay_and_packing(small):
+    """Replay sends the first ``replay`` samples again in turn; a minibatch's tensors unpack
+    from one packed tensor to exactly what was sampled."""
+    cfg = PipelineConfig(batch_size=200, epochs=1, max_batches=5, val_batches=1, fanouts=(3, 3), replay=2)
+    q = queue.Queue()
+    sampler_main(cfg, small, 0, q, _Done())
+    train = [m for m in list(q.queue) if isinstance(m, Minibatch) and m.kind == "train"]
+    assert [m.step for m in train] == [0, 1, 2, 3, 4]
+    assert torch.equal(train[2].packed, train[0].packed) and torch.equal(train[3].packed, train[1].packed)
+    assert not torch.equal(train[0].input_nodes, train[1].input_nodes)
+    m = train[1]
+    # Seeds come first among the input nodes (DGL's convention), so their labels line up.
+    assert torch.equal(m.labels, small.labels[m.input_nodes[:200]])
+    assert m.blocks[-1].num_dst_nodes() == 200 and m.blocks[0].num_src_nodes() == m.input_nodes.numel()
+    assert m.labels.numel() == 200
 
 
 def test_epoch_batches_cover_the_split(small):

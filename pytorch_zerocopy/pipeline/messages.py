@@ -59,16 +59,49 @@ class PipelineConfig:
     inject_failure: Optional[Tuple[str, str, int]] = None
 
 
-@dataclass
 class Minibatch:
-    """Sampler output: seeds' labels and blocks (CPU tensors, sent through shared memory)."""
+    """Sampler output: input node ids, the seeds' labels and the blocks of one minibatch.
 
-    kind: str  # "train" or "val"
-    epoch: int
-    step: int
-    input_nodes: torch.Tensor
-    labels: torch.Tensor
-    blocks: List[Block]
+    All its integer tensors travel packed in one int64 tensor, so sending a minibatch to
+    another process shares one shared-memory segment instead of one per tensor; the
+    attributes are views into it.
+    """
+
+    def __init__(self, kind: str, epoch: int, step: int, input_nodes: torch.Tensor, labels: torch.Tensor,
+                 blocks: List[Block]):
+        self.kind = kind  # "train" or "val"
+        self.epoch = epoch
+        self.step = step
+        parts = [input_nodes, labels] + [t for b in blocks for t in (b.src, b.dst)]
+        self._sizes = [int(t.numel()) for t in parts]
+        self._shapes = [(b.n_src, b.n_dst) for b in blocks]
+        self.packed = torch.cat([t.reshape(-1).to(torch.int64) for t in parts])
+
+    def _views(self) -> List[torch.Tensor]:
+        return list(torch.split(self.packed, self._sizes))
+
+    @property
+    def input_nodes(self) -> torch.Tensor:
+        return self.packed[: self._sizes[0]]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.packed[self._sizes[0]: self._sizes[0] + self._sizes[1]]
+
+    @property
+    def blocks(self) -> List[Block]:
+        views = self._views()[2:]
+        return [Block(views[2 * i], views[2 * i + 1], n_src, n_dst) for i, (n_src, n_dst) in enumerate(self._shapes)]
+
+    def with_packed(self, packed: torch.Tensor) -> "Minibatch":
+        """The same minibatch over another copy of the packed tensor (e.g. on the GPU)."""
+        moved = Minibatch.__new__(Minibatch)
+        moved.__dict__.update(self.__dict__, packed=packed)
+        return moved
+
+    def __repr__(self) -> str:
+        return (f"Minibatch({self.kind}, epoch {self.epoch}, step {self.step}, {self._sizes[0]} input nodes, "
+                f"{len(self._shapes)} blocks)")
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .gather import FeatureGather, to_device_async
 from .messages import (RELEASED, EpochMark, FreeEvents, Minibatch, PipelineConfig, RingHandles,
                        SlotReady)
 from .model import GraphSAGE
-from .sampler import Block, sample_blocks
+from .sampler import sample_blocks
 
 
 def maybe_fail(cfg: PipelineConfig, role: str, step: int) -> None:
@@ -95,6 +95,7 @@ def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, con
     _set_threads(cfg.sampler_threads)
     step = 0
     replayed = {"train": [], "val": []}
+    replay_turn = {"train": 0, "val": 0}
     for epoch in range(cfg.epochs):
         for kind in ("train", "val"):
             for i, seeds in enumerate(epoch_batches(cfg, ds, epoch, kind)):
@@ -104,16 +105,18 @@ def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, con
                 step += 1
                 pool = replayed[kind]
                 if cfg.replay is not None and len(pool) >= cfg.replay:
-                    input_nodes, labels, light = pool[step % len(pool)]
+                    sample = pool[replay_turn[kind] % len(pool)]
+                    replay_turn[kind] += 1
+                    batch = Minibatch.__new__(Minibatch)
+                    batch.__dict__.update(sample.__dict__, kind=kind, epoch=epoch, step=i)
                 else:
                     # One generator per minibatch: the sample does not depend on the worker count.
                     gen = torch.Generator().manual_seed(minibatch_seed(cfg.seed, epoch, kind, i))
                     input_nodes, output_nodes, blocks = sample_blocks(ds.indptr, ds.indices, seeds, cfg.fanouts, gen)
-                    light = [Block(b.src, b.dst, b.n_src, b.n_dst) for b in blocks]
-                    labels = ds.labels[output_nodes]
+                    batch = Minibatch(kind, epoch, i, input_nodes, ds.labels[output_nodes], blocks)
                     if cfg.replay is not None:
-                        pool.append((input_nodes, labels, light))
-                batch_q.put(Minibatch(kind, epoch, i, input_nodes, labels, light))
+                        pool.append(batch)
+                batch_q.put(batch)
             batch_q.put(EpochMark(epoch, kind))
     batch_q.put(None)
     consumed.wait()
@@ -407,9 +410,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             train_clock = time.perf_counter()
         maybe_fail(cfg, "consumer", step)
         step += 1
-        blocks = [Block(to_device_async(b.src, device), to_device_async(b.dst, device), b.n_src, b.n_dst)
-                  for b in batch.blocks]
-        labels = to_device_async(batch.labels, device)
+        on_device = batch.with_packed(to_device_async(batch.packed, device))  # one copy for all
+        blocks, labels = on_device.blocks, on_device.labels
         if feats.dtype != torch.float32:
             feats = feats.float()
         if batch.kind == "train":
