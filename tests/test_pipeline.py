@@ -155,6 +155,13 @@ def test_cpu_pipeline_trains_end_to_end(small):
 
 def test_bad_configurations_are_rejected(small):
     with pytest.raises(ValueError, match="producer_process"):
-        run_pipeline(PipelineConfig(partition="mps"), small)
+        run_pipeline(PipelineConfig(device="cuda", partition="mps"), small)
+    with pytest.raises(ValueError, match="needs device='cuda'"):
+        run_pipeline(PipelineConfig(partition="green"), small)
     with pytest.raises(ValueError, match="partition"):
         run_pipeline(PipelineConfig(partition="bogus"), small)
+    for bad, field in ((dict(num_slots=1), "num_slots"), (dict(fanouts=()), "fanouts"), (dict(fanouts=(0,)), "fanouts"),
+                       (dict(batch_size=0), "batch_size"), (dict(producer_share=100), "producer_share"),
+                       (dict(gather="warp"), "gather"), (dict(gather="gpu", device="cpu"), "gather")):
+        with pytest.raises(ValueError, match=f"PipelineConfig.{field}"):
+            run_pipeline(PipelineConfig(**bad), small)

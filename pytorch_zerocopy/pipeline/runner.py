@@ -211,6 +211,33 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def validate_config(cfg: PipelineConfig) -> None:
+    """Raises ``ValueError`` naming the first field of ``cfg`` that cannot work."""
+    from .gather import GATHERS
+
+    checks = [
+        ("device", cfg.device.split(":")[0] in ("cpu", "cuda"), "'cpu' or 'cuda[:N]'"),
+        ("gather", cfg.gather in GATHERS, f"one of {GATHERS}"),
+        ("num_slots", cfg.num_slots >= 2, ">= 2 (the producer fills one slot while the consumer reads another)"),
+        ("num_samplers", cfg.num_samplers >= 1, ">= 1"),
+        ("batch_size", cfg.batch_size >= 1, ">= 1"),
+        ("epochs", cfg.epochs >= 1, ">= 1"),
+        ("fanouts", len(cfg.fanouts) >= 1 and all(f == -1 or f > 0 for f in cfg.fanouts),
+         "one positive fan-out (or -1) per layer"),
+        ("producer_share", 0 < cfg.producer_share < 100, "in (0, 100)"),
+        ("producer_sms", cfg.producer_sms >= 1, ">= 1"),
+        ("max_batches", cfg.max_batches is None or cfg.max_batches >= 1, "None or >= 1"),
+        ("replay", cfg.replay is None or cfg.replay >= 1, "None or >= 1"),
+    ]
+    for name, ok, want in checks:
+        if not ok:
+            raise ValueError(f"PipelineConfig.{name} must be {want}, got {getattr(cfg, name)!r}")
+    if cfg.gather in ("dma", "naive", "gpu") and cfg.device == "cpu":
+        raise ValueError(f"PipelineConfig.gather={cfg.gather!r} needs device='cuda'")
+    if cfg.partition in ("mps", "green") and cfg.device == "cpu":
+        raise ValueError(f"PipelineConfig.partition={cfg.partition!r} partitions a GPU: it needs device='cuda'")
+
+
 def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Callable[[tuple], None]] = None,
                  on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[dict]:
     """Runs sampler(s), producer (when ``cfg.producer_process``) and consumer to completion.
@@ -218,6 +245,7 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
     Returns the consumer's per-epoch statistics. ``on_message`` sees every progress message
     (``("step", ...)``, ``("epoch", stats)``, ``("partition", info)``) as it arrives.
     """
+    validate_config(cfg)
     if cfg.partition == "mps" and not cfg.producer_process:
         raise ValueError("partition='mps' needs the producer in its own process (producer_process=True)")
     if cfg.partition == "green" and cfg.producer_process:
