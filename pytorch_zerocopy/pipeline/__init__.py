@@ -2,7 +2,8 @@
 
 :func:`run_pipeline` runs it; :class:`PipelineConfig` describes a run; roles, ring protocol
 and failure handling are documented in :mod:`.roles` and :mod:`.runner`; GPU partitioning
-(MPS, green contexts) in :mod:`.partition`.
+(MPS, green contexts) in :mod:`.partition` and :mod:`.green`; the CPU neighbour-sampling
+adapter in :mod:`.sampler` (``sample_blocks``, replaceable by the library's sampling op).
 """
 
 from .messages import PipelineConfig
