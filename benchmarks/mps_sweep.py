@@ -186,8 +186,10 @@ def main() -> int:
                 else:
                     eps = train(ds, mode="zerocopy", partition="mps", producer_share=share, **kw)
                 last = eps[-1]
-                row = {"share": share, "ms_per_minibatch": last["train_seconds"] / last["train_batches"] * 1e3,
-                       "feature_gbs": last["feature_bytes"] / last["train_seconds"] / 1e9}
+                secs, n, nbytes = ((last["steady_seconds"], last["steady_batches"], last["steady_bytes"])
+                                   if last["steady_batches"] >= 1 else
+                                   (last["train_seconds"], last["train_batches"], last["feature_bytes"]))
+                row = {"share": share, "ms_per_minibatch": secs / n * 1e3, "feature_gbs": nbytes / secs / 1e9}
             except Exception as e:  # noqa: BLE001
                 row = {"share": share, "error": str(e).splitlines()[-1][:300]}
             print(f"pipeline, share {share if share is not None else 'none (no MPS)'}: {row}", flush=True)

@@ -86,8 +86,12 @@ def minibatch_seed(seed: int, epoch: int, kind: str, index: int) -> int:
     return ((seed * 1_000_003 + epoch) * 2 + (kind == "val")) * 10_000_019 + index
 
 
-def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, consumed) -> None:
+def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, consumed, barrier=None) -> None:
     """Samples this worker's share (every ``num_samplers``-th minibatch) of every epoch.
+
+    With several workers, ``barrier`` (a ``Barrier`` of ``num_samplers`` parties) holds each
+    worker at the end of every phase (an epoch's training or validation minibatches) until all
+    have finished it, so phases reach the trainer in order and per-epoch timings mean something.
 
     Tensors put on a queue are fetched from the sending process when received, so the sampler
     stays alive until the consumer sets ``consumed`` (an ``Event``) at the end of the run.
@@ -118,6 +122,8 @@ def sampler_main(cfg: PipelineConfig, ds: NodeDataset, worker: int, batch_q, con
                         pool.append(batch)
                 batch_q.put(batch)
             batch_q.put(EpochMark(epoch, kind))
+            if barrier is not None:
+                barrier.wait()
     batch_q.put(None)
     consumed.wait()
 
@@ -390,6 +396,12 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
                 st["train_seconds"] = now - (train_clock if train_clock is not None else now)
                 train_clock = now
                 st["loss"] = float(st["loss_sum"]) / max(1, st["train_batches"])
+                if st["train_batches"] >= 2:
+                    st["steady_seconds"] = now - st["steady_t0"]
+                    st["steady_batches"] = st["train_batches"] - 1
+                    st["steady_bytes"] += st["feature_bytes"]
+                else:
+                    st["steady_bytes"] = 0
             else:
                 st["val_acc"] = float(st["correct"]) / max(1, st["val_nodes"])
                 sync()
@@ -398,8 +410,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             while (next_report, "train") in complete and (next_report, "val") in complete:
                 done = stats.pop(next_report)
                 done["epoch"] = next_report
-                done.pop("loss_sum")
-                done.pop("correct")
+                for key in ("loss_sum", "correct", "steady_t0"):
+                    done.pop(key, None)
                 report(("epoch", done))
                 next_report += 1
             continue
@@ -423,6 +435,12 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             st["loss_sum"] = st["loss_sum"] + loss.detach()
             st["train_batches"] += 1
             st["feature_bytes"] += item.rows * row_bytes
+            if st["train_batches"] == 1:
+                # Steady-state clock: from the end of the epoch's first minibatch, which carries
+                # the pipeline's fill (or its head start), to the end of the last.
+                sync()
+                st["steady_t0"] = time.perf_counter()
+                st["steady_bytes"] = -item.rows * row_bytes
         else:
             model.eval()
             with torch.no_grad():
@@ -438,4 +456,5 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
 
 def _new_stats() -> dict:
     return {"train_seconds": 0.0, "train_batches": 0, "feature_bytes": 0, "loss_sum": 0.0,
-            "loss": float("nan"), "correct": 0, "val_nodes": 0, "val_acc": float("nan")}
+            "loss": float("nan"), "correct": 0, "val_nodes": 0, "val_acc": float("nan"),
+            "steady_seconds": float("nan"), "steady_batches": 0, "steady_bytes": 0}

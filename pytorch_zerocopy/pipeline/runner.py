@@ -281,8 +281,9 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
                 consumer_env = daemon.client_env(100.0 - cfg.producer_share)
                 dispatch(("partition", {"kind": "mps", "producer_share": cfg.producer_share,
                                         "consumer_share": 100.0 - cfg.producer_share}))
+            barrier = ctx.Barrier(cfg.num_samplers) if cfg.num_samplers > 1 else None
             for w in range(cfg.num_samplers):
-                sup.start("sampler", roles.sampler_main, (cfg, ds, w, batch_q, queues["consumed"]))
+                sup.start("sampler", roles.sampler_main, (cfg, ds, w, batch_q, queues["consumed"], barrier))
             if cfg.producer_process:
                 sup.start("producer", roles.producer_main,
                           (cfg, ds, batch_q, queues["ready"], queues["free"]), producer_env)
