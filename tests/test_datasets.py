@@ -136,12 +136,13 @@ def test_load_ogb_csv_layout(tmp_path):
     assert _neighbour_sets(ds.indptr, ds.indices) == _expected_neighbours(n, edges, reverse=True)
 
 
-def test_load_ogb_binary_layout(tmp_path):
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed], ids=["stored", "compressed"])
+def test_load_ogb_binary_layout(tmp_path, save):
     rng = np.random.default_rng(8)
     n, edges, feats, labels, tr, va, te = _tiny_graph(rng)
     root = tmp_path / "ogbn_papers100M"
     (root / "raw").mkdir(parents=True)
-    np.savez(root / "raw" / "data.npz", edge_index=edges.T.copy(), node_feat=feats.astype(np.float16),
+    save(root / "raw" / "data.npz", edge_index=edges.T.copy(), node_feat=feats.astype(np.float16),
              num_nodes_list=np.array([n]), num_edges_list=np.array([len(edges)]))
     lab = labels.astype(np.float64).reshape(-1, 1)
     lab[3] = np.nan  # unlabelled node

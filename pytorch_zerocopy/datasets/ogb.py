@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 from typing import Optional, Union
 
 import numpy as np
@@ -59,13 +60,54 @@ def _read_split(root: str, scheme: Optional[str]) -> dict:
     return out
 
 
+def _torch_feature_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.float16 if np.dtype(dtype) == np.float16 else torch.float32
+
+
+def _npz_member_to_shared(npz_path: str, key: str, chunk_bytes: int = 256 << 20) -> torch.Tensor:
+    """Streams array ``key`` of an ``.npz`` (compressed or not) into a shared-memory tensor.
+
+    ``np.load`` would decompress the whole member into private memory first (papers100M's
+    features are 57 GB); here at most ``chunk_bytes`` are in flight.
+    """
+    with zipfile.ZipFile(npz_path) as archive:
+        name = key + ".npy"
+        if name not in archive.namelist():
+            raise KeyError(f"load_ogb: {npz_path} has no array {key!r}")
+        with archive.open(name) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            if fortran and len(shape) > 1:
+                raise ValueError(f"load_ogb: {key} in {npz_path} is stored in Fortran order")
+            if len(shape) != 2:
+                raise ValueError(f"load_ogb: {key} must be 2-D, got shape {shape}")
+            out = shared_host_tensor(shape, _torch_feature_dtype(dtype))
+            row_bytes = shape[1] * dtype.itemsize
+            rows = max(1, chunk_bytes // max(1, row_bytes))
+            for a in range(0, shape[0], rows):
+                b = min(shape[0], a + rows)
+                buf = bytearray((b - a) * row_bytes)
+                view = memoryview(buf)
+                got = 0
+                while got < len(buf):
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise ValueError(f"load_ogb: {key} in {npz_path} is truncated")
+                    got += n
+                chunk = np.frombuffer(buf, dtype=dtype).reshape(b - a, shape[1])
+                out[a:b].copy_(torch.from_numpy(chunk).to(out.dtype))
+    return out
+
+
 def _shared_features(array: np.ndarray) -> torch.Tensor:
     array = np.asarray(array)
-    dtype = {np.dtype(np.float16): torch.float16, np.dtype(np.float64): torch.float32}.get(array.dtype, torch.float32)
-    out = shared_host_tensor(array.shape, dtype)
+    out = shared_host_tensor(array.shape, _torch_feature_dtype(array.dtype))
     step = max(1, (256 << 20) // max(1, array[0].nbytes if len(array) else 1))
     for a in range(0, array.shape[0], step):
-        out[a:a + step].copy_(torch.from_numpy(np.ascontiguousarray(array[a:a + step])).to(dtype))
+        out[a:a + step].copy_(torch.from_numpy(np.ascontiguousarray(array[a:a + step])).to(out.dtype))
     return out
 
 
@@ -81,10 +123,11 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
         add_reverse = "papers100m" not in name.lower().replace("_", "")
 
     if os.path.exists(os.path.join(raw, "data.npz")):
-        data = np.load(os.path.join(raw, "data.npz"), mmap_mode="r")
+        npz = os.path.join(raw, "data.npz")
+        data = np.load(npz)  # lazy: members are read when indexed
         edge_index = np.asarray(data["edge_index"], dtype=np.int64)
         num_nodes = int(np.asarray(data["num_nodes_list"]).sum()) if "num_nodes_list" in data else None
-        features = _shared_features(data["node_feat"])
+        features = _npz_member_to_shared(npz, "node_feat")
         label_path = os.path.join(raw, "node-label.npz")
         if not os.path.exists(label_path):
             raise FileNotFoundError(f"load_ogb: missing {label_path}")
