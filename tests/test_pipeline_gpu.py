@@ -58,6 +58,54 @@ def test_missing_mps_binary_is_a_clear_error():
         MpsDaemon(binary="nvidia-cuda-mps-control-that-does-not-exist")
 
 
+FAKE_MPS_CONTROL = """#!/bin/bash
+# Stands in for nvidia-cuda-mps-control: '-d' starts a long-lived process that inherits our
+# stdout (as a careless daemon would) and records its pid; commands come on stdin.
+pidfile="$CUDA_MPS_PIPE_DIRECTORY/fake.pid"
+if [ "$1" = "-d" ]; then
+  [ -n "$FAKE_MPS_FAIL" ] && { echo "cannot start: $FAKE_MPS_FAIL"; exit 1; }
+  sleep 300 &
+  echo $! > "$pidfile"
+  exit 0
+fi
+read -r cmd
+[ -f "$pidfile" ] || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+case "$cmd" in
+  get_server_list) exit 0 ;;
+  quit) kill "$(cat "$pidfile")"; rm -f "$pidfile"; exit 0 ;;
+esac
+exit 1
+"""
+
+
+def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
+    """Start waits for the control pipe to answer, does not hang on a daemon holding our
+    output, and stop ends what start began and removes the private directories."""
+    import psutil
+
+    fake = tmp_path / "fake-mps-control"
+    fake.write_text(FAKE_MPS_CONTROL)
+    fake.chmod(0o755)
+    daemon = MpsDaemon(binary=str(fake)).start()
+    root = daemon.root
+    pidfile = os.path.join(daemon.env["CUDA_MPS_PIPE_DIRECTORY"], "fake.pid")
+    pid = int(open(pidfile).read())
+    assert psutil.pid_exists(pid)
+    env = daemon.client_env(12.5)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "12.5" and env["CUDA_MPS_PIPE_DIRECTORY"].startswith(root)
+    with pytest.raises(ValueError, match="share"):
+        daemon.client_env(0)
+    daemon.stop()
+    daemon.stop()  # idempotent
+    psutil.wait_procs([psutil.Process(pid)] if psutil.pid_exists(pid) else [], timeout=5)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(root)
+
+    monkeypatch.setenv("FAKE_MPS_FAIL", "no GPU here")
+    with pytest.raises(MpsError, match="no GPU here"):
+        MpsDaemon(binary=str(fake)).start()
+
+
 # --- GPU ------------------------------------------------------------------------------------
 
 

@@ -108,11 +108,15 @@ class MpsDaemon:
         os.makedirs(self.env["CUDA_MPS_LOG_DIRECTORY"])
         atexit.register(self.stop)
         try:
-            started = subprocess.run([self.binary, "-d"], capture_output=True, text=True,
-                                     env={**os.environ, **self.env}, timeout=30)
+            # Output goes to a file, not a pipe: a daemon that kept an inherited pipe open
+            # would make waiting for this command's output wait for the daemon's exit.
+            start_log = os.path.join(self.root, "start.log")
+            with open(start_log, "w") as log:
+                started = subprocess.run([self.binary, "-d"], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env}, timeout=30)
             if started.returncode != 0:
-                raise MpsError(f"{self.binary} -d failed ({started.returncode}): "
-                               f"{started.stderr.strip() or started.stdout.strip()}")
+                with open(start_log) as log:
+                    raise MpsError(f"{self.binary} -d failed ({started.returncode}): {log.read().strip()}")
             deadline = time.monotonic() + READY_TIMEOUT_SECONDS
             while True:
                 answer = self._control("get_server_list")
