@@ -81,6 +81,21 @@ def test_papers_like_generator():
     assert torch.equal(a.features, again.features) and torch.equal(a.indices, again.indices)
 
 
+def test_bucketed_csr_build_matches_the_direct_one():
+    from pytorch_zerocopy.datasets.synthetic import _csr_from_edges
+
+    g = torch.Generator().manual_seed(4)
+    n = 500
+    key = torch.randperm(n * n, generator=g)[:6000]  # distinct edges, some self loops
+    src, dst = key % n, key // n
+    assert bool((src == dst).any())
+    direct = _csr_from_edges(src, dst, n)
+    for chunk in (1, 7, 999):
+        bucketed = _csr_from_edges(src, dst, n, chunk_edges=chunk)
+        assert torch.equal(bucketed[0], direct[0]) and torch.equal(bucketed[1], direct[1]), chunk
+        assert bucketed[1].is_shared()
+
+
 def test_load_dataset_specs_and_errors():
     ds = load_dataset("papers-like:3k:4", feature_dim=8)
     assert ds.num_nodes == 3000 and ds.feature_dim == 8

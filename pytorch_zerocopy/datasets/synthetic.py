@@ -23,13 +23,41 @@ def _splits(num_nodes: int, train: float, val: float, test: float, gen: torch.Ge
             perm[n_train + n_val:n_train + n_val + n_test].sort().values)
 
 
-def _csr_from_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int):
-    """CSR of in-neighbours without duplicate edges or self loops, sorted by (dst, src)."""
-    keep = src != dst
-    key = torch.unique(dst[keep] * num_nodes + src[keep])  # sorted
+def _csr_from_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edges: int = 1 << 27):
+    """CSR of in-neighbours without self loops, each row sorted by source id.
+
+    Up to ``chunk_edges`` edges, duplicate edges are removed as well. Larger edge lists (OGB's
+    big graphs, which hold no duplicates) are bucketed by destination in node ranges of about
+    ``chunk_edges`` edges each and written straight into a shared-memory index array, so peak
+    memory is the edge list plus one bucket rather than several copies of the edge list.
+    """
+    if src.numel() <= chunk_edges:
+        keep = src != dst
+        key = torch.unique(dst[keep] * num_nodes + src[keep])  # sorted
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(key // num_nodes, minlength=num_nodes), 0, out=indptr[1:])
+        return indptr, key % num_nodes
+
+    loops = src == dst
+    deg = torch.bincount(dst, minlength=num_nodes)
+    deg -= torch.bincount(dst[loops], minlength=num_nodes)
+    del loops
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(key // num_nodes, minlength=num_nodes), 0, out=indptr[1:])
-    return indptr, key % num_nodes
+    torch.cumsum(deg, 0, out=indptr[1:])
+    del deg
+    indices = shared_host_tensor((int(indptr[-1]),), torch.int64)
+    a = 0
+    while a < num_nodes:
+        # The node range [a, b) holds about chunk_edges edges (at least one node).
+        b = int(torch.searchsorted(indptr, indptr[a] + chunk_edges, right=True)) - 1
+        b = min(num_nodes, max(a + 1, b))
+        sel = ((dst >= a) & (dst < b) & (src != dst)).nonzero().squeeze(1)
+        key = (dst[sel] - a) * num_nodes + src[sel]
+        del sel
+        key = key.sort().values
+        indices[int(indptr[a]):int(indptr[b])] = key % num_nodes
+        a = b
+    return indptr, indices
 
 
 def community_graph(
