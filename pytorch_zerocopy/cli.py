@@ -1,6 +1,7 @@
 """The ``zerocopy`` command.
 
-    zerocopy demo     map a feature table for the GPU and gather rows from it (the default job)
+    zerocopy train    train GraphSAGE through the zero-copy pipeline (embedded dataset by default)
+    zerocopy demo     map a feature table for the GPU and gather rows from it
     zerocopy doctor   check this machine for zero-copy use; every line says OK or what to do
 """
 
@@ -17,6 +18,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(rows=args.rows, dim=args.dim, batch=args.batch, iters=args.iters)
 
 
+def _train(args: argparse.Namespace) -> int:
+    from .train import run_from_args
+
+    return run_from_args(args)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import run_doctor
 
@@ -27,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zerocopy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train GraphSAGE through the zero-copy pipeline")
+    from .train import add_arguments
+
+    add_arguments(train)
+    train.set_defaults(run=_train)
 
     demo = sub.add_parser("demo", help="gather rows of a host-resident feature table on the GPU")
     demo.add_argument("--rows", type=int, default=200_000, help="rows in the table")

@@ -1,0 +1,215 @@
+"""Shared pieces of the pipeline benchmarks: machine facts, ceilings, child runs, reports.
+
+Every GPU measurement runs in a spawned child process, so the benchmark's own process never
+holds a CUDA context (an MPS partition then owns the GPU, and each measurement starts clean).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.multiprocessing as mp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+def _child_entry(conn, fn, args, env):
+    os.environ.update(env or {})
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException:  # noqa: BLE001
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def run_children(jobs: List[Tuple[Callable, tuple, Optional[Dict[str, str]]]], timeout: float = 600) -> List[Any]:
+    """Runs each ``(fn, args, env)`` in its own spawned process, all at once; returns their
+    results in order, or raises with the first failure's traceback."""
+    ctx = mp.get_context("spawn")
+    running = []
+    try:
+        for fn, args, env in jobs:
+            recv, send = ctx.Pipe(duplex=False)
+            saved = {k: os.environ.get(k) for k in (env or {})}
+            os.environ.update(env or {})
+            try:
+                proc = ctx.Process(target=_child_entry, args=(send, fn, args, env), daemon=True)
+                proc.start()
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            send.close()
+            running.append((fn, proc, recv))
+        results = []
+        deadline = time.monotonic() + timeout
+        for fn, proc, recv in running:
+            name = getattr(fn, "__name__", str(fn))
+            try:
+                if not recv.poll(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"{name} did not finish within {timeout} s")
+                status, value = recv.recv()
+            except EOFError:
+                status, value = "error", f"the process died (exit code {proc.exitcode})"
+            if status != "ok":
+                raise RuntimeError(f"{name} failed in a child process:\n{value}")
+            results.append(value)
+        return results
+    finally:
+        for _, proc, recv in running:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            recv.close()
+
+
+def run_in_child(fn: Callable, *args, env: Optional[Dict[str, str]] = None, timeout: float = 600) -> Any:
+    """``fn(*args)`` in a spawned process with ``env`` added; returns its result or raises."""
+    return run_children([(fn, args, env)], timeout)[0]
+
+
+def machine_info() -> Dict[str, Any]:
+    """Device name, driver, torch version and date (GPU queried in a child)."""
+    info: Dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                            "torch": torch.__version__, "python": platform.python_version(),
+                            "host": platform.node(), "cpu_count": os.cpu_count()}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            name, driver, mem = [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
+            info.update(device=name, driver=driver, gpu_memory=mem)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    info.setdefault("device", "cpu (no GPU)")
+    info.setdefault("driver", None)
+    return info
+
+
+def _pinned_memcpy_gbs(nbytes: int = 1 << 30, reps: int = 10) -> float:
+    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    src.fill_(1)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    for _ in range(2):
+        dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src, non_blocking=True)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    times.sort()
+    return nbytes / times[len(times) // 2] / 1e9
+
+
+def _dma_gather_gbs(features: torch.Tensor, rows: int, reps: int = 5) -> float:
+    """CPU index_select (all threads) of random rows into a pinned buffer, then H2D copy."""
+    torch.set_num_threads(os.cpu_count() or 1)
+    idx = torch.randint(0, features.shape[0], (rows,))
+    pinned = torch.empty(rows, features.shape[1], dtype=features.dtype, pin_memory=True)
+    dst = torch.empty_like(pinned, device="cuda")
+    times = []
+    for i in range(reps + 1):
+        t = time.perf_counter()
+        torch.index_select(features, 0, idx, out=pinned)
+        dst.copy_(pinned, non_blocking=True)
+        torch.cuda.synchronize()
+        if i:
+            times.append(time.perf_counter() - t)
+    times.sort()
+    return pinned.numel() * pinned.element_size() / times[len(times) // 2] / 1e9
+
+
+def zerocopy_gather(table: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """The library's routed gather without a bounds check (where ``gather_rows`` exists)."""
+    import pytorch_zerocopy as zc
+
+    gather_rows = getattr(zc, "gather_rows", None)
+    return gather_rows(table, idx, check_bounds=False) if gather_rows is not None else table[idx]
+
+
+def _zerocopy_gather_gbs(features: torch.Tensor, rows: int, reps: int = 10) -> float:
+    import pytorch_zerocopy as zc
+
+    table = zc.to_unified(features)
+    idx = torch.randint(0, features.shape[0], (rows,), device="cuda")
+    out = zerocopy_gather(table, idx)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = zerocopy_gather(table, idx)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    times.sort()
+    return out.numel() * out.element_size() / times[len(times) // 2] / 1e9
+
+
+def measure_ceilings(features: Optional[torch.Tensor], rows: int) -> Dict[str, float]:
+    """Pinned-memcpy H2D ceiling, the DMA gather baseline and the zero-copy gather, in GB/s."""
+    out = {"pinned_memcpy_gbs": run_in_child(_pinned_memcpy_gbs)}
+    if features is not None:
+        out["dma_gather_gbs"] = run_in_child(_dma_gather_gbs, features, rows)
+        out["zerocopy_gather_gbs"] = run_in_child(_zerocopy_gather_gbs, features, rows)
+    return out
+
+
+def write_report(out_dir: str, name: str, result: Dict[str, Any], markdown: List[str],
+                 plot: Optional[Callable[[Any], None]] = None) -> None:
+    """``<name>.json``, ``<name>.md`` and, when matplotlib is present, ``<name>.png``."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=2, default=str)
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
+        f.write("\n".join(markdown) + "\n")
+    if plot is not None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib not installed: no plot written")
+            return
+        try:
+            plot(plt)
+            plt.tight_layout()
+            plt.savefig(os.path.join(out_dir, f"{name}.png"), dpi=120)
+        except Exception as e:  # noqa: BLE001 - the numbers are already written
+            print(f"plot failed ({e}); JSON and Markdown are written")
+        finally:
+            plt.close("all")
+    print(f"wrote {os.path.join(out_dir, name)}.{{json,md{',png' if plot else ''}}}")
+
+
+def header_lines(title: str, info: Dict[str, Any], ceilings: Dict[str, float]) -> List[str]:
+    lines = [f"# {title}", "",
+             f"{info['device']}, driver {info.get('driver')}, torch {info['torch']}, {info['date']}, "
+             f"{info['cpu_count']} CPU cores", ""]
+    if ceilings:
+        lines.append("| ceiling / baseline | GB/s |")
+        lines.append("|---|---|")
+        for k, v in ceilings.items():
+            lines.append(f"| {k} | {v:.1f} |")
+        lines.append("")
+    return lines

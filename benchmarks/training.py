@@ -1,0 +1,241 @@
+"""GraphSAGE epoch time per data path (the paper's Figure 11) and per feature width (Figure 12).
+
+    python benchmarks/training.py            # full: >= 32 GiB feature tables, ~6-8 minutes
+    python benchmarks/training.py --quick    # seconds-scale smoke test, small tables
+
+Figure 11: one papers100M-like graph whose feature table holds ``--table-gib`` GiB of host
+memory; every mode (cpu, dma, zerocopy-naive, zerocopy, gpu) trains ``--epochs`` epochs of
+``--max-batches`` minibatches; the last epoch is timed (the first warms up). Figure 12: the same
+table size at each ``--widths`` feature width, dma vs zerocopy (and gpu when it fits).
+
+To fit the time limit, epochs are cut to ``--max-batches`` minibatches and the sampler replays
+``--replay`` pre-sampled minibatches (CPU sampling is the same for every mode and is not what
+the figures compare); the cpu mode runs ``--cpu-batches`` minibatches and its time is scaled to
+``--max-batches``. The output says so. Results: JSON + Markdown (+ PNG) in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, write_report  # noqa: E402
+
+MODES = ("cpu", "dma", "zerocopy-naive", "zerocopy", "gpu")
+
+
+def _run_mode(ds, mode, args, max_batches, partition=None):
+    from pytorch_zerocopy.train import train
+
+    extra = {}
+    if mode == "zerocopy":
+        extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms}
+    start = time.perf_counter()
+    epochs = train(ds, mode=mode, partition=(partition or args.partition) if mode == "zerocopy" else "auto",
+                   fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
+                   epochs=args.epochs, max_batches=max_batches, quiet=True, num_samplers=args.samplers,
+                   replay=args.replay, val_batches=1, hidden=args.hidden, **extra)
+    wall = time.perf_counter() - start
+    last = epochs[-1]
+    label = mode if partition is None else f"{mode}[{partition}]"
+    # Epoch time at the steady-state rate: the first minibatch of an epoch carries the
+    # pipeline's fill in one mode and a head start in another, so it is left out of the rate.
+    if last["steady_batches"] >= 1:
+        per_mb = last["steady_seconds"] / last["steady_batches"]
+        gbs = last["steady_bytes"] / last["steady_seconds"] / 1e9
+    else:
+        per_mb = last["train_seconds"] / last["train_batches"]
+        gbs = last["feature_bytes"] / last["train_seconds"] / 1e9
+    return {"mode": label, "epoch_seconds": per_mb * last["train_batches"], "minibatches": last["train_batches"],
+            "measured_epoch_seconds": last["train_seconds"], "ms_per_minibatch": per_mb * 1e3,
+            "minibatches_per_s": 1.0 / per_mb, "feature_gbs": gbs,
+            "loss": last["loss"], "val_acc": last["val_acc"], "wall_seconds": wall,
+            "all_epochs": epochs}
+
+
+def _dataset(table_gib, width, args):
+    from pytorch_zerocopy.datasets import papers_like
+
+    nodes = max(10_000, int(table_gib * 2**30 // (width * 4)))
+    t = time.perf_counter()
+    ds = papers_like(nodes, avg_degree=args.degree, feature_dim=width, train_fraction=0.01)
+    gen_s = time.perf_counter() - t
+    print(f"  {ds.describe()} generated in {gen_s:.1f} s", flush=True)
+    return ds, gen_s
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=os.path.join("benchmarks", "results"))
+    p.add_argument("--table-gib", type=float, default=None, help="feature table size (default 32; quick 0.5)")
+    p.add_argument("--sweep-gib", type=float, default=None, help="table size of the width sweep (default 32; quick 0.5)")
+    p.add_argument("--widths", default=None, help="Figure 12 widths (default 128,512,1024,2048,4096)")
+    p.add_argument("--width", type=int, default=128, help="Figure 11 feature width")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--sweep-modes", default="dma,zerocopy,gpu")
+    p.add_argument("--epochs", type=int, default=2, help="epochs per run; the last is timed")
+    p.add_argument("--max-batches", type=int, default=None, help="minibatches per epoch (default 40; quick 6)")
+    p.add_argument("--cpu-batches", type=int, default=None, help="minibatches per epoch in cpu mode (default 8)")
+    p.add_argument("--replay", type=int, default=8, help="distinct pre-sampled minibatches (0: sample every one)")
+    p.add_argument("--samplers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--fanouts", default="15,10")
+    p.add_argument("--degree", type=int, default=15)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--partition", default="auto", help="zerocopy mode's partition: auto, mps, green, none")
+    p.add_argument("--extra-partitions", default="green,none",
+                   help="extra Figure 11 rows: zerocopy with these partitions (besides --partition)")
+    p.add_argument("--producer-share", type=float, default=10.0)
+    p.add_argument("--producer-sms", type=int, default=16)
+    p.add_argument("--gpus", type=int, default=1, help="GPUs (only 1 for now)")
+    args = p.parse_args()
+    if args.gpus != 1:
+        p.error("--gpus other than 1 is not supported yet")
+    import torch
+
+    gpu = torch.cuda.is_available()
+    if not gpu and not set(args.modes.split(",")) | set(args.sweep_modes.split(",")) <= {"cpu", "zerocopy", ""}:
+        print("no CUDA GPU: this benchmark compares GPU data paths; without one only --modes cpu,zerocopy "
+              "--sweep-modes zerocopy run (a smoke test of the CPU pipeline)", file=sys.stderr)
+        return 2
+    q = args.quick
+    table_gib = args.table_gib or (0.5 if q else 32.0)
+    sweep_gib = args.sweep_gib or (0.5 if q else 32.0)
+    widths = [int(w) for w in (args.widths or ("128,1024" if q else "128,512,1024,2048,4096")).split(",")]
+    max_batches = args.max_batches or (6 if q else 40)
+    cpu_batches = args.cpu_batches or (2 if q else 8)
+    args.replay = args.replay or None
+    modes = [m for m in args.modes.split(",") if m]
+    t_start = time.perf_counter()
+    info = machine_info()
+    notes = [f"epochs cut to {max_batches} minibatches (cpu mode: {cpu_batches}, time scaled to {max_batches})",
+             "epoch time = steady-state time per minibatch (first minibatch of the epoch excluded) x minibatches",
+             f"{args.epochs} epochs per run, the last timed; sampler replays {args.replay} pre-sampled minibatches"
+             if args.replay else f"{args.epochs} epochs per run, the last timed; every minibatch sampled"]
+    print("\n".join(notes))
+
+    print(f"Figure 11: table {table_gib:g} GiB, width {args.width}", flush=True)
+    ds, gen_s = _dataset(table_gib, args.width, args)
+    ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100) if gpu else {}
+    print(f"  ceilings: {ceilings}", flush=True)
+    fig11 = []
+    for mode in modes:
+        mb = cpu_batches if mode == "cpu" else max_batches
+        try:
+            r = _run_mode(ds, mode, args, mb)
+            if mode == "cpu":
+                r["epoch_seconds_measured"] = r["epoch_seconds"]
+                r["epoch_seconds"] = r["epoch_seconds"] * max_batches / max(1, r["minibatches"])
+                r["scaled_to_minibatches"] = max_batches
+        except Exception as e:  # noqa: BLE001 - report and go on with the other modes
+            r = {"mode": mode, "error": str(e).splitlines()[-1][:500]}
+        print(f"  {mode}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
+                               if "error" not in r else f"FAILED {r['error']}"), flush=True)
+        fig11.append(r)
+    for part in [p for p in args.extra_partitions.split(",") if p]:
+        try:
+            r = _run_mode(ds, "zerocopy", args, max_batches, partition=part)
+        except Exception as e:  # noqa: BLE001
+            r = {"mode": f"zerocopy[{part}]", "error": str(e).splitlines()[-1][:500]}
+        print(f"  {r['mode']}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
+                                    if "error" not in r else f"FAILED {r['error']}"), flush=True)
+        fig11.append(r)
+    table_bytes = ds.features.numel() * ds.features.element_size()
+    fig11_ds = ds.describe()
+    del ds
+    gc.collect()
+
+    fig12 = []
+    fig11_modes = {r["mode"]: r for r in fig11 if "error" not in r}
+    sweep_modes = [m for m in args.sweep_modes.split(",") if m]
+    for w in widths:
+        print(f"Figure 12: width {w}, table {sweep_gib:g} GiB", flush=True)
+        if w == args.width and sweep_gib == table_gib and all(m in fig11_modes for m in sweep_modes):
+            # The Figure 11 runs are this point of the sweep: reuse them.
+            fig12 += [dict(fig11_modes[m], width=w) for m in sweep_modes]
+            print("  (same as Figure 11: reused)", flush=True)
+            continue
+        ds, _ = _dataset(sweep_gib, w, args)
+        for mode in sweep_modes:
+            try:
+                r = _run_mode(ds, mode, args, max_batches)
+            except Exception as e:  # noqa: BLE001
+                r = {"mode": mode, "error": str(e).splitlines()[-1][:500]}
+            r["width"] = w
+            print(f"  {mode}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s"
+                                   if "error" not in r else f"FAILED {r['error']}"), flush=True)
+            fig12.append(r)
+        del ds
+        gc.collect()
+
+    by_mode = {r["mode"]: r for r in fig11 if "error" not in r}
+    bars = {}
+    if "zerocopy" in by_mode and "gpu" in by_mode:
+        bars["zerocopy_over_gpu_epoch_time"] = by_mode["zerocopy"]["epoch_seconds"] / by_mode["gpu"]["epoch_seconds"]
+        bars["zerocopy_within_10pct_of_gpu"] = bars["zerocopy_over_gpu_epoch_time"] <= 1.10
+    if "zerocopy" in by_mode and "dma" in by_mode:
+        bars["zerocopy_speedup_over_dma"] = by_mode["dma"]["epoch_seconds"] / by_mode["zerocopy"]["epoch_seconds"]
+        bars["zerocopy_at_least_1.3x_dma"] = bars["zerocopy_speedup_over_dma"] >= 1.3
+    for w in widths:
+        rows = {r["mode"]: r for r in fig12 if r["width"] == w and "error" not in r}
+        if "dma" in rows and "zerocopy" in rows:
+            bars[f"width_{w}_zerocopy_speedup_over_dma"] = rows["dma"]["epoch_seconds"] / rows["zerocopy"]["epoch_seconds"]
+    result = {"machine": info, "notes": notes, "ceilings": ceilings, "figure11": {
+        "dataset": fig11_ds, "table_bytes": table_bytes, "generation_seconds": gen_s, "runs": fig11},
+        "figure12": {"table_gib": sweep_gib, "runs": fig12}, "bars": bars,
+        "config": vars(args), "wall_seconds": time.perf_counter() - t_start}
+
+    md = header_lines("GraphSAGE training: epoch time per data path (Figure 11) and width (Figure 12)", info, ceilings)
+    md += ["Notes: " + "; ".join(notes) + ".", "", f"Figure 11 dataset: {fig11_ds}", "",
+           "| mode | epoch s | minibatches/s | feature GB/s | x pinned memcpy | vs dma | vs gpu | val acc |",
+           "|---|---|---|---|---|---|---|---|"]
+    ceiling = ceilings.get("pinned_memcpy_gbs", float("nan"))
+    for r in fig11:
+        if "error" in r:
+            md.append(f"| {r['mode']} | failed: {r['error']} | | | | | | |")
+            continue
+        vs_dma = (f"{by_mode['dma']['epoch_seconds'] / r['epoch_seconds']:.2f}x faster" if "dma" in by_mode else "-")
+        vs_gpu = (f"{r['epoch_seconds'] / by_mode['gpu']['epoch_seconds']:.2f}x time" if "gpu" in by_mode else "-")
+        md.append(f"| {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | {r['feature_gbs']:.1f} | "
+                  f"{r['feature_gbs'] / ceiling:.2f} | {vs_dma} | {vs_gpu} | {r['val_acc']:.3f} |")
+    md += ["", "Figure 12 (table %g GiB per width):" % sweep_gib, "",
+           "| width | mode | epoch s | feature GB/s | speedup over dma |", "|---|---|---|---|---|"]
+    for r in fig12:
+        if "error" in r:
+            md.append(f"| {r['width']} | {r['mode']} | failed: {r['error']} | | |")
+            continue
+        dma = next((x for x in fig12 if x["width"] == r["width"] and x["mode"] == "dma" and "error" not in x), None)
+        sp = dma["epoch_seconds"] / r["epoch_seconds"] if dma else float("nan")
+        md.append(f"| {r['width']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['feature_gbs']:.1f} | {sp:.2f} |")
+    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
+           f"Wall time {result['wall_seconds']:.0f} s."]
+
+    def plot(plt):
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        ok = [r for r in fig11 if "error" not in r]
+        axes[0].bar([r["mode"] for r in ok], [r["epoch_seconds"] for r in ok], color="tab:blue")
+        axes[0].set_ylabel("epoch time (s)")
+        axes[0].set_title(f"Figure 11: {table_bytes / 2**30:.3g} GiB table, width {args.width}")
+        for mode in sweep_modes:
+            pts = [(r["width"], r["epoch_seconds"]) for r in fig12 if r["mode"] == mode and "error" not in r]
+            if pts:
+                axes[1].plot(*zip(*pts), marker="o", label=mode)
+        axes[1].set_xscale("log", base=2)
+        axes[1].set_xlabel("feature width")
+        axes[1].set_ylabel("epoch time (s)")
+        axes[1].set_title(f"Figure 12: {sweep_gib:g} GiB tables")
+        axes[1].legend()
+
+    write_report(args.out, "training_quick" if q else "training", result, md, plot)
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Loads OGB node-property datasets from a local directory, in OGB's own file layout.
+
+Two layouts are read (those of the archives OGB distributes, unzipped):
+
+* CSV (e.g. ``ogbn-products``): ``raw/edge.csv.gz`` (one ``src,dst`` pair per line),
+  ``raw/node-feat.csv.gz`` (one row of floats per node), ``raw/node-label.csv.gz`` (one label
+  per line), optionally ``raw/num-node-list.csv.gz``.
+* binary (e.g. ``ogbn-papers100M``): ``raw/data.npz`` with ``edge_index`` (2 x E),
+  ``node_feat`` (N x D) and ``num_nodes_list``; ``raw/node-label.npz`` with ``node_label``
+  (N x 1, float, NaN for unlabelled nodes; those get label -1 and appear in no split).
+
+Splits: ``split/<scheme>/{train,valid,test}.csv.gz`` (or ``.csv``; one node id per line); the scheme is the
+only sub-directory of ``split/`` or is given. Undirected datasets (``ogbn-products``) store each
+edge once; ``add_reverse`` (default: True except for papers100M, which is directed) adds the
+reverse edges, as OGB's ``add_inverse_edge`` does. Features are copied into shared memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from .base import NodeDataset, shared_host_tensor
+from .synthetic import _csr_from_edges
+
+PathLike = Union[str, os.PathLike]
+
+
+def _read_csv(path: str, dtype) -> np.ndarray:
+    try:
+        import pandas as pd  # much faster on large files when present
+
+        return pd.read_csv(path, header=None, compression="gzip" if path.endswith(".gz") else None).values.astype(dtype)
+    except ImportError:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+            return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+
+
+def _read_split(root: str, scheme: Optional[str]) -> dict:
+    split_dir = os.path.join(root, "split")
+    if scheme is None:
+        schemes = sorted(os.listdir(split_dir)) if os.path.isdir(split_dir) else []
+        if len(schemes) != 1:
+            raise FileNotFoundError(
+                f"load_ogb: expected one split scheme under {split_dir}, found {schemes}; pass split=")
+        scheme = schemes[0]
+    out = {}
+    for part in ("train", "valid", "test"):
+        path = os.path.join(split_dir, scheme, f"{part}.csv.gz")
+        if not os.path.exists(path) and os.path.exists(path[:-3]):
+            path = path[:-3]  # OGB's format description also allows plain .csv
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"load_ogb: missing split file {path}")
+        out[part] = torch.from_numpy(_read_csv(path, np.int64).reshape(-1))
+    return out
+
+
+def _torch_feature_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.float16 if np.dtype(dtype) == np.float16 else torch.float32
+
+
+def _npz_member_to_shared(npz_path: str, key: str, chunk_bytes: int = 256 << 20) -> torch.Tensor:
+    """Streams array ``key`` of an ``.npz`` (compressed or not) into a shared-memory tensor.
+
+    ``np.load`` would decompress the whole member into private memory first (papers100M's
+    features are 57 GB); here at most ``chunk_bytes`` are in flight.
+    """
+    with zipfile.ZipFile(npz_path) as archive:
+        name = key + ".npy"
+        if name not in archive.namelist():
+            raise KeyError(f"load_ogb: {npz_path} has no array {key!r}")
+        with archive.open(name) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            if fortran and len(shape) > 1:
+                raise ValueError(f"load_ogb: {key} in {npz_path} is stored in Fortran order")
+            if len(shape) != 2:
+                raise ValueError(f"load_ogb: {key} must be 2-D, got shape {shape}")
+            out = shared_host_tensor(shape, _torch_feature_dtype(dtype))
+            row_bytes = shape[1] * dtype.itemsize
+            rows = max(1, chunk_bytes // max(1, row_bytes))
+            for a in range(0, shape[0], rows):
+                b = min(shape[0], a + rows)
+                buf = bytearray((b - a) * row_bytes)
+                view = memoryview(buf)
+                got = 0
+                while got < len(buf):
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise ValueError(f"load_ogb: {key} in {npz_path} is truncated")
+                    got += n
+                chunk = np.frombuffer(buf, dtype=dtype).reshape(b - a, shape[1])
+                out[a:b].copy_(torch.from_numpy(chunk).to(out.dtype))
+    return out
+
+
+def _shared_features(array: np.ndarray) -> torch.Tensor:
+    array = np.asarray(array)
+    out = shared_host_tensor(array.shape, _torch_feature_dtype(array.dtype))
+    step = max(1, (256 << 20) // max(1, array[0].nbytes if len(array) else 1))
+    for a in range(0, array.shape[0], step):
+        out[a:a + step].copy_(torch.from_numpy(np.ascontiguousarray(array[a:a + step])).to(out.dtype))
+    return out
+
+
+def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = None,
+             add_reverse: Optional[bool] = None) -> NodeDataset:
+    """Reads an OGB node-property dataset from ``root`` (the directory holding ``raw/``)."""
+    root = os.fspath(root)
+    raw = os.path.join(root, "raw")
+    if not os.path.isdir(raw):
+        raise FileNotFoundError(f"load_ogb: {root} has no raw/ directory (expected OGB's layout)")
+    name = name or os.path.basename(os.path.normpath(root))
+    if add_reverse is None:
+        add_reverse = "papers100m" not in name.lower().replace("_", "")
+
+    if os.path.exists(os.path.join(raw, "data.npz")):
+        npz = os.path.join(raw, "data.npz")
+        data = np.load(npz)  # lazy: members are read when indexed
+        edge_index = np.asarray(data["edge_index"], dtype=np.int64)
+        num_nodes = int(np.asarray(data["num_nodes_list"]).sum()) if "num_nodes_list" in data else None
+        features = _npz_member_to_shared(npz, "node_feat")
+        label_path = os.path.join(raw, "node-label.npz")
+        if not os.path.exists(label_path):
+            raise FileNotFoundError(f"load_ogb: missing {label_path}")
+        labels_np = np.asarray(np.load(label_path)["node_label"], dtype=np.float64).reshape(-1)
+        labels = torch.from_numpy(np.where(np.isnan(labels_np), -1, labels_np).astype(np.int64))
+    else:
+        edge_path = os.path.join(raw, "edge.csv.gz")
+        if not os.path.exists(edge_path):
+            raise FileNotFoundError(f"load_ogb: neither raw/data.npz nor raw/edge.csv.gz in {root}")
+        edge_index = _read_csv(edge_path, np.int64).T
+        features = _shared_features(_read_csv(os.path.join(raw, "node-feat.csv.gz"), np.float32))
+        labels = torch.from_numpy(_read_csv(os.path.join(raw, "node-label.csv.gz"), np.float64).reshape(-1))
+        labels = torch.nan_to_num(labels, nan=-1).long()
+        count_path = os.path.join(raw, "num-node-list.csv.gz")
+        num_nodes = int(_read_csv(count_path, np.int64).sum()) if os.path.exists(count_path) else None
+
+    num_nodes = num_nodes if num_nodes is not None else features.shape[0]
+    if features.shape[0] != num_nodes or labels.numel() != num_nodes:
+        raise ValueError(f"load_ogb: {num_nodes} nodes but {features.shape[0]} feature rows and "
+                         f"{labels.numel()} labels")
+    edges = torch.from_numpy(np.ascontiguousarray(edge_index))
+    if edges.dim() != 2 or edges.shape[0] != 2:
+        raise ValueError(f"load_ogb: edge_index must be 2 x E, got {tuple(edges.shape)}")
+    src, dst = edges[0], edges[1]
+    if add_reverse:
+        src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+    # Messages flow along edges: a node's in-neighbours are the sources of edges into it.
+    indptr, indices = _csr_from_edges(src, dst, num_nodes)
+
+    parts = _read_split(root, split)
+    num_classes = int(labels.max()) + 1
+    return NodeDataset(name, indptr, indices, features, labels, parts["train"], parts["valid"],
+                       parts["test"], num_classes).share_memory_()

@@ -1,0 +1,96 @@
+"""How feature rows of a minibatch's input nodes reach the trainer, per mode."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+import pytorch_zerocopy
+
+from ..unified import gpu_backed, to_unified
+
+GATHERS = ("zerocopy", "naive", "dma", "gpu", "cpu")
+
+
+def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (a CPU tensor, typically in pageable shared memory) on ``device`` without making
+    the host wait for the GPU: staged through torch's pinned-memory cache, whose blocks are
+    reused only after the copy has run, then copied asynchronously."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+class FeatureGather:
+    """Gathers rows of the shared host table ``features`` for ``device``.
+
+    ``zerocopy``: the routed zero-copy gather, ``table[idx]`` on the unified table.
+    ``naive``: ``index_select`` on the table's plain CUDA alias (no reordering).
+    ``gpu``: ``index_select`` on a copy of the table in GPU memory.
+    ``dma`` / ``cpu``: ``index_select`` on the host table, on the CPU, with this process's
+    torch threads (the DMA path copies the result to the GPU afterwards).
+    The object keeps the mapping (or the GPU copy) alive for its own lifetime.
+    """
+
+    def __init__(self, features: torch.Tensor, mode: str, device: torch.device):
+        if mode not in GATHERS:
+            raise ValueError(f"gather mode must be one of {GATHERS}, got {mode!r}")
+        if features.device.type != "cpu":
+            raise ValueError(f"features must be the host table, got a tensor on {features.device}")
+        self.mode = mode
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.host = features
+        if mode in ("naive", "gpu") and self.device.type != "cuda":
+            raise RuntimeError(f"the {mode!r} gather needs a CUDA device, got {self.device}")
+        if mode == "zerocopy":
+            self.table = to_unified(features)
+        elif mode == "naive":
+            from .. import unified
+
+            self._unified = to_unified(features)
+            if not gpu_backed():
+                raise RuntimeError("the 'naive' gather needs a GPU-backed build")
+            self.table = unified._C.device_alias(self._unified, self.device)
+        elif mode == "gpu":
+            self.table = features.to(self.device)
+        else:
+            self.table = features
+
+    @property
+    def on_device(self) -> bool:
+        """Whether the gather runs on (and writes to) ``device`` rather than the CPU."""
+        return self.mode in ("zerocopy", "naive", "gpu") and self.device.type == "cuda"
+
+    def _routed(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The zero-copy gather: the library's ``gather_rows`` (no bounds check: sampled ids are
+        valid by construction, and the check would cost a host synchronisation) where it
+        exists, else ``table[idx]``, which the unified device routes to the same kernel."""
+        idx = to_device_async(idx, self.device) if self.on_device else idx
+        gather_rows = getattr(pytorch_zerocopy, "gather_rows", None)
+        if gather_rows is not None:
+            return gather_rows(self.table, idx, out=out, check_bounds=False)
+        if out is None:
+            return self.table[idx]
+        return out.copy_(self.table[idx])
+
+    def gather(self, idx: torch.Tensor) -> torch.Tensor:
+        """Rows ``idx`` (a CPU int64 tensor) as a new tensor (on ``device`` for on-device modes)."""
+        if self.mode == "zerocopy":
+            return self._routed(idx)
+        if self.on_device:
+            return torch.index_select(self.table, 0, to_device_async(idx, self.device))
+        return torch.index_select(self.table, 0, idx)
+
+    def gather_into(self, idx: torch.Tensor, out: torch.Tensor) -> None:
+        """Writes rows ``idx`` into ``out[:len(idx)]`` (``out`` on the gather's device)."""
+        n = idx.numel()
+        if self.mode == "zerocopy":
+            self._routed(idx, out[:n])
+        elif self.on_device:
+            torch.index_select(self.table, 0, to_device_async(idx, self.device), out=out[:n])
+        else:
+            torch.index_select(self.table, 0, idx, out=out[:n])

@@ -1,0 +1,228 @@
+"""GPU partitioning between the producer (zero-copy gathers) and the consumer (training).
+
+* :class:`MpsDaemon`: a private CUDA MPS control daemon (its own pipe and log directories in a
+  temporary directory, so it neither sees nor disturbs any other MPS on the machine). Clients
+  started with :meth:`MpsDaemon.client_env` connect to it with a share of the GPU's threads.
+* :func:`green_streams`: two streams on two disjoint SM sets of one process (green contexts).
+
+The paper (§3.2.2) gives the producer ~10% of the GPU: a few SMs keep enough PCIe reads in
+flight, and the rest train undisturbed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+MPS_CONTROL = "nvidia-cuda-mps-control"
+READY_TIMEOUT_SECONDS = 20.0
+STOP_TIMEOUT_SECONDS = 20.0
+
+
+class MpsError(RuntimeError):
+    pass
+
+
+def _pids_with_pipe_dir(pipe_dir: str) -> List[int]:
+    """Processes of this user whose environment names ``pipe_dir`` as their MPS pipe directory."""
+    needle = f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    with open(f"/proc/{entry}/comm") as c:
+                        if c.read().strip().startswith("nvidia-cuda-mps"):
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _wait_exit(pid: int, timeout: float) -> bool:
+    """Blocks until process ``pid`` (not necessarily our child) exits; False on timeout."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+class MpsDaemon:
+    """A private MPS control daemon, started on ``__enter__``/:meth:`start`, stopped on exit.
+
+    Readiness: ``nvidia-cuda-mps-control -d`` returns once the daemon has forked; the daemon
+    answers on its control pipe when ready and offers no other signal (no pid file, no fd to
+    wait on), so :meth:`start` sends it a query (``get_server_list``) and retries the query,
+    every 20 ms, until it answers (at most ``READY_TIMEOUT_SECONDS``). Stopping sends ``quit``
+    and then blocks on the daemon's exit with a pidfd. :meth:`stop` runs from ``__exit__``, from
+    an ``atexit`` hook (normal interpreter exit) and is idempotent; the supervising runner turns
+    SIGTERM and Ctrl-C into exceptions so the ``finally`` path runs.
+    """
+
+    def __init__(self, binary: str = MPS_CONTROL):
+        path = shutil.which(binary)
+        if path is None:
+            raise MpsError(
+                f"partition='mps' needs CUDA MPS, but {binary!r} is not on PATH. Install the NVIDIA "
+                "driver utilities, or use partition='green' or 'none'.")
+        self.binary = path
+        self.root: Optional[str] = None
+        self.pids: List[int] = []
+
+    @property
+    def env(self) -> Dict[str, str]:
+        assert self.root is not None, "MpsDaemon not started"
+        return {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(self.root, "pipe"),
+                "CUDA_MPS_LOG_DIRECTORY": os.path.join(self.root, "log")}
+
+    def client_env(self, share_percent: float) -> Dict[str, str]:
+        """Environment for a client process limited to ``share_percent`` of the GPU's threads."""
+        if not 0 < share_percent <= 100:
+            raise ValueError(f"an MPS thread share must be in (0, 100], got {share_percent}")
+        env = dict(self.env)
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{share_percent:g}"
+        return env
+
+    def _control(self, command: str, timeout: float = 10.0) -> subprocess.CompletedProcess:
+        return subprocess.run([self.binary], input=command + "\n", capture_output=True, text=True,
+                              env={**os.environ, **self.env}, timeout=timeout)
+
+    def start(self) -> "MpsDaemon":
+        self.root = tempfile.mkdtemp(prefix="zerocopy-mps-")
+        os.makedirs(self.env["CUDA_MPS_PIPE_DIRECTORY"])
+        os.makedirs(self.env["CUDA_MPS_LOG_DIRECTORY"])
+        atexit.register(self.stop)
+        try:
+            # Output goes to a file, not a pipe: a daemon that kept an inherited pipe open
+            # would make waiting for this command's output wait for the daemon's exit.
+            start_log = os.path.join(self.root, "start.log")
+            with open(start_log, "w") as log:
+                started = subprocess.run([self.binary, "-d"], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env}, timeout=30)
+            if started.returncode != 0:
+                with open(start_log) as log:
+                    raise MpsError(f"{self.binary} -d failed ({started.returncode}): {log.read().strip()}")
+            deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+            while True:
+                answer = self._control("get_server_list")
+                if answer.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise MpsError(f"the MPS control daemon did not answer within {READY_TIMEOUT_SECONDS} s: "
+                                   f"{answer.stderr.strip()}; log: {self._log_tail()}")
+                time.sleep(0.02)
+            self.pids = _pids_with_pipe_dir(self.env["CUDA_MPS_PIPE_DIRECTORY"])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _log_tail(self) -> str:
+        try:
+            with open(os.path.join(self.env["CUDA_MPS_LOG_DIRECTORY"], "control.log")) as f:
+                return f.read()[-2000:]
+        except OSError:
+            return "(no control.log)"
+
+    def stop(self) -> None:
+        """Stops the daemon (and its server) and removes its directories; safe to call twice."""
+        if self.root is None:
+            return
+        pipe_dir = self.env["CUDA_MPS_PIPE_DIRECTORY"]
+        try:
+            self._control("quit", timeout=STOP_TIMEOUT_SECONDS)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+        for pid in set(self.pids) | set(_pids_with_pipe_dir(pipe_dir)):
+            if not _wait_exit(pid, STOP_TIMEOUT_SECONDS):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "MpsDaemon":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def sm_granularity(device: torch.device) -> int:
+    """SMs per allocation unit of a green context: 8 on Hopper and newer, 2 before (Ampere)."""
+    major, _ = torch.cuda.get_device_capability(device)
+    return 8 if major >= 9 else 2
+
+
+def round_sms(requested: int, total: int, granularity: int) -> Tuple[int, int]:
+    """(producer SMs, consumer SMs): the request rounded up to the granularity, the rest after."""
+    if requested < 1:
+        raise ValueError(f"producer_sms must be positive, got {requested}")
+    producer = -(-requested // granularity) * granularity
+    consumer = (total - producer) // granularity * granularity
+    if consumer < granularity:
+        raise ValueError(f"{requested} producer SMs leave no consumer SMs on a {total}-SM GPU")
+    return producer, consumer
+
+
+_LIVE_GREEN_CONTEXTS: list = []
+
+
+def green_streams(device: torch.device, producer_sms: int):
+    """(producer stream, consumer stream, info) on two green contexts of ``device``.
+
+    The producer gets ``producer_sms`` rounded up to the hardware granularity; the consumer the
+    rest. Disjoint SM sets come from the driver API (:mod:`.green`); where that fails, torch's
+    ``torch.cuda.green_contexts`` is used, whose contexts may share SMs, and the info dict says
+    so (``"disjoint": False``) along with the counts actually used.
+    """
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).multi_processor_count
+    gran = sm_granularity(torch.device("cuda", index))
+    prod_sms, cons_sms = round_sms(producer_sms, total, gran)
+    info = {"kind": "green", "total_sms": total, "granularity": gran, "requested_producer_sms": producer_sms}
+    from .green import GreenContextError, disjoint_green_streams
+
+    try:
+        p_stream, c_stream, p_n, c_n = disjoint_green_streams(index, prod_sms)
+        info.update(producer_sms=p_n, consumer_sms=c_n, disjoint=True, api="driver")
+        return p_stream, c_stream, info
+    except GreenContextError as e:
+        driver_error = str(e)
+
+    try:
+        from torch.cuda import green_contexts
+    except ImportError as e:
+        raise RuntimeError(f"partition='green': the driver API failed ({driver_error}) and this torch has no "
+                           f"torch.cuda.green_contexts ({e}); use partition='mps' or 'none'") from None
+    if not getattr(green_contexts, "SUPPORTED", False):
+        raise RuntimeError(f"partition='green': the driver API failed ({driver_error}) and this torch build has "
+                           "no green-context support; use partition='mps' or 'none'.")
+    producer_ctx = green_contexts.GreenContext.create(num_sms=prod_sms, device_id=index)
+    consumer_ctx = green_contexts.GreenContext.create(num_sms=cons_sms, device_id=index)
+    if not hasattr(producer_ctx, "Stream"):
+        raise RuntimeError("partition='green': this torch's GreenContext has no Stream(); "
+                           "upgrade torch or use partition='mps'.")
+    # The contexts must outlive their streams: they live as long as the process.
+    _LIVE_GREEN_CONTEXTS.extend([producer_ctx, consumer_ctx])
+    info.update(producer_sms=prod_sms, consumer_sms=cons_sms, disjoint=False, api="torch",
+                driver_error=driver_error)
+    return producer_ctx.Stream(), consumer_ctx.Stream(), info

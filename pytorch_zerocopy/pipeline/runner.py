@@ -1,0 +1,307 @@
+"""Starts the pipeline's roles as processes, supervises them and cleans up.
+
+Supervision: the parent blocks on every child's process sentinel and report pipe at once
+(``multiprocessing.connection.wait``), so it neither sleeps nor polls. A role that raises sends
+its traceback on its pipe and exits; a role that dies (signal, ``os._exit``) is seen through its
+sentinel. Either way the parent terminates the other roles (SIGTERM, then SIGKILL after a grace
+period), stops the MPS daemon if it started one, and raises :class:`PipelineError` naming the
+role, with its traceback. Ctrl-C reaches only the parent (children start with SIGINT ignored),
+which shuts down the same way and re-raises ``KeyboardInterrupt``; SIGTERM to the parent does
+the same. Nothing outlives the run: children are joined, queues closed, the ring's GPU buffers
+die with their owner, shared-memory segments are unlinked at creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import traceback
+from multiprocessing import queues as mp_queues
+from multiprocessing.connection import wait
+from typing import Callable, Dict, List, Optional
+
+import torch.multiprocessing as mp
+
+from ..datasets.base import NodeDataset
+from . import roles
+from .messages import PipelineConfig
+
+TERMINATE_GRACE_SECONDS = 5.0
+
+
+class PipelineError(RuntimeError):
+    """A role of the pipeline failed; ``role`` names it and ``remote_traceback`` says how."""
+
+    def __init__(self, role: str, remote_traceback: str):
+        super().__init__(f"the {role} failed:\n{remote_traceback}")
+        self.role = role
+        self.remote_traceback = remote_traceback
+
+
+def _role_entry(role: str, conn, fn: Callable, args: tuple) -> None:
+    """Runs one role in a child; reports ``("done", None)`` or ``("error", traceback)``.
+
+    On success the queues this process wrote to are flushed and the process leaves with
+    ``os._exit``: every peer has consumed what it needed by then (the roles' end-of-run
+    handshakes guarantee it), and skipping interpreter teardown saves seconds per role.
+    """
+    try:
+        if role == "consumer":
+            fn(*args, conn.send)
+        else:
+            fn(*args)
+        for arg in args:
+            for q in (arg.values() if isinstance(arg, dict) else [arg]):
+                if isinstance(q, mp_queues.Queue):
+                    q.close()
+                    q.join_thread()
+        conn.send(("done", None))
+        conn.close()
+    except BaseException:  # noqa: BLE001 - every failure must reach the parent
+        try:
+            conn.send(("error", traceback.format_exc()))
+        finally:
+            os._exit(1)
+    os._exit(0)
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code} without reporting an error"
+
+
+class _Terminated(BaseException):
+    """SIGTERM received by the supervising process."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _environment(extra: Dict[str, str]):
+    """``os.environ`` plus ``extra`` (a spawned child inherits the environment at start)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Supervisor:
+    """Owns the role processes of one run."""
+
+    def __init__(self):
+        self.ctx = mp.get_context("spawn")
+        self.procs: List = []  # (role, process, parent end of its report pipe)
+
+    def start(self, role: str, fn: Callable, args: tuple, env: Optional[Dict[str, str]] = None) -> None:
+        recv, send = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_role_entry, args=(role, send, fn, args), name=f"zerocopy-{role}",
+                                daemon=True)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+        try:
+            with _environment(env or {}):
+                proc.start()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        send.close()
+        self.procs.append((role, proc, recv))
+
+    def pids(self) -> Dict[str, int]:
+        return {f"{role}{i}": p.pid for i, (role, p, _) in enumerate(self.procs)}
+
+    def run(self, on_message: Callable[[tuple], None]) -> None:
+        """Blocks until every role has finished; raises :class:`PipelineError` on a failure."""
+        conns = {conn: role for role, _, conn in self.procs}
+        sentinels = {p.sentinel: (role, p, conn) for role, p, conn in self.procs}
+
+        def handle(conn) -> None:
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                conns.pop(conn, None)
+                return
+            if msg[0] == "error":
+                raise PipelineError(conns[conn], msg[1])
+            if msg[0] != "done":
+                on_message(msg)
+
+        while sentinels:
+            ready = wait(list(conns) + list(sentinels))
+            for r in ready:
+                if r in conns:
+                    handle(r)
+            for r in ready:
+                if r not in sentinels:
+                    continue
+                role, proc, conn = sentinels.pop(r)
+                while conn in conns and conn.poll():  # read what it said before exiting
+                    handle(conn)
+                proc.join()
+                if proc.exitcode != 0:
+                    raise PipelineError(role, f"the {role} process (pid {proc.pid}) {_describe_exit(proc.exitcode)}")
+        for conn in list(conns):
+            while conn in conns and conn.poll():
+                handle(conn)
+
+    def shutdown(self) -> None:
+        """Ends every role still alive (SIGTERM, then SIGKILL) and joins them all."""
+        for _, proc, _ in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for _, proc, _ in self.procs:
+            proc.join(TERMINATE_GRACE_SECONDS)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for _, proc, conn in self.procs:
+            _remove_orphan_segments(proc.pid)
+            conn.close()
+            proc.close()
+        self.procs = []
+
+
+def _remove_orphan_segments(pid: int, shm_dir: str = "/dev/shm") -> None:
+    """Unlinks shared-memory segments a dead child left behind.
+
+    torch names a tensor's segment ``torch_<pid>_...`` and unlinks it right after creating it;
+    a role killed between the two (SIGKILL, or SIGTERM at shutdown) would leak it.
+    """
+    prefix = f"torch_{pid}_"
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+            except OSError:
+                pass
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def validate_config(cfg: PipelineConfig) -> None:
+    """Raises ``ValueError`` naming the first field of ``cfg`` that cannot work."""
+    from .gather import GATHERS
+
+    checks = [
+        ("device", cfg.device.split(":")[0] in ("cpu", "cuda"), "'cpu' or 'cuda[:N]'"),
+        ("gather", cfg.gather in GATHERS, f"one of {GATHERS}"),
+        ("num_slots", cfg.num_slots >= 2, ">= 2 (the producer fills one slot while the consumer reads another)"),
+        ("num_samplers", cfg.num_samplers >= 1, ">= 1"),
+        ("batch_size", cfg.batch_size >= 1, ">= 1"),
+        ("epochs", cfg.epochs >= 1, ">= 1"),
+        ("fanouts", len(cfg.fanouts) >= 1 and all(f == -1 or f > 0 for f in cfg.fanouts),
+         "one positive fan-out (or -1) per layer"),
+        ("producer_share", 0 < cfg.producer_share < 100, "in (0, 100)"),
+        ("producer_sms", cfg.producer_sms >= 1, ">= 1"),
+        ("max_batches", cfg.max_batches is None or cfg.max_batches >= 1, "None or >= 1"),
+        ("replay", cfg.replay is None or cfg.replay >= 1, "None or >= 1"),
+    ]
+    for name, ok, want in checks:
+        if not ok:
+            raise ValueError(f"PipelineConfig.{name} must be {want}, got {getattr(cfg, name)!r}")
+    if cfg.gather in ("dma", "naive", "gpu") and cfg.device == "cpu":
+        raise ValueError(f"PipelineConfig.gather={cfg.gather!r} needs device='cuda'")
+    if cfg.partition in ("mps", "green") and cfg.device == "cpu":
+        raise ValueError(f"PipelineConfig.partition={cfg.partition!r} partitions a GPU: it needs device='cuda'")
+
+
+def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Callable[[tuple], None]] = None,
+                 on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[dict]:
+    """Runs sampler(s), producer (when ``cfg.producer_process``) and consumer to completion.
+
+    Returns the consumer's per-epoch statistics. ``on_message`` sees every progress message
+    (``("step", ...)``, ``("epoch", stats)``, ``("partition", info)``) as it arrives.
+    """
+    validate_config(cfg)
+    if cfg.partition == "mps" and not cfg.producer_process:
+        raise ValueError("partition='mps' needs the producer in its own process (producer_process=True)")
+    if cfg.partition == "green" and cfg.producer_process:
+        raise ValueError("partition='green' runs producer and consumer in one process (producer_process=False)")
+    if cfg.partition not in ("none", "mps", "green"):
+        raise ValueError(f"partition must be 'none', 'mps' or 'green', got {cfg.partition!r}")
+    ds.share_memory_()
+    epochs: List[dict] = []
+
+    def dispatch(msg: tuple) -> None:
+        if msg[0] == "epoch":
+            epochs.append(msg[1])
+        if on_message is not None:
+            on_message(msg)
+
+    sup = Supervisor()
+    ctx = sup.ctx
+    batch_q = ctx.Queue(maxsize=cfg.queue_depth * cfg.num_samplers)
+    queues = {"batch": batch_q, "consumed": ctx.Event()}
+    if cfg.producer_process:
+        queues["ready"] = ctx.Queue()
+        queues["free"] = ctx.Queue()
+    stack = contextlib.ExitStack()
+    try:
+        with stack, _sigterm_raises():
+            producer_env: Dict[str, str] = {}
+            consumer_env: Dict[str, str] = {}
+            if cfg.partition == "mps":
+                from .partition import MpsDaemon
+
+                daemon = stack.enter_context(MpsDaemon())
+                producer_env = daemon.client_env(cfg.producer_share)
+                consumer_env = daemon.client_env(100.0 - cfg.producer_share)
+                dispatch(("partition", {"kind": "mps", "producer_share": cfg.producer_share,
+                                        "consumer_share": 100.0 - cfg.producer_share}))
+            barrier = ctx.Barrier(cfg.num_samplers) if cfg.num_samplers > 1 else None
+            for w in range(cfg.num_samplers):
+                sup.start("sampler", roles.sampler_main, (cfg, ds, w, batch_q, queues["consumed"], barrier))
+            if cfg.producer_process:
+                sup.start("producer", roles.producer_main,
+                          (cfg, ds, batch_q, queues["ready"], queues["free"]), producer_env)
+                sup.start("consumer", roles.consumer_main, (cfg, ds, "ring", queues), consumer_env)
+            else:
+                sup.start("consumer", roles.consumer_main, (cfg, ds, "inline", queues), consumer_env)
+            if on_start is not None:
+                on_start(sup.pids())
+            try:
+                sup.run(dispatch)
+            finally:
+                sup.shutdown()
+    except _Terminated:
+        raise KeyboardInterrupt("terminated by SIGTERM") from None
+    finally:
+        for name, q in queues.items():
+            if name == "consumed":
+                continue
+            q.close()
+            q.cancel_join_thread()
+    return epochs

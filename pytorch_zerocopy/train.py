@@ -1,0 +1,209 @@
+"""GraphSAGE node classification through the zero-copy pipeline: ``zerocopy train``.
+
+Modes (the paper's Figure 11):
+
+==================  ==========================================================================
+``cpu``             sampling, gathering and training on the CPU
+``dma``             CPU gather (all threads) into pinned host slots in a producer process, async
+                    copy to the GPU overlapped with training
+``zerocopy-naive``  ``index_select`` on the table's CUDA alias inside the trainer: no reordering,
+                    no separate producer, no partitioning
+``zerocopy``        routed zero-copy gather in a producer process writing a GPU ring shared with
+                    the consumer, with the GPU partitioned (``mps`` by default where available)
+``gpu``             the feature table copied into GPU memory first (the upper bound)
+==================  ==========================================================================
+
+Without a GPU, ``zerocopy`` runs the same three-process pipeline on the CPU (CPU gather from
+the unified table, ring slots in shared memory, CPU training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from dataclasses import replace
+from typing import Dict, List, Optional
+
+import torch
+
+MODES = ("cpu", "dma", "zerocopy-naive", "zerocopy", "gpu")
+PARTITIONS = ("auto", "none", "mps", "green")
+
+
+def gpu_available() -> bool:
+    from .unified import gpu_backed
+
+    return torch.cuda.is_available() and gpu_backed()
+
+
+def pipeline_config(mode: str, partition: str = "auto", **overrides):
+    """The :class:`PipelineConfig` of a mode; ``partition='auto'`` picks MPS for ``zerocopy``
+    when its control binary exists, else none. Raises with a clear message when the mode needs
+    a GPU and there is none."""
+    from .pipeline import PipelineConfig
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
+    gpu = gpu_available()
+    if mode in ("dma", "zerocopy-naive", "gpu") and not gpu:
+        raise RuntimeError(f"mode {mode!r} needs a CUDA GPU and a CUDA build of pytorch_zerocopy; "
+                           "on this machine use --mode zerocopy (the CPU pipeline) or --mode cpu")
+    if partition in ("mps", "green") and not gpu:
+        raise RuntimeError(f"partition={partition!r} needs a CUDA GPU")
+    if partition in ("mps", "green") and mode != "zerocopy":
+        raise ValueError(f"partition={partition!r} applies to --mode zerocopy only")
+    device = "cuda" if gpu and mode != "cpu" else "cpu"
+    cfg = PipelineConfig(device=device)
+    if mode == "cpu":
+        cfg = replace(cfg, gather="cpu")
+    elif mode == "dma":
+        cfg = replace(cfg, gather="dma", producer_process=True, producer_threads=0)
+    elif mode == "zerocopy-naive":
+        cfg = replace(cfg, gather="naive")
+    elif mode == "gpu":
+        cfg = replace(cfg, gather="gpu")
+    else:
+        if partition == "auto":
+            partition = "mps" if gpu and shutil.which("nvidia-cuda-mps-control") else "none"
+        if partition == "green":
+            cfg = replace(cfg, gather="zerocopy", partition="green")
+        else:
+            cfg = replace(cfg, gather="zerocopy", producer_process=True, partition=partition)
+    return replace(cfg, **overrides)
+
+
+class ProgressPrinter:
+    """Turns pipeline messages into a tqdm bar per epoch and one summary line per epoch."""
+
+    def __init__(self, batches_per_epoch: int, val_batches: int, quiet: bool = False):
+        self.per_epoch = batches_per_epoch + val_batches
+        self.quiet = quiet
+        self.bar = None
+        self.epoch = -1
+
+    def __call__(self, msg: tuple) -> None:
+        if self.quiet:
+            return
+        kind = msg[0]
+        if kind == "partition":
+            info = msg[1]
+            if info["kind"] == "mps":
+                print(f"GPU partition: MPS, producer {info['producer_share']:g}% / consumer "
+                      f"{info['consumer_share']:g}% of the threads")
+            else:
+                print(f"GPU partition: green contexts, producer {info['producer_sms']} SMs / consumer "
+                      f"{info['consumer_sms']} SMs of {info['total_sms']} (granularity {info['granularity']}, "
+                      f"requested {info['requested_producer_sms']}"
+                      + ("" if info.get("disjoint") else "; torch's green contexts: the SM sets may overlap") + ")")
+        elif kind == "step":
+            _, _, epoch, _ = msg
+            if epoch != self.epoch:
+                self._close()
+                from tqdm import tqdm
+
+                self.epoch = epoch
+                self.bar = tqdm(total=self.per_epoch, desc=f"epoch {epoch}", unit="mb", leave=False,
+                                file=sys.stderr, dynamic_ncols=True)
+            self.bar.update(1)
+        elif kind == "epoch":
+            self._close()
+            print(format_epoch(msg[1]), flush=True)
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def format_epoch(s: dict) -> str:
+    secs = s["train_seconds"]
+    rate = s["train_batches"] / secs if secs > 0 else float("nan")
+    gbs = s["feature_bytes"] / secs / 1e9 if secs > 0 else float("nan")
+    return (f"epoch {s['epoch']}: {secs:.2f} s, {s['train_batches']} minibatches ({rate:.1f}/s), "
+            f"features {gbs:.2f} GB/s, loss {s['loss']:.4f}, val acc {s['val_acc']:.4f}")
+
+
+def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts=(10, 10),
+          batch_size: int = 1024, epochs: int = 2, feature_dim: Optional[int] = None,
+          max_batches: Optional[int] = None, quiet: bool = False, **overrides) -> List[Dict]:
+    """Trains GraphSAGE on ``dataset`` (a :class:`NodeDataset` or a spec for ``load_dataset``)."""
+    from .datasets import NodeDataset, load_dataset
+    from .pipeline import run_pipeline
+    from .pipeline.partition import MpsError
+
+    if not isinstance(dataset, NodeDataset):
+        dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
+    cfg = pipeline_config(mode, partition, fanouts=tuple(int(f) for f in fanouts), batch_size=batch_size,
+                          epochs=epochs, max_batches=max_batches, **overrides)
+    n_train = -(-dataset.train_idx.numel() // batch_size)
+    n_val = -(-dataset.val_idx.numel() // batch_size)
+    printer = ProgressPrinter(min(n_train, max_batches or n_train), min(n_val, cfg.val_batches or n_val), quiet)
+    try:
+        return run_pipeline(cfg, dataset, printer)
+    except MpsError as e:
+        if partition != "auto":
+            raise
+        # MPS was only the default choice: without a working daemon, train unpartitioned.
+        if not quiet:
+            print(f"MPS is not usable here ({e}); running without a GPU partition")
+        return run_pipeline(replace(cfg, partition="none"), dataset, printer)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default="zerocopy", help="how features reach the trainer")
+    p.add_argument("--partition", choices=PARTITIONS, default="auto",
+                   help="GPU partition for --mode zerocopy (auto: MPS where available)")
+    p.add_argument("--dataset", default="community",
+                   help="'community' (embedded, default), 'papers-like:NODES[:DEGREE]', or an OGB directory")
+    p.add_argument("--fanouts", default="10,10", help="neighbours per layer, input layer first (e.g. 15,10,5)")
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--feature-dim", type=int, default=None, help="feature width of generated datasets")
+    p.add_argument("--max-batches", type=int, default=None, help="training minibatches per epoch (default: all)")
+    p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
+    p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
+    p.add_argument("--samplers", type=int, default=1, help="sampler processes")
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--gpus", type=int, default=1, help="GPUs (only 1 for now)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from .pipeline import PipelineError
+
+    if args.gpus != 1:
+        print("zerocopy train: --gpus other than 1 is not supported yet", file=sys.stderr)
+        return 2
+    try:
+        fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
+    except ValueError:
+        print(f"zerocopy train: --fanouts must be comma-separated integers, got {args.fanouts!r}", file=sys.stderr)
+        return 2
+    if args.mode in ("zerocopy", "cpu") and not gpu_available():
+        print("No CUDA GPU available: running the CPU path (CPU sampling, gathering and training"
+              + (", same sampler -> producer -> consumer pipeline" if args.mode == "zerocopy" else "") + ").")
+    from .datasets import load_dataset
+
+    start = time.perf_counter()
+    ds = load_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
+    print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
+    print(f"mode {args.mode}, fanouts {fanouts}, batch size {args.batch_size}, epochs {args.epochs}")
+    try:
+        train(ds, args.mode, args.partition, fanouts, args.batch_size, args.epochs, max_batches=args.max_batches,
+              producer_share=args.producer_share, producer_sms=args.producer_sms, num_samplers=args.samplers,
+              hidden=args.hidden, seed=args.seed)
+    except (RuntimeError, ValueError) as e:
+        if isinstance(e, PipelineError):
+            print(f"zerocopy train failed: {e}", file=sys.stderr)
+            return 1
+        print(f"zerocopy train: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: all pipeline processes stopped", file=sys.stderr)
+        return 130
+    print(f"done in {time.perf_counter() - start:.1f} s")
+    return 0

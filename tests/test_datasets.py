@@ -1,0 +1,180 @@
+"""Datasets: determinism and learnability of the generators, the OGB loader on tiny files."""
+
+import gzip
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from pytorch_zerocopy.datasets import community_graph, load_dataset, load_ogb, papers_like
+
+
+def _neighbour_sets(indptr, indices):
+    return [set(indices[indptr[v]:indptr[v + 1]].tolist()) for v in range(indptr.numel() - 1)]
+
+
+def _check_csr(ds):
+    assert ds.indptr.dtype == torch.int64 and ds.indices.dtype == torch.int64
+    assert ds.indptr[0] == 0 and int(ds.indptr[-1]) == ds.indices.numel()
+    assert bool((ds.indptr[1:] >= ds.indptr[:-1]).all())
+    assert int(ds.indices.min()) >= 0 and int(ds.indices.max()) < ds.num_nodes
+    assert ds.features.shape[0] == ds.num_nodes and ds.labels.numel() == ds.num_nodes
+    assert ds.features.is_shared()
+
+
+def test_community_graph_is_deterministic_and_structured():
+    a = community_graph(num_nodes=6000, feature_dim=16, seed=3)
+    b = community_graph(num_nodes=6000, feature_dim=16, seed=3)
+    c = community_graph(num_nodes=6000, feature_dim=16, seed=4)
+    _check_csr(a)
+    for name in ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert not torch.equal(a.features, c.features)
+    # Undirected, no self loops, no duplicates.
+    nbrs = _neighbour_sets(a.indptr, a.indices)
+    assert sum(len(s) for s in nbrs) == a.num_edges
+    assert all(v not in s for v, s in enumerate(nbrs))
+    assert all(v in nbrs[u] for v in range(0, a.num_nodes, 97) for u in nbrs[v])
+    # Community structure: most edges join nodes of one class.
+    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.indptr[1:] - a.indptr[:-1])
+    same = (a.labels[dst] == a.labels[a.indices]).float().mean().item()
+    assert same > 0.6
+    # Splits are disjoint.
+    allsplit = torch.cat([a.train_idx, a.val_idx, a.test_idx])
+    assert allsplit.unique().numel() == allsplit.numel()
+
+
+def test_community_graph_is_learnable_from_neighbours_not_from_one_node():
+    ds = community_graph(num_nodes=8000, feature_dim=64, seed=1)
+    x, y = ds.features, ds.labels
+    means = torch.zeros(ds.num_classes, x.shape[1]).index_add_(0, y, x) / torch.bincount(y).unsqueeze(1)
+    deg = ds.indptr[1:] - ds.indptr[:-1]
+    dst = torch.repeat_interleave(torch.arange(ds.num_nodes), deg)
+    agg = torch.zeros_like(x).index_add_(0, dst, x[ds.indices]) / deg.clamp(min=1).unsqueeze(1)
+    own = (torch.cdist(x, means).argmin(1) == y).float().mean().item()
+    neigh = (torch.cdist(agg, means).argmin(1) == y).float().mean().item()
+    assert own < 0.7  # a node alone is ambiguous...
+    assert neigh > 0.8 and neigh > own + 0.2  # ...its neighbourhood is not
+
+
+def test_papers_like_generator():
+    a = papers_like(5000, avg_degree=6, feature_dim=24, dtype=torch.float16, num_classes=10, seed=2,
+                    device="cpu", chunk_bytes=4096)
+    b = papers_like(5000, avg_degree=6, feature_dim=24, dtype=torch.float16, num_classes=10, seed=2,
+                    device="cpu", chunk_bytes=1 << 20)
+    _check_csr(a)
+    assert a.features.dtype == torch.float16
+    # Chunking changes nothing about the graph or labels.
+    assert torch.equal(a.indptr, b.indptr) and torch.equal(a.labels, b.labels)
+    deg = (a.indptr[1:] - a.indptr[:-1]).float()
+    assert 4.5 < deg.mean().item() < 7.5 and int(deg.min()) >= 1
+    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.indptr[1:] - a.indptr[:-1])
+    assert (a.labels[dst] == a.labels[a.indices]).float().mean().item() > 0.6
+    # Features carry the class: class means differ far more than noise / sqrt(n).
+    f = a.features.float()
+    means = torch.zeros(10, 24).index_add_(0, a.labels, f) / torch.bincount(a.labels).unsqueeze(1)
+    assert torch.cdist(means, means).max() > 0.5
+    assert f.std().item() > 0.5  # not zeros
+    again = papers_like(5000, avg_degree=6, feature_dim=24, dtype=torch.float16, num_classes=10, seed=2,
+                        device="cpu", chunk_bytes=4096)
+    assert torch.equal(a.features, again.features) and torch.equal(a.indices, again.indices)
+
+
+def test_bucketed_csr_build_matches_the_direct_one():
+    from pytorch_zerocopy.datasets.synthetic import _csr_from_edges
+
+    g = torch.Generator().manual_seed(4)
+    n = 500
+    key = torch.randperm(n * n, generator=g)[:6000]  # distinct edges, some self loops
+    src, dst = key % n, key // n
+    assert bool((src == dst).any())
+    direct = _csr_from_edges(src, dst, n)
+    for chunk in (1, 7, 999):
+        bucketed = _csr_from_edges(src, dst, n, chunk_edges=chunk)
+        assert torch.equal(bucketed[0], direct[0]) and torch.equal(bucketed[1], direct[1]), chunk
+        assert bucketed[1].is_shared()
+
+
+def test_load_dataset_specs_and_errors():
+    ds = load_dataset("papers-like:3k:4", feature_dim=8)
+    assert ds.num_nodes == 3000 and ds.feature_dim == 8
+    with pytest.raises(ValueError, match="unknown dataset"):
+        load_dataset("no-such-dataset")
+    with pytest.raises(ValueError, match="node count"):
+        load_dataset("papers-like")
+    with pytest.raises(ValueError, match="num_classes"):
+        papers_like(5, num_classes=10, device="cpu")
+
+
+def _write_csv_gz(path, array, fmt):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        np.savetxt(f, array, fmt=fmt, delimiter=",")
+
+
+def _tiny_graph(rng):
+    n, e = 40, 120
+    edges = rng.integers(0, n, size=(e, 2))
+    feats = rng.standard_normal((n, 5)).astype(np.float32)
+    labels = rng.integers(0, 4, size=n)
+    perm = rng.permutation(n)
+    return n, edges, feats, labels, perm[:20], perm[20:30], perm[30:]
+
+
+def _expected_neighbours(n, edges, reverse):
+    sets = [set() for _ in range(n)]
+    for s, d in edges:
+        if s != d:
+            sets[d].add(int(s))
+            if reverse:
+                sets[s].add(int(d))
+    return sets
+
+
+def test_load_ogb_csv_layout(tmp_path):
+    rng = np.random.default_rng(7)
+    n, edges, feats, labels, tr, va, te = _tiny_graph(rng)
+    root = tmp_path / "ogbn_products"
+    _write_csv_gz(str(root / "raw" / "edge.csv.gz"), edges, "%d")
+    _write_csv_gz(str(root / "raw" / "node-feat.csv.gz"), feats, "%.7e")
+    _write_csv_gz(str(root / "raw" / "node-label.csv.gz"), labels.reshape(-1, 1), "%d")
+    _write_csv_gz(str(root / "raw" / "num-node-list.csv.gz"), np.array([[n]]), "%d")
+    for name, ids in (("train", tr), ("valid", va), ("test", te)):
+        _write_csv_gz(str(root / "split" / "sales_ranking" / f"{name}.csv.gz"), ids.reshape(-1, 1), "%d")
+    ds = load_ogb(root)
+    _check_csr(ds)
+    assert ds.num_nodes == n and ds.num_classes == int(labels.max()) + 1
+    assert torch.allclose(ds.features, torch.from_numpy(feats))
+    assert torch.equal(ds.labels, torch.from_numpy(labels))
+    assert torch.equal(ds.train_idx, torch.from_numpy(tr)) and torch.equal(ds.test_idx, torch.from_numpy(te))
+    assert _neighbour_sets(ds.indptr, ds.indices) == _expected_neighbours(n, edges, reverse=True)
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed], ids=["stored", "compressed"])
+def test_load_ogb_binary_layout(tmp_path, save):
+    rng = np.random.default_rng(8)
+    n, edges, feats, labels, tr, va, te = _tiny_graph(rng)
+    root = tmp_path / "ogbn_papers100M"
+    (root / "raw").mkdir(parents=True)
+    save(root / "raw" / "data.npz", edge_index=edges.T.copy(), node_feat=feats.astype(np.float16),
+             num_nodes_list=np.array([n]), num_edges_list=np.array([len(edges)]))
+    lab = labels.astype(np.float64).reshape(-1, 1)
+    lab[3] = np.nan  # unlabelled node
+    np.savez(root / "raw" / "node-label.npz", node_label=lab)
+    for name, ids in (("train", tr), ("valid", va), ("test", te)):
+        _write_csv_gz(str(root / "split" / "time" / f"{name}.csv.gz"), ids.reshape(-1, 1), "%d")
+    ds = load_ogb(root)
+    assert ds.features.dtype == torch.float16
+    assert torch.equal(ds.features, torch.from_numpy(feats.astype(np.float16)))
+    assert int(ds.labels[3]) == -1 and int(ds.labels[4]) == labels[4]
+    # papers100M is directed: no reverse edges are added.
+    assert _neighbour_sets(ds.indptr, ds.indices) == _expected_neighbours(n, edges, reverse=False)
+
+
+def test_load_ogb_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="raw/"):
+        load_ogb(tmp_path)
+    (tmp_path / "raw").mkdir()
+    with pytest.raises(FileNotFoundError, match="edge.csv.gz"):
+        load_ogb(tmp_path)

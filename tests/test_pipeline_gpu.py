@@ -1,0 +1,206 @@
+"""The pipeline on a GPU: every mode trains, MPS and green-context partitions, failures with MPS.
+
+CPU-only checks of the partition helpers run everywhere; the rest carry the ``cuda`` marker.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pytorch_zerocopy.datasets import community_graph
+from pytorch_zerocopy.pipeline import PipelineError, run_pipeline
+from pytorch_zerocopy.pipeline.partition import MpsDaemon, MpsError, round_sms
+from pytorch_zerocopy.train import pipeline_config
+from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot
+
+needs_mps = pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
+                               reason="nvidia-cuda-mps-control not installed")
+
+
+def _mps_daemons():
+    """Our MPS processes: those whose pipe directory is one of ours (zerocopy-mps-*)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if not f.read().startswith("nvidia-cuda-mps"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if b"zerocopy-mps-" in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+# --- everywhere -----------------------------------------------------------------------------
+
+
+def test_round_sms():
+    assert round_sms(16, 132, 8) == (16, 112)
+    assert round_sms(10, 132, 8) == (16, 112)
+    assert round_sms(1, 132, 8) == (8, 120)
+    assert round_sms(13, 108, 2) == (14, 94)
+    with pytest.raises(ValueError, match="positive"):
+        round_sms(0, 132, 8)
+    with pytest.raises(ValueError, match="no consumer SMs"):
+        round_sms(130, 132, 8)
+
+
+def test_missing_mps_binary_is_a_clear_error():
+    with pytest.raises(MpsError, match="not on PATH"):
+        MpsDaemon(binary="nvidia-cuda-mps-control-that-does-not-exist")
+
+
+FAKE_MPS_CONTROL = """#!/bin/bash
+# Stands in for nvidia-cuda-mps-control: '-d' starts a long-lived process that inherits our
+# stdout (as a careless daemon would) and records its pid; commands come on stdin.
+pidfile="$CUDA_MPS_PIPE_DIRECTORY/fake.pid"
+if [ "$1" = "-d" ]; then
+  [ -n "$FAKE_MPS_FAIL" ] && { echo "cannot start: $FAKE_MPS_FAIL"; exit 1; }
+  sleep 300 &
+  echo $! > "$pidfile"
+  exit 0
+fi
+read -r cmd
+[ -f "$pidfile" ] || { echo "Cannot find MPS control daemon process" >&2; exit 1; }
+case "$cmd" in
+  get_server_list) exit 0 ;;
+  quit) kill "$(cat "$pidfile")"; rm -f "$pidfile"; exit 0 ;;
+esac
+exit 1
+"""
+
+
+def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
+    """Start waits for the control pipe to answer, does not hang on a daemon holding our
+    output, and stop ends what start began and removes the private directories."""
+    import psutil
+
+    fake = tmp_path / "fake-mps-control"
+    fake.write_text(FAKE_MPS_CONTROL)
+    fake.chmod(0o755)
+    daemon = MpsDaemon(binary=str(fake)).start()
+    root = daemon.root
+    pidfile = os.path.join(daemon.env["CUDA_MPS_PIPE_DIRECTORY"], "fake.pid")
+    pid = int(open(pidfile).read())
+    assert psutil.pid_exists(pid)
+    env = daemon.client_env(12.5)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "12.5" and env["CUDA_MPS_PIPE_DIRECTORY"].startswith(root)
+    with pytest.raises(ValueError, match="share"):
+        daemon.client_env(0)
+    daemon.stop()
+    daemon.stop()  # idempotent
+    psutil.wait_procs([psutil.Process(pid)] if psutil.pid_exists(pid) else [], timeout=5)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(root)
+
+    monkeypatch.setenv("FAKE_MPS_FAIL", "no GPU here")
+    with pytest.raises(MpsError, match="no GPU here"):
+        MpsDaemon(binary=str(fake)).start()
+
+
+# --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return community_graph(num_nodes=20_000, feature_dim=64, seed=3)
+
+
+def _train(graph, mode, partition="auto", **kw):
+    cfg = pipeline_config(mode, partition, batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2, **kw)
+    pids = {}
+    before = snapshot()
+    epochs = run_pipeline(cfg, graph, on_start=pids.update)
+    return epochs, pids, before
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu", "cpu"])
+def test_gpu_modes_train(graph, mode):
+    epochs, pids, before = _train(graph, mode)
+    assert len(epochs) == 2 and epochs[-1]["val_acc"] > 0.5
+    _assert_nothing_left(pids, before)
+
+
+@pytest.mark.cuda
+def test_zerocopy_ring_on_gpu_without_partition(graph):
+    epochs, pids, before = _train(graph, "zerocopy", "none", num_slots=2)
+    assert epochs[-1]["val_acc"] > 0.5
+    assert all(e["train_batches"] == -(-graph.train_idx.numel() // 512) for e in epochs)
+    _assert_nothing_left(pids, before)
+
+
+@pytest.mark.cuda
+@needs_mps
+def test_mps_daemon_limits_clients_and_stops():
+    total = torch.cuda.get_device_properties(0).multi_processor_count
+    probe = [sys.executable, "-c", "import torch; print(torch.cuda.get_device_properties(0).multi_processor_count)"]
+    with MpsDaemon() as daemon:
+        root = daemon.root
+        out = subprocess.run(probe, env={**os.environ, **daemon.client_env(10)}, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        sms = int(out.stdout.strip().splitlines()[-1])
+        assert 0 < sms <= total * 0.2, (sms, total)
+        assert _mps_daemons()
+    assert not os.path.exists(root)
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_mps
+def test_zerocopy_with_mps_trains_and_cleans_up(graph):
+    messages = []
+    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
+                          producer_share=10)
+    epochs = run_pipeline(cfg, graph, messages.append)
+    assert ("partition", {"kind": "mps", "producer_share": 10, "consumer_share": 90}) in messages
+    assert epochs[-1]["val_acc"] > 0.5
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_mps
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+def test_mps_run_failure_stops_the_daemon(graph, role):
+    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
+                          inject_failure=(role, "kill", 2))
+    before = snapshot()
+    error, pids, _ = _run_with_deadline(cfg, graph)
+    assert isinstance(error, PipelineError) and error.role == role and "SIGKILL" in str(error)
+    _assert_nothing_left(pids, before)
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+def test_green_partition_trains(graph):
+    messages = []
+    cfg = pipeline_config("zerocopy", "green", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
+                          producer_sms=12)
+    epochs = run_pipeline(cfg, graph, messages.append)
+    info = next(m[1] for m in messages if m[0] == "partition")
+    assert info["kind"] == "green" and info["producer_sms"] % info["granularity"] == 0
+    assert info["producer_sms"] >= 12 and info["producer_sms"] + info["consumer_sms"] <= info["total_sms"]
+    # The driver path gives disjoint SM sets; torch's API alone cannot (its contexts overlap).
+    assert info["disjoint"], info.get("driver_error")
+    assert epochs[-1]["val_acc"] > 0.5
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("role", ["producer", "consumer"])
+def test_gpu_ring_failure_ends_the_run(graph, role):
+    cfg = pipeline_config("zerocopy", "none", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
+                          inject_failure=(role, "raise", 2))
+    before = snapshot()
+    error, pids, _ = _run_with_deadline(cfg, graph)
+    assert isinstance(error, PipelineError) and error.role == role
+    assert "injected failure" in error.remote_traceback
+    _assert_nothing_left(pids, before)

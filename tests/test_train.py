@@ -1,0 +1,100 @@
+"""``zerocopy train``: mode configuration, argument errors, and a short CPU run through the CLI."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pytorch_zerocopy.cli import main
+from pytorch_zerocopy.train import MODES, gpu_available, pipeline_config
+
+# A string condition is evaluated when tests are collected, not when this module is imported.
+needs_no_gpu = pytest.mark.skipif("torch.cuda.is_available()", reason="checks the no-GPU behaviour")
+
+
+def test_mode_configurations_on_this_machine():
+    cpu = pipeline_config("cpu")
+    assert (cpu.device, cpu.gather, cpu.producer_process) == ("cpu", "cpu", False)
+    zc = pipeline_config("zerocopy", fanouts=(3,))
+    assert zc.gather == "zerocopy" and zc.producer_process and zc.fanouts == (3,)
+    assert zc.device == ("cuda" if gpu_available() else "cpu")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        pipeline_config("warp-drive")
+    with pytest.raises(ValueError, match="partition must be one of"):
+        pipeline_config("zerocopy", partition="halves")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu"])
+def test_gpu_modes_explain_themselves_without_a_gpu(mode, capsys):
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        pipeline_config(mode)
+    assert main(["train", "--mode", mode, "--dataset", "papers-like:1k", "--epochs", "1"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@needs_no_gpu
+def test_partitions_need_a_gpu():
+    for partition in ("mps", "green"):
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            pipeline_config("zerocopy", partition=partition)
+
+
+def test_bad_arguments(capsys):
+    assert main(["train", "--gpus", "2"]) == 2
+    assert "--gpus" in capsys.readouterr().err
+    assert main(["train", "--fanouts", "ten,5"]) == 2
+    assert "--fanouts" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--mode", "bogus"])
+
+
+def test_train_cli_runs_the_cpu_path():
+    """A short run through ``python -m pytorch_zerocopy train``: per-epoch lines with loss and
+    validation accuracy, and the CPU path announced when there is no GPU."""
+    cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--mode", "cpu", "--dataset", "papers-like:4k:6",
+           "--feature-dim", "32", "--epochs", "2", "--batch-size", "128", "--fanouts", "4,4", "--hidden", "32"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stdout.splitlines() if l.startswith("epoch ")]
+    assert len(lines) == 2
+    for line in lines:
+        assert "minibatches" in line and "GB/s" in line and "loss" in line and "val acc" in line
+    if not gpu_available():
+        assert "No CUDA GPU available" in out.stdout
+    assert set(MODES) == {"cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"}
+
+
+def test_ctrl_c_stops_every_process():
+    """SIGINT to ``zerocopy train`` (what Ctrl-C sends) ends it with status 130 within seconds,
+    and no pipeline process survives."""
+    import signal
+    import time
+
+    import psutil
+
+    cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--dataset", "papers-like:20k:6", "--feature-dim", "16",
+           "--epochs", "1000", "--batch-size", "64", "--fanouts", "3,3", "--hidden", "16"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 90
+        roles = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            roles = [c for c in parent.children() if "resource_tracker" not in " ".join(c.cmdline())]
+            if len(roles) >= 3:
+                break
+            time.sleep(0.2)
+        assert len(roles) >= 3, "the pipeline did not start"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    _, alive = psutil.wait_procs(roles, timeout=5)
+    assert alive == []
