@@ -6,6 +6,7 @@ which ``cpu_tensor.to("unified")`` maps a host tensor for every GPU without copy
 
 from .unified import (
     DEVICE_TYPE,
+    UNIFIED_NAME,
     empty_shared,
     empty_unified,
     gpu_backed,
@@ -13,6 +14,7 @@ from .unified import (
     load_unified,
     registration_stats,
     to_unified,
+    unified_device,
 )
 from ._build import build_info
 from .ops import gather_rows
@@ -21,6 +23,7 @@ __version__ = build_info()["version"]
 
 __all__ = [
     "DEVICE_TYPE",
+    "UNIFIED_NAME",
     "build_info",
     "empty_shared",
     "empty_unified",
@@ -30,4 +33,5 @@ __all__ = [
     "load_unified",
     "registration_stats",
     "to_unified",
+    "unified_device",
 ]

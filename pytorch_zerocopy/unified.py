@@ -1,8 +1,8 @@
 """Unified tensors: host memory that GPU ops read in place (zero-copy).
 
-Mechanism. ``unified`` is torch's PrivateUse1 dispatch key, renamed, so ``torch.device("unified")``
-parses and ``t.to("unified")`` dispatches like any device transfer (the paper's Listing 1 runs
-as written). A unified tensor's storage is the host memory of the CPU tensor it came from,
+Mechanism. Unified tensors live on torch's PrivateUse1 dispatch key (device type
+``privateuseone``); ``t.to("unified")`` (the paper's Listing 1) dispatches like any device
+transfer. A unified tensor's storage is the host memory of the CPU tensor it came from,
 page-locked and mapped for every GPU with ``cudaHostRegister(Mapped | Portable)``; no byte is
 copied. Ops on a unified tensor reach a boxed fallback that swaps each unified argument for a
 CUDA tensor over the mapped address and runs the ordinary CUDA kernel, so every torch op works
@@ -10,6 +10,12 @@ and results land on the GPU (the device of a CUDA argument, else the unified ten
 index, which is the current GPU when it was made). Row gathers (``u[idx]``, ``index_select``,
 ``embedding``) are routed to :func:`pytorch_zerocopy.gather_rows`, which visits rows in
 address order to keep PCIe reads efficient.
+
+The key keeps torch's name ``privateuseone``: renaming it ``unified`` would make it torch's
+"accelerator", which from torch 2.8 on breaks every backward pass over CUDA tensors
+(pytorch/pytorch#161129). So ``torch.device("unified")`` is not a valid device; the string
+``"unified"`` is accepted by ``Tensor.to`` and by this package's functions, and
+:func:`unified_device` gives the torch.device.
 
 Why this mechanism rather than a CUDA-typed tensor over host memory: a distinct device keeps
 the distinction visible to users (``u.device``, ``u.is_unified``), lets ``u.cpu()`` return the
@@ -38,30 +44,52 @@ from __future__ import annotations
 import math
 import os
 
+import functools
 import types
 from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from . import _build, _compat
+from . import _build
 
 _C = _build.load_extension()
 
-DEVICE_TYPE = "unified"
+# Unified tensors live on torch's PrivateUse1 dispatch key, whose device type prints as
+# "privateuseone". The key is deliberately NOT renamed to "unified": from torch 2.8 on, a
+# renamed PrivateUse1 backend becomes torch's one "accelerator" (at::getAccelerator), and the
+# autograd engine then fails every backward over CUDA tensors (the internal assert
+# `opt_ready_stream && opt_parent_stream`, pytorch/pytorch#161129), so a GNN could no longer
+# train on the GPU in a process that imported this package. Instead the name "unified" is
+# accepted by Tensor.to (below), which is what the paper's listings use.
+DEVICE_TYPE = "privateuseone"
+UNIFIED_NAME = "unified"
 DeviceLike = Union[str, int, torch.device, None]
 
 
+def unified_device(index: Optional[int] = None) -> torch.device:
+    """The torch.device of unified tensors (``privateuseone[:index]``)."""
+    return torch.device(DEVICE_TYPE) if index is None else torch.device(DEVICE_TYPE, index)
+
+
+def _translate_device(device):
+    """'unified' / 'unified:N' -> the unified torch.device; anything else unchanged."""
+    if isinstance(device, str) and (device == UNIFIED_NAME or device.startswith(UNIFIED_NAME + ":")):
+        _, _, index = device.partition(":")
+        if index and not index.isdigit():
+            raise ValueError(f"invalid unified device {device!r}: expected 'unified' or 'unified:<gpu index>'")
+        return unified_device(int(index) if index else None)
+    return device
+
+
 def _device_module() -> types.ModuleType:
-    """The ``torch.unified`` module that torch expects for a PrivateUse1 backend."""
-    mod = types.ModuleType("torch.unified")
+    """The ``torch.privateuseone`` module torch's Python side looks up for this device."""
+    mod = types.ModuleType("torch.privateuseone")
     mod.__doc__ = "Device module of pytorch_zerocopy's unified (host-resident, GPU-mapped) tensors."
     mod.is_available = lambda: True
     mod.device_count = lambda: torch.cuda.device_count() if _C.gpu_backed() else 1
     mod.current_device = lambda: torch.cuda.current_device() if _C.gpu_backed() else 0
     mod.is_initialized = lambda: True
-    # Accelerator-generic torch code (pin-memory threads, torch.accelerator) may drive the
-    # unified device like a GPU: its device is the GPU that runs unified ops.
     mod.set_device = lambda device: torch.cuda.set_device(device) if _C.gpu_backed() else None
     mod.synchronize = lambda device=None: torch.cuda.synchronize() if _C.gpu_backed() else None
     mod._is_in_bad_fork = lambda: False
@@ -71,17 +99,34 @@ def _device_module() -> types.ModuleType:
     return mod
 
 
-def _register_backend() -> None:
-    if torch._C._get_privateuse1_backend_name() == DEVICE_TYPE:
+def _install_to() -> None:
+    """Makes ``tensor.to("unified")`` / ``tensor.to(device="unified:1")`` work.
+
+    Only a string naming the unified device is rewritten; every other call reaches torch's
+    own ``Tensor.to`` unchanged.
+    """
+    original = torch.Tensor.to
+    if getattr(original, "_zerocopy_wrapped", False):
         return
-    torch.utils.rename_privateuse1_backend(DEVICE_TYPE)
-    torch._register_device_module(DEVICE_TYPE, _device_module())
-    _compat.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=False, for_storage=False
-    )
+
+    @functools.wraps(original)
+    def to(self, *args, **kwargs):
+        if args and isinstance(args[0], str):
+            args = (_translate_device(args[0]),) + args[1:]
+        device = kwargs.get("device")
+        if isinstance(device, str):
+            kwargs["device"] = _translate_device(device)
+        return original(self, *args, **kwargs)
+
+    if not hasattr(torch, DEVICE_TYPE):
+        torch._register_device_module(DEVICE_TYPE, _device_module())
+    to._zerocopy_wrapped = True
+    torch.Tensor.to = to
+    torch.Tensor.is_unified = property(lambda self: self.device.type == DEVICE_TYPE,
+                                       doc="True for a unified (host-resident, GPU-mapped) tensor")
 
 
-_register_backend()
+_install_to()
 
 
 def gpu_backed() -> bool:
@@ -98,7 +143,7 @@ def _unified_index(device: DeviceLike) -> int:
         return -1
     if isinstance(device, int):
         return device
-    device = torch.device(device)
+    device = torch.device(_translate_device(device))
     if device.type != DEVICE_TYPE:
         raise ValueError(f"expected a unified device, got {device}")
     return -1 if device.index is None else device.index
@@ -111,7 +156,7 @@ def to_unified(t: torch.Tensor, device: DeviceLike = None) -> torch.Tensor:
     if is_unified(t):
         return t
     if t.device.type != "cpu":
-        return t.to(DEVICE_TYPE if device is None else device)
+        return t.to(unified_device() if device is None else torch.device(_translate_device(device)))
     return _C.unified_from_cpu(t, _unified_index(device))
 
 
@@ -236,6 +281,7 @@ def format_bytes(n: float) -> str:
 
 __all__ = [
     "DEVICE_TYPE",
+    "UNIFIED_NAME",
     "empty_shared",
     "empty_unified",
     "format_bytes",
@@ -244,5 +290,6 @@ __all__ = [
     "load_unified",
     "registration_stats",
     "to_unified",
+    "unified_device",
 ]
 
