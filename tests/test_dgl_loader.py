@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import pytorch_zerocopy  # noqa: F401
+import pytorch_zerocopy as zc
 from pytorch_zerocopy.dgl import (NID, EID, Block, DataLoader, Graph, MultiLayerFullNeighborSampler,
                                   NeighborSampler)
 from pytorch_zerocopy.dgl.nn import SAGEConv
@@ -70,18 +70,20 @@ def test_block_attributes_and_prefetch(data, use_uva):
     for inner, outer in zip(blocks, blocks[1:]):
         assert inner.num_dst_nodes() == outer.num_src_nodes()
         assert torch.equal(inner.dstdata[NID], outer.srcdata[NID])
+    # DGL's rule: with UVA the blocks are made on the GPU, otherwise on the graph's device.
+    expect_device = torch.device("cuda", torch.cuda.current_device()) if use_uva and zc.gpu_backed() else torch.device("cpu")
     for b, fanout in zip(blocks, [4, 3]):
         src, dst = b.edges()
-        assert b.device == torch.device("cpu")
+        assert b.device == expect_device
         assert bool((src < b.num_src_nodes()).all()) and bool((dst < b.num_dst_nodes()).all())
         assert int(b.in_degrees().max()) <= fanout
         # Edges are in-edges of the original graph: source -> destination, named by edge id.
-        eid = b.edata[EID]
-        assert torch.equal(src_all[eid], b.srcdata[NID][src])
-        assert torch.equal(dst_all[eid], b.srcdata[NID][dst])
-        assert torch.equal(b.edata["w"], graph.edata["w"][eid])
-    assert torch.equal(blocks[0].srcdata["feat"], cg.feat[input_nodes])
-    assert torch.equal(blocks[-1].dstdata["label"], cg.label[output_nodes])
+        eid, src, dst = b.edata[EID].cpu(), src.cpu(), dst.cpu()
+        assert torch.equal(src_all[eid], b.srcdata[NID].cpu()[src])
+        assert torch.equal(dst_all[eid], b.srcdata[NID].cpu()[dst])
+        assert torch.equal(b.edata["w"].cpu(), graph.edata["w"][eid])
+    assert torch.equal(blocks[0].srcdata["feat"].cpu(), cg.feat[input_nodes.cpu()])
+    assert torch.equal(blocks[-1].dstdata["label"].cpu(), cg.label[output_nodes.cpu()])
 
 
 def test_uva_and_cpu_sampling_agree(data):
@@ -92,9 +94,9 @@ def test_uva_and_cpu_sampling_agree(data):
         loader = DataLoader(graph, cg.train_idx, NeighborSampler([5, 5]), batch_size=50, use_uva=use_uva)
         outs.append(next(iter(loader)))
     (a_in, a_out, a_blocks), (b_in, b_out, b_blocks) = outs
-    assert torch.equal(a_in, b_in) and torch.equal(a_out, b_out)
+    assert torch.equal(a_in.cpu(), b_in.cpu()) and torch.equal(a_out.cpu(), b_out.cpu())
     for x, y in zip(a_blocks, b_blocks):
-        assert all(torch.equal(p, q) for p, q in zip(x.edges(), y.edges()))
+        assert all(torch.equal(p.cpu(), q.cpu()) for p, q in zip(x.edges(), y.edges()))
 
 
 def test_full_neighbour_sampler_takes_every_in_edge(data):

@@ -12,8 +12,8 @@ import launch_workers
 
 @pytest.fixture(scope="module")
 def shared_table():
-    table = zc.empty_shared((8192, 128), torch.float32)  # 4 MiB
-    table.copy_(torch.randn(8192, 128, generator=torch.Generator().manual_seed(7)))
+    table = zc.empty_shared((131072, 128), torch.float32)  # 64 MiB
+    table.copy_(torch.randn(131072, 128, generator=torch.Generator().manual_seed(7)))
     return table
 
 

@@ -41,6 +41,13 @@ at::Tensor alias_on(const at::Tensor& t, c10::Device where) {
   return t.defined() && is_unified(t) ? device_alias(t, where) : t;
 }
 
+// An index argument on the device where the op runs: torch's CUDA index_select and embedding
+// want their index there, and a unified table meeting a CPU index runs on the GPU.
+at::Tensor index_on(const at::Tensor& t, c10::Device where) {
+  at::Tensor aliased = alias_on(t, where);
+  return aliased.device() == where ? aliased : aliased.to(where);
+}
+
 // The 2-D [rows, row elements] view of a unified table whose rows are contiguous, or nothing.
 std::optional<at::Tensor> rows_view(const at::Tensor& table) {
   if (!is_unified(table) || table.dim() == 0) return std::nullopt;
@@ -109,7 +116,7 @@ at::Tensor unified_index_select(const at::Tensor& self, int64_t dim, const at::T
     }
   }
   const c10::Device where = run_device({index, self});
-  return at::index_select(alias_on(self, where), dim, alias_on(index, where));
+  return at::index_select(alias_on(self, where), dim, index_on(index, where));
 }
 
 at::Tensor unified_embedding(const at::Tensor& weight, const at::Tensor& indices, c10::SymInt padding_idx,
@@ -119,7 +126,7 @@ at::Tensor unified_embedding(const at::Tensor& weight, const at::Tensor& indices
     if (auto rows = rows_view(weight)) return routed_gather(weight, *rows, indices);
   }
   const c10::Device where = run_device({indices, weight});
-  return at::embedding_symint(alias_on(weight, where), alias_on(indices, where), std::move(padding_idx),
+  return at::embedding_symint(alias_on(weight, where), index_on(indices, where), std::move(padding_idx),
                               scale_grad_by_freq, sparse);
 }
 

@@ -47,7 +47,8 @@ class FeatureGather:
         if mode in ("naive", "gpu") and self.device.type != "cuda":
             raise RuntimeError(f"the {mode!r} gather needs a CUDA device, got {self.device}")
         if mode == "zerocopy":
-            self.table = to_unified(features)
+            # On the CPU the host table itself is the zero-copy source (gather_rows' CPU kernel).
+            self.table = to_unified(features) if self.device.type == "cuda" else features
         elif mode == "naive":
             from .. import unified
 
