@@ -2,8 +2,8 @@
 # The tests against a real DGL, in a second pinned environment.
 #
 # DGL's last release (2.1.0) ships libraries for torch 2.0.0-2.2.1 only, so these tests cannot
-# run in the main CI environment. This script keeps .ci-dgl-venv with torch 2.2.1 + dgl 2.1.0
-# (reused when its versions are right; the wheels are kept in .ci-cache/dgl-wheels so a rebuild
+# run in the main CI environment. This script keeps a venv ($CACHE/dgl-venv) with torch 2.2.1 + dgl 2.1.0
+# (reused when its versions are right; the wheels are kept in $CACHE/dgl-wheels so a rebuild
 # of the venv does not download again), compiles this package's CPU build against that torch
 # in a copy of the tree (.ci-cache/dgl-src: an in-place build here would overwrite the main
 # environment's extension), and runs tests/with_dgl there. Extra arguments go to pytest.
@@ -13,8 +13,11 @@ ROOT=$(pwd)
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 export DGLBACKEND=pytorch
-VENV=$ROOT/.ci-dgl-venv
-WHEELS=$ROOT/.ci-cache/dgl-wheels
+# The environment and its wheels live outside the checkout, so a fresh clone (as CI uses)
+# reuses them instead of downloading ~5 GB again.
+CACHE=${PYTORCH_ZEROCOPY_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pytorch_zerocopy-ci}
+VENV=$CACHE/dgl-venv
+WHEELS=$CACHE/dgl-wheels
 SRC=$ROOT/.ci-cache/dgl-src
 # numpy < 2 and pandas < 2.3: DGL 2.1 and torch 2.2 were built against numpy 1.
 REQS=(torch==2.2.1 dgl==2.1.0 "numpy<2" "pandas<2.3" pyyaml pydantic pytest psutil ninja)

@@ -13,7 +13,8 @@ others and :func:`launch` raises with the failing worker's traceback. Shared mem
 released when the last process holding it exits (its segment is unlinked at creation), so a
 crash leaks nothing.
 
-    python -m pytorch_zerocopy.launch --nproc-per-node 2 -- train --mode zerocopy
+    from pytorch_zerocopy.launch import LaunchOptions, launch, init_worker
+    results = launch(my_worker, (shared_table,), LaunchOptions(nproc_per_node=2))
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -182,27 +182,3 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     return LaunchOptions(nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
                          rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint,
                          rdzv_id=args.rdzv_id, max_restarts=args.max_restarts)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m pytorch_zerocopy.launch [torchrun flags] -- <zerocopy subcommand> ...``"""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" in argv:
-        split = argv.index("--")
-        launch_argv, command = argv[:split], argv[split + 1:]
-    else:
-        launch_argv, command = argv, ["train"]
-    parser = argparse.ArgumentParser(prog="python -m pytorch_zerocopy.launch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_launch_arguments(parser)
-    args = parser.parse_args(launch_argv)
-    from .cli import main as cli_main
-
-    launch_flags = ["--gpus", str(args.nproc_per_node), "--nnodes", args.nnodes, "--node-rank", str(args.node_rank),
-                    "--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", args.rdzv_endpoint,
-                    "--rdzv-id", args.rdzv_id]
-    return cli_main([*command, *launch_flags])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
