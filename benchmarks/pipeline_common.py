@@ -6,11 +6,8 @@ holds a CUDA context (an MPS partition then owns the GPU, and each measurement s
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -22,6 +19,8 @@ import torch.multiprocessing as mp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
 
 
 def _child_entry(conn, fn, args, env):
@@ -84,40 +83,18 @@ def run_in_child(fn: Callable, *args, env: Optional[Dict[str, str]] = None, time
 
 
 def machine_info() -> Dict[str, Any]:
-    """Device name, driver, torch version and date (GPU queried in a child)."""
-    info: Dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            "torch": torch.__version__, "python": platform.python_version(),
-                            "host": platform.node(), "cpu_count": os.cpu_count()}
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.strip():
-            name, driver, mem = [x.strip() for x in out.stdout.strip().splitlines()[0].split(",")]
-            info.update(device=name, driver=driver, gpu_memory=mem)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    info.setdefault("device", "cpu (no GPU)")
-    info.setdefault("driver", None)
+    """Device name, driver, torch version and date (nvidia-smi: no GPU context here)."""
+    env = environment()
+    info: Dict[str, Any] = {"date": env["date"], "torch": env["torch"], "python": env["python"],
+                            "host": env["host"], "cpu_count": env["cpus"], "device": env["gpu"] or "cpu (no GPU)",
+                            "driver": env["driver"]}
+    if env["gpu_memory"]:
+        info["gpu_memory"] = env["gpu_memory"]
     return info
 
 
 def _pinned_memcpy_gbs(nbytes: int = 1 << 30, reps: int = 10) -> float:
-    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    src.fill_(1)
-    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    for _ in range(2):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src, non_blocking=True)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    times.sort()
-    return nbytes / times[len(times) // 2] / 1e9
+    return pinned_memcpy_gbs(nbytes, reps)
 
 
 def _dma_gather_gbs(features: torch.Tensor, rows: int, reps: int = 5) -> float:

@@ -22,12 +22,10 @@ Writes sampling.json, sampling.md and sampling.png (if matplotlib imports) under
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -38,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import pytorch_zerocopy as zc  # noqa: E402
+from benchmarks.common import environment as common_environment, pinned_memcpy_gbs  # noqa: E402
 from pytorch_zerocopy import sampling as S  # noqa: E402
 
 FANOUTS = [15, 10, 5]
@@ -155,20 +154,7 @@ def kernel_only(adj: S.Adjacency, seed_device: torch.device, num_nodes: int, num
 
 
 def pinned_h2d_ceiling(nbytes: int) -> Dict:
-    src = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
-    src.fill_(7)
-    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src, non_blocking=True)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return {"bytes": nbytes, "GB_per_s": nbytes / statistics.median(times) / 1e9}
+    return {"bytes": nbytes, "GB_per_s": pinned_memcpy_gbs(nbytes, 7)}
 
 
 def pyg_step(indptr64: torch.Tensor, indices64: torch.Tensor):
@@ -202,23 +188,9 @@ def pyg_step(indptr64: torch.Tensor, indices64: torch.Tensor):
 
 
 def environment() -> Dict:
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "cpu_threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
-        "pytorch_zerocopy": zc.build_info(),
-    }
-    if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name()
-        try:
-            env["driver"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20).stdout.strip()
-        except Exception:  # noqa: BLE001
-            env["driver"] = None
+    env = common_environment()
+    env.update(cpu_threads=torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
+               pytorch_zerocopy=zc.build_info())
     return env
 
 

@@ -36,11 +36,8 @@ host configurations exist).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from typing import List, Optional
@@ -48,11 +45,12 @@ from typing import List, Optional
 import numpy as np
 import torch
 
-try:
-    import pytorch_zerocopy
-except ImportError:  # run from a source checkout: python benchmarks/traversal.py
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import pytorch_zerocopy
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # python benchmarks/traversal.py from a checkout
+    sys.path.insert(0, ROOT)
+
+import pytorch_zerocopy  # noqa: E402
+from benchmarks.common import environment as common_environment, pinned_memcpy_gbs  # noqa: E402
 from pytorch_zerocopy.graph import (CSRGraph, bfs, connected_components, grid_graph, kronecker_graph, pagerank,
                                     sssp, uniform_random_graph)
 
@@ -73,45 +71,14 @@ def sync() -> None:
 
 
 def environment() -> dict:
-    env = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "pytorch_zerocopy": pytorch_zerocopy.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "gpu": None,
-        "driver": None,
-        "cuda": torch.version.cuda,
-    }
-    if torch.cuda.is_available():
-        env["gpu"] = torch.cuda.get_device_name(0)
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
-            env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError, IndexError):
-            env["driver"] = None
+    env = common_environment()
+    env["pytorch_zerocopy"] = pytorch_zerocopy.__version__
     return env
 
 
 def memcpy_ceiling_gbs(nbytes: int = 1 << 30, reps: int = 5) -> Optional[float]:
-    """Pinned cudaMemcpy host-to-device bandwidth, GB/s (median of reps)."""
-    if not torch.cuda.is_available():
-        return None
-    src = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    src.fill_(7)
-    dst = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    times = []
-    for _ in range(reps + 1):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src, non_blocking=True)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    del src, dst
-    return nbytes / float(np.median(times[1:])) / 1e9
+    """Pinned cudaMemcpy host-to-device bandwidth, GB/s (None without a GPU)."""
+    return pinned_memcpy_gbs(nbytes, reps) if torch.cuda.is_available() else None
 
 
 def edge_list_copy_seconds(graph: CSRGraph) -> Optional[float]:
