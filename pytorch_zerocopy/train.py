@@ -20,6 +20,7 @@ the unified table, ring slots in shared memory, CPU training).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -153,6 +154,42 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
         return run_pipeline(replace(cfg, partition="none"), dataset, printer)
 
 
+def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epochs: int, kwargs: dict) -> List[Dict]:
+    """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
+    worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard."""
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    overrides = dict(kwargs)
+    if gpu_available() and mode != "cpu":
+        if local_rank >= torch.cuda.device_count():
+            raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
+                               f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
+        torch.cuda.set_device(local_rank)
+        overrides["device"] = f"cuda:{local_rank}"
+    return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
+                 rank=rank, world_size=world_size, **overrides)
+
+
+def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "none", fanouts=(10, 10),
+                        batch_size: int = 1024, epochs: int = 2, launch_options=None, **kwargs) -> Dict[int, List[Dict]]:
+    """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
+    gloo without a GPU), gradients averaged with DDP, one shared copy of the dataset.
+
+    ``dataset`` must live in shared memory (every :mod:`pytorch_zerocopy.datasets` loader puts
+    it there): the workers map it, they do not copy it. Returns each rank's epoch statistics.
+    """
+    from .launch import LaunchOptions, launch
+
+    if nproc < 1:
+        raise ValueError(f"nproc must be >= 1, got {nproc}")
+    if partition in ("mps", "auto") and nproc > 1:
+        # One private MPS daemon per pipeline would compete for the same GPUs.
+        partition = "none"
+    options = launch_options or LaunchOptions()
+    options.nproc_per_node = nproc
+    return launch(_rank_main, (dataset, mode, partition, tuple(fanouts), batch_size, epochs, kwargs), options)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, default="zerocopy", help="how features reach the trainer")
     p.add_argument("--partition", choices=PARTITIONS, default="auto",
@@ -168,16 +205,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--samplers", type=int, default=1, help="sampler processes")
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--gpus", type=int, default=1, help="GPUs (only 1 for now)")
+    p.add_argument("--gpus", type=int, default=1,
+                   help="data-parallel pipelines on this machine, one per GPU (CPU workers without a GPU)")
+    # torchrun's multi-machine flags, with torchrun's names (one launcher per machine).
+    p.add_argument("--nnodes", default="1", help="machines in the job, or MIN:MAX")
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--rdzv-backend", default="c10d")
+    p.add_argument("--rdzv-endpoint", default="", help="host:port of the rendezvous (several machines)")
+    p.add_argument("--rdzv-id", default="")
     p.add_argument("--seed", type=int, default=0)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     from .pipeline import PipelineError
 
-    if args.gpus != 1:
-        print("zerocopy train: --gpus other than 1 is not supported yet", file=sys.stderr)
+    if args.gpus < 1:
+        print(f"zerocopy train: --gpus must be >= 1, got {args.gpus}", file=sys.stderr)
         return 2
+    distributed = args.gpus > 1 or args.nnodes not in ("1", "1:1")
     try:
         fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
     except ValueError:
@@ -192,12 +237,24 @@ def run_from_args(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
     print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
     print(f"mode {args.mode}, fanouts {fanouts}, batch size {args.batch_size}, epochs {args.epochs}")
+    kwargs = dict(max_batches=args.max_batches, producer_share=args.producer_share, producer_sms=args.producer_sms,
+                  num_samplers=args.samplers, hidden=args.hidden, seed=args.seed)
     try:
-        train(ds, args.mode, args.partition, fanouts, args.batch_size, args.epochs, max_batches=args.max_batches,
-              producer_share=args.producer_share, producer_sms=args.producer_sms, num_samplers=args.samplers,
-              hidden=args.hidden, seed=args.seed)
+        if distributed:
+            from .launch import LaunchOptions
+
+            where = f"{args.gpus} GPU(s)" if gpu_available() else f"{args.gpus} CPU worker(s) over gloo"
+            print(f"data-parallel: {where} per machine, {args.nnodes} machine(s)")
+            options = LaunchOptions(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
+                                    rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
+            train_data_parallel(ds, args.gpus, args.mode, args.partition, fanouts, args.batch_size, args.epochs,
+                                launch_options=options, **kwargs)
+        else:
+            train(ds, args.mode, args.partition, fanouts, args.batch_size, args.epochs, **kwargs)
     except (RuntimeError, ValueError) as e:
-        if isinstance(e, PipelineError):
+        from .launch import WorkerFailed
+
+        if isinstance(e, (PipelineError, WorkerFailed)):
             print(f"zerocopy train failed: {e}", file=sys.stderr)
             return 1
         print(f"zerocopy train: {e}", file=sys.stderr)

@@ -42,8 +42,10 @@ def test_partitions_need_a_gpu():
 
 
 def test_bad_arguments(capsys):
-    assert main(["train", "--gpus", "2"]) == 2
+    assert main(["train", "--gpus", "0"]) == 2
     assert "--gpus" in capsys.readouterr().err
+    assert main(["train", "--nnodes", "2", "--max-batches", "1", "--epochs", "1"]) == 2
+    assert "rdzv-endpoint" in capsys.readouterr().err
     assert main(["train", "--fanouts", "ten,5"]) == 2
     assert "--fanouts" in capsys.readouterr().err
     with pytest.raises(SystemExit):

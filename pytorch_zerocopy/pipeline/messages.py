@@ -32,6 +32,7 @@ class PipelineConfig:
     when benchmarking the data path (the paper's Figure 11 compares data paths, not samplers).
     ``inject_failure``: ``(role, "raise" | "exit", minibatch)`` makes that role fail at that
     minibatch; it exists to test the failure handling.
+    ``rank`` / ``world_size``: one data-parallel pipeline among several (see below).
     """
 
     device: str = "cpu"
@@ -57,6 +58,11 @@ class PipelineConfig:
     queue_depth: int = 4
     replay: Optional[int] = None
     inject_failure: Optional[Tuple[str, str, int]] = None
+    # Data-parallel training (pytorch_zerocopy.launch): this pipeline's rank among
+    # ``world_size`` pipelines. Each trains on its own shard of every epoch's training ids and
+    # its consumer joins the process group (env:// rendezvous inherited from the launcher).
+    rank: int = 0
+    world_size: int = 1
 
 
 class Minibatch:

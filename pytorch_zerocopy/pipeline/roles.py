@@ -69,10 +69,17 @@ def _set_threads(n: int) -> None:
 
 
 def epoch_batches(cfg: PipelineConfig, ds: NodeDataset, epoch: int, kind: str) -> List[torch.Tensor]:
-    """The seed batches of one epoch: a shuffled training split, or the validation split in order."""
+    """The seed batches of one epoch: a shuffled training split, or the validation split in order.
+
+    With several data-parallel ranks, every rank draws the same permutation and takes its own
+    equal, disjoint slice of it, so all ranks run the same number of training steps (DDP's
+    gradient all-reduce needs that); validation runs over the whole split on every rank."""
     if kind == "train":
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
         ids = ds.train_idx[torch.randperm(ds.train_idx.numel(), generator=gen)]
+        if cfg.world_size > 1:
+            per_rank = ids.numel() // cfg.world_size
+            ids = ids[cfg.rank * per_rank:(cfg.rank + 1) * per_rank]
         limit = cfg.max_batches
     else:
         ids = ds.val_idx
@@ -368,6 +375,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
 
     torch.manual_seed(cfg.seed)
     model = GraphSAGE(ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
+    if cfg.world_size > 1:
+        model = _data_parallel(model, cfg, device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     row_bytes = ds.feature_dim * ds.features.element_size()
     marks: Counter = Counter()
@@ -412,6 +421,7 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
                 done["epoch"] = next_report
                 for key in ("loss_sum", "correct", "steady_t0"):
                     done.pop(key, None)
+                done["param_checksum"] = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
                 report(("epoch", done))
                 next_report += 1
             continue
@@ -451,7 +461,24 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
         source.release(item)
         report(("step", batch.kind, batch.epoch, item.rows * row_bytes))
     source.close()
+    if cfg.world_size > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
     queues["consumed"].set()
+
+
+def _data_parallel(model: torch.nn.Module, cfg: PipelineConfig, device: torch.device) -> torch.nn.Module:
+    """Joins the launcher's process group as rank ``cfg.rank`` and wraps ``model`` in DDP.
+
+    The consumer is a child of the launched worker and inherits its torchrun environment
+    (MASTER_ADDR, MASTER_PORT and the agent's store), so the env:// rendezvous reaches the
+    same store the launcher set up."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=cfg.rank, world_size=cfg.world_size)
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
 
 def _new_stats() -> dict:
