@@ -21,6 +21,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
+from pytorch_zerocopy.pipeline.runner import environment_added  # noqa: E402
 
 
 def _child_entry(conn, fn, args, env):
@@ -41,17 +42,9 @@ def run_children(jobs: List[Tuple[Callable, tuple, Optional[Dict[str, str]]]], t
     try:
         for fn, args, env in jobs:
             recv, send = ctx.Pipe(duplex=False)
-            saved = {k: os.environ.get(k) for k in (env or {})}
-            os.environ.update(env or {})
-            try:
+            with environment_added(env or {}):
                 proc = ctx.Process(target=_child_entry, args=(send, fn, args, env), daemon=True)
                 proc.start()
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             send.close()
             running.append((fn, proc, recv))
         results = []

@@ -16,14 +16,3 @@ def register_fake(qualname: str) -> Callable[[Callable], Callable]:
 
 def has_opcheck() -> bool:
     return hasattr(torch.library, "opcheck")
-
-
-def generate_methods_for_privateuse1_backend(**kwargs) -> None:
-    """``torch.utils.generate_methods_for_privateuse1_backend`` with the keyword arguments this
-    torch knows (torch 2.2 lacks ``for_packed_sequence``; the methods it would add are then
-    simply not generated)."""
-    import inspect
-
-    fn = torch.utils.generate_methods_for_privateuse1_backend
-    known = inspect.signature(fn).parameters
-    fn(**{k: v for k, v in kwargs.items() if k in known})

@@ -5,7 +5,6 @@ Every line starts with OK, WARN or FAIL; WARN and FAIL lines say what to do.
 
 from __future__ import annotations
 
-import glob
 import os
 import resource
 import shutil

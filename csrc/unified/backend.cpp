@@ -87,9 +87,8 @@ struct UnifiedHooks final : public at::PrivateUse1HooksInterface {
   void setCurrentDevice(c10::DeviceIndex d) const ZC_HOOK_OVERRIDE {
     if (gpu_backed()) host_mapper()->set_device(d);
   }
-  // Registering a PrivateUse1 backend makes torch treat it as "the accelerator", so
-  // accelerator-generic code such as Tensor.pin_memory() asks these hooks. They answer with
-  // CUDA's pinned memory, which is what such code means on a GPU machine.
+  // Pinned-memory requests addressed to this device (Tensor.pin_memory(device=...)) get CUDA's
+  // pinned memory, which is what they mean on a GPU machine.
   bool isPinnedPtr(const void* data) const ZC_HOOK_OVERRIDE {
     return gpu_backed() && at::detail::getCUDAHooks().isPinnedPtr(data);
   }

@@ -181,6 +181,13 @@ def _chunking(num_edges: int, device: torch.device, chunk_edges: Optional[int]) 
     return max(1, math.ceil(num_edges / chunk_edges)), chunk_edges
 
 
+def _check_size(scale: int, edge_factor: int) -> None:
+    if not 1 <= scale <= 40:
+        raise ValueError(f"scale must be in [1, 40], got {scale}")
+    if edge_factor < 1:
+        raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
+
+
 def kronecker_graph(
     scale: int,
     edge_factor: int = 16,
@@ -206,10 +213,7 @@ def kronecker_graph(
     ``1 - a - b - c``. Generated on ``device`` (default: the GPU when there is one), in chunks;
     the result is a CPU graph (see the module docstring for memory and determinism).
     """
-    if not 1 <= scale <= 40:
-        raise ValueError(f"scale must be in [1, 40], got {scale}")
-    if edge_factor < 1:
-        raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
+    _check_size(scale, edge_factor)
     if min(a, b, c) < 0 or a + b + c > 1:
         raise ValueError(f"a, b, c must be >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
     dev = _generation_device(device)
@@ -254,10 +258,7 @@ def uniform_random_graph(
 ) -> CSRGraph:
     """A GAP uniform random graph: ``edge_factor * 2**scale`` edges whose endpoints are drawn
     uniformly from ``2**scale`` vertices. Same chunked construction as :func:`kronecker_graph`."""
-    if not 1 <= scale <= 40:
-        raise ValueError(f"scale must be in [1, 40], got {scale}")
-    if edge_factor < 1:
-        raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
+    _check_size(scale, edge_factor)
     dev = _generation_device(device)
     n = 1 << scale
     m = edge_factor * n

@@ -99,7 +99,7 @@ def _sigterm_raises():
 
 
 @contextlib.contextmanager
-def _environment(extra: Dict[str, str]):
+def environment_added(extra: Dict[str, str]):
     """``os.environ`` plus ``extra`` (a spawned child inherits the environment at start)."""
     saved = {k: os.environ.get(k) for k in extra}
     os.environ.update(extra)
@@ -126,7 +126,7 @@ class Supervisor:
                                 daemon=True)
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:
-            with _environment(env or {}):
+            with environment_added(env or {}):
                 proc.start()
         finally:
             if previous is not None:
