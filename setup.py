@@ -114,6 +114,20 @@ def write_build_info(with_cuda: bool, archs: str) -> None:
         f.write(f"BUILD_INFO = {info!r}\n")
 
 
+def openmp_flags():
+    """-fopenmp where torch's ATen uses OpenMP.
+
+    at::parallel_for is a header template whose thread fan-out is a `#pragma omp parallel`
+    (ATen/ParallelOpenMP.h). Compiled without -fopenmp the pragma is ignored and every CPU
+    kernel of this package silently runs on one thread. Linking with -fopenmp records
+    libgomp.so.1, which resolves to the copy torch has already loaded.
+    """
+    config = torch.__config__.parallel_info()
+    if "ATen parallel backend: OpenMP" not in config:
+        return []
+    return ["-fopenmp"]
+
+
 def extension():
     choose_linker()
     with_cuda = decide_cuda()
@@ -121,12 +135,13 @@ def extension():
     if with_cuda:
         os.environ["TORCH_CUDA_ARCH_LIST"] = archs
     write_build_info(with_cuda, archs)
-    cxx = ["-O3", "-fvisibility=hidden"]
+    cxx = ["-O3", "-fvisibility=hidden"] + openmp_flags()
     kwargs = dict(
         name="pytorch_zerocopy._C",
         sources=sources(with_cuda),
         include_dirs=[os.path.join(ROOT, "csrc")],
         extra_compile_args={"cxx": cxx},
+        extra_link_args=openmp_flags(),
     )
     if not with_cuda:
         print("pytorch_zerocopy: building the CPU-only extension", flush=True)

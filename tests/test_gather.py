@@ -3,6 +3,8 @@ unified tensors (``u[idx]``, ``index_select``, ``embedding``) to it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -354,3 +356,16 @@ def test_torch_compile_fullgraph(gen):
         return zc.gather_rows(t, i) * 2 + 1
 
     torch.testing.assert_close(f(table, index), table[index] * 2 + 1)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs at least 2 CPUs")
+def test_cpu_kernels_run_multithreaded():
+    """The CPU kernels' at::parallel_for fans out (a build without OpenMP runs it on one thread)."""
+    from pytorch_zerocopy import _C
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert _C.parallel_for_threads(64) == 2
+    finally:
+        torch.set_num_threads(before)

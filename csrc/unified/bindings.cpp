@@ -5,7 +5,11 @@
 #include "unified/registration.h"
 #include "unified/unified_tensor.h"
 
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
+
+#include <mutex>
+#include <set>
 
 namespace zerocopy {
 void register_unified_hooks();
@@ -13,6 +17,22 @@ void register_unified_hooks();
 
 namespace {
 std::string build_flavour() { return zerocopy::host_mapper() != nullptr ? "cuda" : "cpu"; }
+
+// How many intra-op threads an at::parallel_for of `n` unit tasks really ran on, compiled
+// here: this package's CPU kernels fan out through the same header code, so this shows
+// whether they run multithreaded (a build without OpenMP silently runs them on one thread).
+int64_t parallel_for_threads(int64_t n) {
+  std::mutex mutex;
+  std::set<int> seen;
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    volatile double sink = 0;  // enough work per task for the team to spread out
+    for (int64_t i = begin; i < end; ++i)
+      for (int k = 0; k < 200000; ++k) sink = sink + k;
+    const std::lock_guard<std::mutex> lock(mutex);
+    seen.insert(at::get_thread_num());
+  });
+  return static_cast<int64_t>(seen.size());
+}
 }  // namespace
 
 TORCH_LIBRARY_IMPL(zerocopy, CompositeExplicitAutograd, m) {
@@ -39,6 +59,8 @@ PYBIND11_MODULE(_C, m) {
                                        static_cast<c10::DeviceIndex>(index));
       },
       "A new contiguous unified tensor in shared host memory");
+  m.def("parallel_for_threads", &parallel_for_threads,
+        "Distinct threads an at::parallel_for of n tasks ran on (checks the OpenMP build)");
   m.def("registration_stats", []() {
     auto s = zerocopy::registration_stats();
     return std::make_tuple(s.live_pieces, s.live_bytes, s.total_registrations);
