@@ -2,6 +2,7 @@
 
     python benchmarks/training.py            # full: >= 32 GiB feature tables, ~6-8 minutes
     python benchmarks/training.py --quick    # seconds-scale smoke test, small tables
+    python benchmarks/training.py --gpus 1,2 # data-parallel scaling per mode (training_gpus.*)
 
 Figure 11: one papers100M-like graph whose feature table holds ``--table-gib`` GiB of host
 memory; every mode (cpu, dma, zerocopy-naive, zerocopy, gpu) trains ``--epochs`` epochs of
@@ -93,11 +94,28 @@ def main() -> int:
                    help="extra Figure 11 rows: zerocopy with these partitions (besides --partition)")
     p.add_argument("--producer-share", type=float, default=10.0)
     p.add_argument("--producer-sms", type=int, default=16)
-    p.add_argument("--gpus", type=int, default=1, help="GPUs (only 1 for now)")
+    p.add_argument("--gpus", default="1",
+                   help="'1': Figures 11 and 12 on one GPU; a list of GPU counts such as '1,2': data-parallel "
+                        "scaling per mode (training_gpus.*) instead")
     args = p.parse_args()
-    if args.gpus != 1:
-        p.error("--gpus other than 1 is not supported yet")
+    try:
+        gpu_counts = sorted({int(g) for g in str(args.gpus).split(",") if g.strip()})
+    except ValueError:
+        p.error(f"--gpus must be GPU counts separated by commas, got {args.gpus!r}")
+    if not gpu_counts or gpu_counts[0] < 1:
+        p.error(f"--gpus must be positive GPU counts, got {args.gpus!r}")
     import torch
+
+    if gpu_counts != [1]:
+        if not torch.cuda.is_available():
+            print("no CUDA GPU: the data-parallel scaling benchmark needs GPUs", file=sys.stderr)
+            return 2
+        from benchmarks.training_gpus import run_scaling
+
+        notes = [f"{args.epochs} epochs per run, the last timed; sampler replays {args.replay} pre-sampled "
+                 "minibatches" if args.replay else f"{args.epochs} epochs per run, the last timed"]
+        args.replay = args.replay or None
+        return run_scaling(args, gpu_counts, _dataset, notes)
 
     gpu = torch.cuda.is_available()
     if not gpu and not set(args.modes.split(",")) | set(args.sweep_modes.split(",")) <= {"cpu", "zerocopy", ""}:

@@ -156,38 +156,94 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
 
 def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epochs: int, kwargs: dict) -> List[Dict]:
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
-    worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard."""
+    worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
+
+    The worker only supervises its pipeline's processes and never opens a CUDA context itself
+    (so under a shared MPS daemon every GPU client is a role with its thread share)."""
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     overrides = dict(kwargs)
-    if gpu_available() and mode != "cpu":
+    use_gpu = overrides.pop("use_gpu", None)
+    if use_gpu is False:
+        overrides["device"] = "cpu"
+    elif gpu_available() and mode != "cpu":
         if local_rank >= torch.cuda.device_count():
             raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
                                f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
-        torch.cuda.set_device(local_rank)
         overrides["device"] = f"cuda:{local_rank}"
+    # The machine's cores are split between its pipelines: the roles that use all of a
+    # process's threads (the DMA gather, CPU training) would otherwise oversubscribe them.
+    share = max(1, (os.cpu_count() or 1) // local_world)
+    if local_world > 1 and overrides.get("producer_threads") in (None, 0) and mode == "dma":
+        overrides["producer_threads"] = share
+    if local_world > 1 and overrides.get("consumer_threads") in (None, 0):
+        overrides["consumer_threads"] = share
     return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
                  rank=rank, world_size=world_size, **overrides)
 
 
-def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "none", fanouts=(10, 10),
-                        batch_size: int = 1024, epochs: int = 2, launch_options=None, **kwargs) -> Dict[int, List[Dict]]:
+def _resolve_parallel_partition(mode: str, partition: str) -> str:
+    if partition == "auto":
+        use_mps = mode == "zerocopy" and gpu_available() and shutil.which("nvidia-cuda-mps-control")
+        return "mps" if use_mps else "none"
+    if partition == "green":
+        return partition
+    if partition == "mps" and mode != "zerocopy":
+        raise ValueError("partition='mps' applies to --mode zerocopy only")
+    if partition == "mps" and not gpu_available():
+        raise RuntimeError("partition='mps' needs a CUDA GPU")
+    return partition
+
+
+def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", fanouts=(10, 10),
+                        batch_size: int = 1024, epochs: int = 2, launch_options=None, quiet: bool = False,
+                        use_gpu: Optional[bool] = None, **kwargs) -> Dict[int, List[Dict]]:
     """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
     gloo without a GPU), gradients averaged with DDP, one shared copy of the dataset.
 
     ``dataset`` must live in shared memory (every :mod:`pytorch_zerocopy.datasets` loader puts
-    it there): the workers map it, they do not copy it. Returns each rank's epoch statistics.
+    it there): the workers map it, they do not copy it. ``use_gpu=False`` keeps every
+    pipeline on the CPU (gloo) even where GPUs exist (``zerocopy`` and ``cpu`` modes). With MPS partitioning (the default for
+    ``zerocopy`` where MPS exists), this process starts one MPS control daemon that serves every
+    GPU of the machine, each pipeline's producer and consumer connect to it with their thread
+    shares, and it is stopped when the run ends, also when a worker fails. Returns each rank's
+    epoch statistics.
     """
     from .launch import LaunchOptions, launch
+    from .pipeline.partition import MpsDaemon, MpsError
 
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
-    if partition in ("mps", "auto") and nproc > 1:
-        # One private MPS daemon per pipeline would compete for the same GPUs.
-        partition = "none"
+    if use_gpu is False:
+        if mode not in ("zerocopy", "cpu"):
+            raise ValueError(f"use_gpu=False runs the CPU pipeline: mode must be 'zerocopy' or 'cpu', got {mode!r}")
+        if partition in ("mps", "green"):
+            raise ValueError(f"partition={partition!r} partitions a GPU, but use_gpu=False")
+        resolved = "none"
+    else:
+        resolved = _resolve_parallel_partition(mode, partition)
     options = launch_options or LaunchOptions()
     options.nproc_per_node = nproc
-    return launch(_rank_main, (dataset, mode, partition, tuple(fanouts), batch_size, epochs, kwargs), options)
+    args = (dataset, mode, resolved, tuple(fanouts), batch_size, epochs, dict(kwargs, use_gpu=use_gpu))
+    if resolved != "mps":
+        return launch(_rank_main, args, options)
+    daemon = MpsDaemon()
+    try:
+        daemon.start()
+    except MpsError as e:
+        if partition != "auto":
+            raise
+        if not quiet:
+            print(f"MPS is not usable here ({e}); running without a GPU partition")
+        return launch(_rank_main, (dataset, mode, "none") + args[3:], options)
+    try:
+        if not quiet:
+            print(f"GPU partition: MPS, one daemon for all {nproc} pipelines of this machine")
+        options.extra_env = {**options.extra_env, **daemon.shared_env()}
+        return launch(_rank_main, args, options)
+    finally:
+        daemon.stop()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from pytorch_zerocopy.datasets import community_graph
 from pytorch_zerocopy.pipeline import PipelineError, run_pipeline
-from pytorch_zerocopy.pipeline.partition import MpsDaemon, MpsError, round_sms
+from pytorch_zerocopy.pipeline.partition import SHARED_DAEMON_ENV, MpsDaemon, MpsError, round_sms, shared_daemon
 from pytorch_zerocopy.train import pipeline_config
 from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot
 
@@ -106,6 +106,36 @@ def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
         MpsDaemon(binary=str(fake)).start()
 
 
+def test_attached_mps_daemon_is_shared_not_stopped(tmp_path, monkeypatch):
+    """A pipeline under a launcher's daemon attaches to it: same pipe, and its stop() leaves
+    the daemon to the launcher that started it."""
+    import psutil
+
+    fake = tmp_path / "fake-mps-control"
+    fake.write_text(FAKE_MPS_CONTROL)
+    fake.chmod(0o755)
+    owner = MpsDaemon(binary=str(fake)).start()
+    try:
+        pid = int(open(os.path.join(owner.env["CUDA_MPS_PIPE_DIRECTORY"], "fake.pid")).read())
+        monkeypatch.delenv(SHARED_DAEMON_ENV, raising=False)
+        assert shared_daemon() is None
+        for key, value in owner.shared_env().items():
+            monkeypatch.setenv(key, value)
+        handle = shared_daemon()
+        env = handle.client_env(10)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == owner.env["CUDA_MPS_PIPE_DIRECTORY"]
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "10"
+        handle.stop()
+        assert psutil.pid_exists(pid) and os.path.isdir(owner.root)
+    finally:
+        root = owner.root
+        owner.stop()
+    assert not os.path.exists(root)
+    monkeypatch.setenv(SHARED_DAEMON_ENV, str(tmp_path / "no-daemon-here"))
+    with pytest.raises(MpsError, match="no MPS daemon directory"):
+        shared_daemon()
+
+
 # --- GPU ------------------------------------------------------------------------------------
 
 
@@ -162,7 +192,9 @@ def test_zerocopy_with_mps_trains_and_cleans_up(graph):
     cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
                           producer_share=10)
     epochs = run_pipeline(cfg, graph, messages.append)
-    assert ("partition", {"kind": "mps", "producer_share": 10, "consumer_share": 90}) in messages
+    info = {"kind": "mps", "producer_share": 10, "consumer_share": 90, "shared_daemon": False}
+    assert ("partition", info) in messages
+    assert all(e["partition"] == info for e in epochs)
     assert epochs[-1]["val_acc"] > 0.5
     assert _mps_daemons() == []
 

@@ -1,11 +1,21 @@
 """Data-parallel training through the launcher: 2 real ranks, each a full pipeline, over gloo
-on the CPU (one per GPU where GPUs exist)."""
+on the CPU everywhere; on a machine with 2 GPUs also over NCCL, one pipeline per GPU, under one
+shared MPS daemon."""
+
+import shutil
 
 import pytest
+import torch
 
 from pytorch_zerocopy.datasets import load_dataset
 from pytorch_zerocopy.launch import WorkerFailed
 from pytorch_zerocopy.train import train_data_parallel
+from test_pipeline_gpu import _mps_daemons
+
+needs_two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                                    reason="needs 2 GPUs")
+needs_mps = pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
+                               reason="nvidia-cuda-mps-control not installed")
 
 
 @pytest.fixture(scope="module")
@@ -13,9 +23,7 @@ def dataset():
     return load_dataset("community")
 
 
-def test_two_ranks_train_the_same_model(dataset):
-    results = train_data_parallel(dataset, 2, "zerocopy", fanouts=(5, 5), batch_size=512, epochs=2, max_batches=4,
-                                  hidden=32)
+def _check_same_model(results):
     assert sorted(results) == [0, 1]
     last = [results[r][-1] for r in (0, 1)]
     for stats in last:
@@ -27,12 +35,58 @@ def test_two_ranks_train_the_same_model(dataset):
     assert results[0][0]["param_checksum"] != pytest.approx(last[0]["param_checksum"], rel=1e-9)
 
 
+def test_two_ranks_train_the_same_model(dataset):
+    results = train_data_parallel(dataset, 2, "zerocopy", fanouts=(5, 5), batch_size=512, epochs=2, max_batches=4,
+                                  hidden=32, use_gpu=False, quiet=True)
+    _check_same_model(results)
+    assert all(results[r][-1]["partition"] == {"kind": "none"} for r in (0, 1))
+
+
+@pytest.mark.cuda
+@needs_two_gpus
+@needs_mps
+def test_two_gpus_share_one_mps_daemon(dataset):
+    results = train_data_parallel(dataset, 2, "zerocopy", "mps", fanouts=(5, 5), batch_size=512, epochs=2,
+                                  max_batches=4, hidden=32, quiet=True)
+    _check_same_model(results)
+    for r in (0, 1):
+        assert results[r][-1]["partition"] == {"kind": "mps", "producer_share": 10.0, "consumer_share": 90.0,
+                                               "shared_daemon": True}
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_two_gpus
+@needs_mps
+def test_failing_rank_on_two_gpus_stops_the_shared_daemon(dataset):
+    with pytest.raises(WorkerFailed, match="injected failure in the producer"):
+        train_data_parallel(dataset, 2, "zerocopy", "mps", fanouts=(5, 5), batch_size=512, epochs=1, max_batches=4,
+                            hidden=32, quiet=True, inject_failure=("producer", "raise", 1))
+    assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_two_gpus
+@pytest.mark.parametrize("mode", ["dma", "gpu"])
+def test_two_gpus_train_other_modes(dataset, mode):
+    results = train_data_parallel(dataset, 2, mode, fanouts=(5, 5), batch_size=512, epochs=2, max_batches=4,
+                                  hidden=32, quiet=True)
+    _check_same_model(results)
+
+
 def test_a_failing_rank_pipeline_ends_the_job(dataset):
     with pytest.raises(WorkerFailed, match="injected failure in the consumer"):
         train_data_parallel(dataset, 2, "zerocopy", fanouts=(5, 5), batch_size=512, epochs=1, max_batches=4,
-                            hidden=32, inject_failure=("consumer", "raise", 1))
+                            hidden=32, use_gpu=False, quiet=True, inject_failure=("consumer", "raise", 1))
 
 
 def test_bad_worker_count(dataset):
     with pytest.raises(ValueError, match="nproc"):
         train_data_parallel(dataset, 0)
+
+
+def test_cpu_pipelines_refuse_gpu_settings(dataset):
+    with pytest.raises(ValueError, match="mode must be"):
+        train_data_parallel(dataset, 2, "dma", use_gpu=False)
+    with pytest.raises(ValueError, match="partitions a GPU"):
+        train_data_parallel(dataset, 2, "zerocopy", "mps", use_gpu=False)

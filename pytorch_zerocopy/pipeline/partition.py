@@ -23,6 +23,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
+# Set by a launcher that started one daemon for every pipeline of the machine (several GPUs):
+# the daemon's root directory. A pipeline that finds it attaches instead of starting its own.
+SHARED_DAEMON_ENV = "PYTORCH_ZEROCOPY_MPS_ROOT"
 READY_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 20.0
 
@@ -83,6 +86,26 @@ class MpsDaemon:
         self.binary = path
         self.root: Optional[str] = None
         self.pids: List[int] = []
+        self.owned = True  # False for a handle on a daemon another process started
+
+    @classmethod
+    def attach(cls, root: str) -> "MpsDaemon":
+        """A handle on a running daemon that another process started (and will stop):
+        :meth:`client_env` works, :meth:`stop` leaves the daemon alone."""
+        if not os.path.isdir(os.path.join(root, "pipe")):
+            raise MpsError(f"no MPS daemon directory at {root!r} ({SHARED_DAEMON_ENV}); "
+                           "was its launcher stopped?")
+        daemon = cls.__new__(cls)
+        daemon.binary = shutil.which(MPS_CONTROL) or MPS_CONTROL
+        daemon.root = root
+        daemon.pids = []
+        daemon.owned = False
+        return daemon
+
+    def shared_env(self) -> Dict[str, str]:
+        """Environment that makes the pipelines of child processes attach to this daemon."""
+        assert self.root is not None, "MpsDaemon not started"
+        return {SHARED_DAEMON_ENV: self.root}
 
     @property
     def env(self) -> Dict[str, str]:
@@ -140,8 +163,12 @@ class MpsDaemon:
             return "(no control.log)"
 
     def stop(self) -> None:
-        """Stops the daemon (and its server) and removes its directories; safe to call twice."""
+        """Stops the daemon (and its server) and removes its directories; safe to call twice.
+        A handle from :meth:`attach` only forgets the daemon."""
         if self.root is None:
+            return
+        if not self.owned:
+            self.root = None
             return
         pipe_dir = self.env["CUDA_MPS_PIPE_DIRECTORY"]
         try:
@@ -163,6 +190,12 @@ class MpsDaemon:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def shared_daemon() -> Optional[MpsDaemon]:
+    """The daemon a launcher shares with this process (see :data:`SHARED_DAEMON_ENV`), or None."""
+    root = os.environ.get(SHARED_DAEMON_ENV)
+    return MpsDaemon.attach(root) if root else None
 
 
 def sm_granularity(device: torch.device) -> int:

@@ -255,8 +255,13 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
     ds.share_memory_()
     epochs: List[dict] = []
 
+    partition = {"kind": cfg.partition}
+
     def dispatch(msg: tuple) -> None:
+        if msg[0] == "partition":
+            partition.update(msg[1])
         if msg[0] == "epoch":
+            msg[1]["partition"] = dict(partition)  # how the GPU was shared in this run
             epochs.append(msg[1])
         if on_message is not None:
             on_message(msg)
@@ -274,13 +279,17 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
             producer_env: Dict[str, str] = {}
             consumer_env: Dict[str, str] = {}
             if cfg.partition == "mps":
-                from .partition import MpsDaemon
+                from .partition import MpsDaemon, shared_daemon
 
-                daemon = stack.enter_context(MpsDaemon())
+                # One daemon serves every GPU: a launcher of several pipelines shares its own.
+                daemon = shared_daemon()
+                shared = daemon is not None
+                if daemon is None:
+                    daemon = stack.enter_context(MpsDaemon())
                 producer_env = daemon.client_env(cfg.producer_share)
                 consumer_env = daemon.client_env(100.0 - cfg.producer_share)
                 dispatch(("partition", {"kind": "mps", "producer_share": cfg.producer_share,
-                                        "consumer_share": 100.0 - cfg.producer_share}))
+                                        "consumer_share": 100.0 - cfg.producer_share, "shared_daemon": shared}))
             barrier = ctx.Barrier(cfg.num_samplers) if cfg.num_samplers > 1 else None
             for w in range(cfg.num_samplers):
                 sup.start("sampler", roles.sampler_main, (cfg, ds, w, batch_q, queues["consumed"], barrier))

@@ -1,0 +1,147 @@
+"""Data-parallel scaling of GraphSAGE training (``benchmarks/training.py --gpus 1,2``).
+
+For each GPU count and each mode (dma, zerocopy-naive, zerocopy, gpu), the launcher of
+:func:`pytorch_zerocopy.train.train_data_parallel` runs one pipeline per GPU over one shared
+host copy of the dataset, DDP over NCCL. Every GPU count trains the same global epoch
+(``--max-batches`` minibatches in all, split evenly between the ranks), so epoch times compare
+directly. A rank's epoch time is its steady-state time per minibatch (the first minibatch of
+the epoch, which carries the pipeline's fill, is left out) times its minibatches; the job's is
+the slowest rank's. Results: ``training_gpus.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Dict, List
+
+import torch
+
+from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, write_report
+
+SCALING_MODES = ("dma", "zerocopy-naive", "zerocopy", "gpu")
+BAR_OVER_DMA = 1.65      # zerocopy vs dma on the largest GPU count
+BAR_SCALING = 1.7        # zerocopy on 2 GPUs vs zerocopy on 1 GPU
+
+
+def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
+    from pytorch_zerocopy.train import train_data_parallel
+
+    per_rank = global_batches // gpus
+    extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
+    start = time.perf_counter()
+    results = train_data_parallel(ds, gpus, mode, args.partition if mode == "zerocopy" else "auto",
+                                  [int(f) for f in args.fanouts.split(",")], args.batch_size, args.epochs,
+                                  quiet=True, max_batches=per_rank, num_samplers=args.samplers,
+                                  replay=args.replay, val_batches=1, hidden=args.hidden, **extra)
+    wall = time.perf_counter() - start
+    ranks = []
+    for rank, epochs in sorted(results.items()):
+        last = epochs[-1]
+        per_mb = last["steady_seconds"] / last["steady_batches"]
+        ranks.append({"rank": rank, "epoch_seconds": per_mb * last["train_batches"],
+                      "minibatches": last["train_batches"], "ms_per_minibatch": per_mb * 1e3,
+                      "feature_bytes_per_s": last["steady_bytes"] / last["steady_seconds"],
+                      "val_acc": last["val_acc"], "loss": last["loss"], "partition": last.get("partition"),
+                      "param_checksum": last["param_checksum"]})
+    epoch = max(r["epoch_seconds"] for r in ranks)
+    return {"gpus": gpus, "mode": mode, "epoch_seconds": epoch, "minibatches": sum(r["minibatches"] for r in ranks),
+            "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,
+            "feature_gbs": sum(r["feature_bytes_per_s"] for r in ranks) / 1e9,
+            "val_acc": ranks[0]["val_acc"], "partition": ranks[0]["partition"], "wall_seconds": wall,
+            "ranks": ranks}
+
+
+def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> int:
+    available = torch.cuda.device_count()
+    wanted = max(gpu_counts)
+    if wanted > available:
+        print(f"--gpus asks for {wanted} GPUs, this machine has {available}")
+        return 2
+    table_gib = args.table_gib or (0.5 if args.quick else 32.0)
+    global_batches = args.max_batches or (8 if args.quick else 48)
+    if global_batches % wanted:
+        global_batches += wanted - global_batches % wanted
+    modes = [m for m in args.modes.split(",") if m in SCALING_MODES] or list(SCALING_MODES)
+    t_start = time.perf_counter()
+    info = machine_info()
+    info["gpus"] = available
+    notes = notes + [f"every GPU count trains the same {global_batches} minibatches per epoch, split evenly "
+                     "between the ranks; epoch time = the slowest rank's steady-state time per minibatch "
+                     "x its minibatches",
+                     "one pipeline (sampler, producer, consumer) per GPU, DDP over NCCL, one shared host copy "
+                     "of the dataset; zerocopy's MPS partition: one daemon for all GPUs"]
+    print("\n".join(notes), flush=True)
+    print(f"data-parallel scaling: table {table_gib:g} GiB, width {args.width}, GPUs {gpu_counts}", flush=True)
+    ds, gen_s = dataset_fn(table_gib, args.width, args)
+    ds.share_memory_()
+    ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100)
+    print(f"  ceilings (GPU 0): {ceilings}", flush=True)
+    runs = []
+    for g in gpu_counts:
+        for mode in modes:
+            try:
+                r = _run(ds, g, mode, args, global_batches)
+            except Exception as e:  # noqa: BLE001 - report and go on
+                r = {"gpus": g, "mode": mode, "error": str(e).strip().splitlines()[-1][:500]}
+            print(f"  {g} GPU(s) {mode}: " + (f"{r['epoch_seconds']:.3f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
+                                              if "error" not in r else f"FAILED {r['error']}"), flush=True)
+            runs.append(r)
+            gc.collect()
+    table_bytes = ds.features.numel() * ds.features.element_size()
+    described = ds.describe()
+    del ds
+    gc.collect()
+
+    ok = {(r["gpus"], r["mode"]): r for r in runs if "error" not in r}
+    bars = {}
+    for g in gpu_counts:
+        if (g, "zerocopy") in ok and (g, "dma") in ok:
+            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")]["epoch_seconds"] / ok[(g, "zerocopy")]["epoch_seconds"]
+    if (wanted, "zerocopy") in ok and (wanted, "dma") in ok:
+        bars[f"zerocopy_at_least_{BAR_OVER_DMA}x_dma_on_{wanted}gpu"] = bars[f"zerocopy_over_dma_{wanted}gpu"] >= BAR_OVER_DMA
+    for mode in modes:
+        if (1, mode) in ok and (wanted, mode) in ok and wanted > 1:
+            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)]["epoch_seconds"] / ok[(wanted, mode)]["epoch_seconds"]
+    if wanted == 2 and "zerocopy_2gpu_over_1gpu" in bars:
+        bars[f"zerocopy_2gpu_at_least_{BAR_SCALING}x_1gpu"] = bars["zerocopy_2gpu_over_1gpu"] >= BAR_SCALING
+
+    result = {"machine": info, "notes": notes, "ceilings": ceilings,
+              "dataset": described, "table_bytes": table_bytes, "generation_seconds": gen_s,
+              "global_minibatches": global_batches, "runs": runs, "bars": bars, "config": vars(args),
+              "wall_seconds": time.perf_counter() - t_start}
+    md = header_lines("GraphSAGE data-parallel training: epoch time per mode and GPU count", info, ceilings)
+    md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", "",
+           "| GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | partition | val acc |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "error" in r:
+            md.append(f"| {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | |")
+            continue
+        dma = ok.get((r["gpus"], "dma"))
+        one = ok.get((1, r["mode"]))
+        vs_dma = f"{dma['epoch_seconds'] / r['epoch_seconds']:.2f}x" if dma else "-"
+        vs_one = f"{one['epoch_seconds'] / r['epoch_seconds']:.2f}x" if one else "-"
+        part = r["partition"] or {}
+        part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
+        md.append(f"| {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | "
+                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['val_acc']:.3f} |")
+    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
+           f"Wall time {result['wall_seconds']:.0f} s."]
+
+    def plot(plt):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        width = 0.8 / max(1, len(gpu_counts))
+        for i, g in enumerate(gpu_counts):
+            xs = [j + i * width for j, m in enumerate(modes) if (g, m) in ok]
+            ys = [ok[(g, m)]["epoch_seconds"] for m in modes if (g, m) in ok]
+            ax.bar(xs, ys, width=width, label=f"{g} GPU(s)")
+        ax.set_xticks([j + width * (len(gpu_counts) - 1) / 2 for j in range(len(modes))])
+        ax.set_xticklabels(modes)
+        ax.set_ylabel(f"epoch time (s), {global_batches} minibatches")
+        ax.set_title(f"Data-parallel GraphSAGE, {table_bytes / 2**30:.3g} GiB host feature table")
+        ax.legend()
+
+    write_report(args.out, "training_gpus_quick" if args.quick else "training_gpus", result, md, plot)
+    print("\n".join(md))
+    return 0
