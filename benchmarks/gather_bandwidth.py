@@ -43,6 +43,12 @@ MiB = 1 << 20
 FLOAT32_ROW_BYTES = [128, 256, 512, 1020, 1024, 1028, 1044, 2048, 4096, 16384]
 EXTRA_CONFIGS = [(torch.float16, 256), (torch.float16, 1028), (torch.int8, 256), (torch.int8, 1028)]
 
+# The profile: where the op's time goes at these row sizes (sort granule sweep), and how the
+# rate depends on how many rows one call takes from the table (density sweep).
+GRANULE_ROW_BYTES = (128, 512, 2048)
+DENSITY_ROW_BYTES = 512
+GRANULE_ENV = "PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE"
+
 # Bars from the issue: op / memcpy and op / DMA.
 BAR_SMALL_ROW_BYTES = 128
 BAR_SMALL = 0.80
@@ -60,9 +66,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join("benchmarks", "results"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default="", help="comma-separated dtype:row_bytes subset, e.g. float32:128,int8:1028")
+    p.add_argument("--granules", default="1,4096,65536,2097152",
+                   help="sort granules (bytes; PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE) timed at float32 rows of "
+                        + ", ".join(map(str, GRANULE_ROW_BYTES)) + " B ('' to skip)")
+    p.add_argument("--density-rows", default="65536,262144,1048576,4194304",
+                   help="rows per call of the density sweep (float32 rows of %d B; '' to skip)" % DENSITY_ROW_BYTES)
     args = p.parse_args()
     if args.quick:
         args.table_gib, args.gather_gib, args.iters, args.warmup = 0.25, 1 / 32, 3, 1
+        args.density_rows = "16384,65536"
     return args
 
 
@@ -211,6 +223,25 @@ def run(args: argparse.Namespace) -> Dict:
         t_naive = time_gpu(naive, args.iters, args.warmup)
         t_op = time_gpu(op, args.iters, args.warmup)
         t_gpu = time_gpu(gpu_table, args.iters, args.warmup)
+        # The gather kernel alone: the same rows, already in address order, no sort.
+        sorted_index = torch.sort(index).values
+
+        def op_presorted():
+            return zc.gather_rows(table_unified, sorted_index, index_sorted=True)
+
+        t_presorted = time_gpu(op_presorted, args.iters, args.warmup)
+        granules = {}
+        if dtype == torch.float32 and row_bytes in GRANULE_ROW_BYTES:
+            for granule in [g for g in args.granules.split(",") if g.strip()]:
+                previous = os.environ.get(GRANULE_ENV)
+                os.environ[GRANULE_ENV] = granule.strip()
+                try:
+                    granules[granule.strip()] = gbps(moved, time_gpu(op, args.iters, args.warmup))
+                finally:
+                    if previous is None:
+                        os.environ.pop(GRANULE_ENV, None)
+                    else:
+                        os.environ[GRANULE_ENV] = previous
 
         ceiling = gbps(gather_bytes, t_memcpy)
         result = {
@@ -226,6 +257,9 @@ def run(args: argparse.Namespace) -> Dict:
             "naive_gbps": gbps(moved, t_naive),
             "op_gbps": gbps(moved, t_op),
             "gpu_table_gbps": gbps(moved, t_gpu),
+            "op_presorted_gbps": gbps(moved, t_presorted),
+            "sort_share_of_op_time": max(0.0, 1.0 - t_presorted / t_op),
+            "granule_gbps": granules,
         }
         for key in ("dma", "naive", "op", "gpu_table"):
             result[f"{key}_vs_memcpy"] = result[f"{key}_gbps"] / ceiling
@@ -241,6 +275,7 @@ def run(args: argparse.Namespace) -> Dict:
             flush=True,
         )
 
+    density = density_sweep(args, table_u8, table_bytes, device)
     ceiling_end = gbps(gather_bytes, time_gpu(memcpy, max(args.iters, 10), args.warmup))
     props = torch.cuda.get_device_properties(device)
     return {
@@ -261,7 +296,28 @@ def run(args: argparse.Namespace) -> Dict:
         "memcpy_gbps_end": ceiling_end,
         "index_order": "random (torch.randint on the GPU)",
         "results": rows_out,
+        "density": density,
     }
+
+
+def density_sweep(args: argparse.Namespace, table_u8: torch.Tensor, table_bytes: int, device) -> List[Dict]:
+    """gather_rows of n random float32 rows of DENSITY_ROW_BYTES for each n of --density-rows:
+    GB/s and rows/s. Few rows from a large table are far apart even in address order, so each
+    lands on its own pages: this shows the rate a minibatch-sized gather can reach."""
+    counts = [int(c) for c in args.density_rows.split(",") if c.strip()]
+    width = DENSITY_ROW_BYTES // 4
+    rows = table_bytes // DENSITY_ROW_BYTES
+    table = table_u8[: rows * DENSITY_ROW_BYTES].view(torch.float32).view(rows, width)
+    out = []
+    for n in counts:
+        index = torch.randint(0, rows, (n,), device=device)
+        t = time_gpu(lambda: zc.gather_rows(table, index, check_bounds=False), args.iters, args.warmup)
+        gap = table_bytes / n
+        out.append({"rows": n, "row_bytes": DENSITY_ROW_BYTES, "seconds": t, "gbps": gbps(n * DENSITY_ROW_BYTES, t),
+                    "mrows_per_s": n / t / 1e6, "mean_gap_bytes": gap})
+        print(f"density: {n:>8} rows of {DENSITY_ROW_BYTES} B (mean gap {gap / 1024:.0f} KiB): "
+              f"{out[-1]['gbps']:.1f} GB/s, {out[-1]['mrows_per_s']:.1f} M rows/s", flush=True)
+    return out
 
 
 def markdown(report: Dict) -> str:
@@ -291,7 +347,26 @@ def markdown(report: Dict) -> str:
         )
     lines += ["", "DMA path: CPU gather with every core into a pinned buffer, then an async copy; the gather "
               "stage is the faster of zerocopy's CPU gather_rows and torch.index_select (GB/s of the whole "
-              "path with each in brackets). GPU table: gather_rows on a copy of the table in GPU memory.", ""]
+              "path with each in brackets). GPU table: gather_rows on a copy of the table in GPU memory.", "",
+              "## Profile: sort vs gather", "",
+              "gather_rows on the same rows already in address order (index_sorted=True: the kernel alone), the "
+              "share of the op's time that goes to sorting, and the op with the sort stopped at coarser "
+              f"granules ({GRANULE_ENV}, bytes of table per sort key; 1 = full sort).", "",
+              "| dtype | row B | op | kernel alone | sort share | granules (GB/s) |", "|---|---:|---:|---:|---:|---|"]
+    for r in report["results"]:
+        gran = ", ".join(f"{g}: {v:.1f}" for g, v in r.get("granule_gbps", {}).items()) or "-"
+        lines.append(f"| {r['dtype']} | {r['row_bytes']} | {r['op_gbps']:.1f} ({r['op_vs_memcpy']:.2f}) | "
+                     f"{r['op_presorted_gbps']:.1f} ({r['op_presorted_gbps'] / r['memcpy_gbps']:.2f}) | "
+                     f"{r['sort_share_of_op_time']:.1%} | {gran} |")
+    if report.get("density"):
+        lines += ["", "## Profile: rows per call", "",
+                  "gather_rows (no bounds check) of n random rows from the same table: with few rows per call the "
+                  "rows are far apart even in address order, and the rate is bound by rows per second.", "",
+                  "| rows | row B | mean gap (KiB) | GB/s | M rows/s |", "|---:|---:|---:|---:|---:|"]
+        for d in report["density"]:
+            lines.append(f"| {d['rows']} | {d['row_bytes']} | {d['mean_gap_bytes'] / 1024:.0f} | {d['gbps']:.1f} | "
+                         f"{d['mrows_per_s']:.1f} |")
+    lines.append("")
     return "\n".join(lines)
 
 

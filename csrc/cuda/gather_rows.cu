@@ -6,7 +6,10 @@
 //    (~30 M rows/s). Unless the caller says the index is sorted, the index is sorted on the GPU
 //    together with each entry's position (radix sort on the fewest key bits that hold the
 //    table's row count), rows are read in address order and each is written to its caller-order
-//    position. Tables in GPU memory, and short indices, skip the sort.
+//    position. Tables in GPU memory, and short indices, skip the sort. Order inside a granule
+//    of PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes of the table (default 1: a full sort) is
+//    left as it comes: the sort then skips the key bits below the granule, one radix pass per
+//    8 bits fewer (benchmarks/gather_bandwidth.py --granules measures what it buys).
 // 2. Whole cache lines. Each row is read by a group of lanes (a power of two, up to a warp)
 //    with the widest vector loads (16/8/4/2/1 bytes) that the row size, row pitch and the base
 //    addresses allow. Lanes start at the row's first 128 B boundary and wrap around to the head
@@ -31,6 +34,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 namespace zerocopy {
@@ -148,6 +152,20 @@ int bit_width(uint64_t v) {
   return bits;
 }
 
+// Key bits below which the sort leaves order alone: rows within one granule of the table
+// (PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes, read per call) share a sort key.
+int sort_begin_bit(int64_t pitch, int end_bit) {
+  const char* env = std::getenv("PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long long granule = std::strtoll(env, &end, 10);
+  TORCH_CHECK_VALUE(end != nullptr && *end == '\0' && granule >= 1,
+                    "PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE must be a positive number of bytes, got '", env, "'");
+  int bits = 0;
+  while (bits + 1 < end_bit && (pitch << (bits + 1)) <= granule) ++bits;
+  return bits;
+}
+
 // Vector width: the widest of 16/8/4/2/1 bytes dividing the row size, the pitch and both bases.
 int vector_bytes(int64_t row_bytes, int64_t pitch, const void* table, const void* out) {
   int v = 16;
@@ -192,7 +210,7 @@ void launch_gather_vec(int vec, const char* table, const key_t* keys, const int3
 
 // Sorts (key, position) pairs on `stream`; keys are non-negative and below 2^end_bit.
 template <typename key_t>
-void sort_pairs(at::Tensor& keys, at::Tensor& positions, int end_bit, cudaStream_t stream) {
+void sort_pairs(at::Tensor& keys, at::Tensor& positions, int begin_bit, int end_bit, cudaStream_t stream) {
   using ukey_t = std::conditional_t<sizeof(key_t) == 4, uint32_t, unsigned long long>;
   const int n = static_cast<int>(keys.numel());
   at::Tensor keys_out = at::empty_like(keys);
@@ -202,11 +220,12 @@ void sort_pairs(at::Tensor& keys, at::Tensor& positions, int end_bit, cudaStream
   const int32_t* pin = positions.const_data_ptr<int32_t>();
   int32_t* pout = positions_out.mutable_data_ptr<int32_t>();
   size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
+  C10_CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, begin_bit, end_bit, stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))},
                               keys.options().dtype(at::kByte));
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, kin, kout, pin, pout, n, 0,
-                                                 end_bit, stream));
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, kin, kout, pin, pout, n,
+                                                 begin_bit, end_bit, stream));
   keys = keys_out;
   positions = positions_out;
 }
@@ -228,7 +247,8 @@ void gather_sorted_by_address(const at::Tensor& index, const char* table, char* 
         positions.mutable_data_ptr<int32_t>());
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  sort_pairs<key_t>(keys, positions, std::max(1, bit_width(static_cast<uint64_t>(s.table_rows))), stream);
+  const int end_bit = std::max(1, bit_width(static_cast<uint64_t>(s.table_rows)));
+  sort_pairs<key_t>(keys, positions, sort_begin_bit(s.pitch, end_bit), end_bit, stream);
   launch_gather_vec<key_t>(vec, table, keys.const_data_ptr<key_t>(), positions.const_data_ptr<int32_t>(), out, s,
                            first_bad, stream);
 }
