@@ -418,3 +418,17 @@ def test_mixed_devices_refused():
         torch.ops.zerocopy.graph_bfs.default(g.indptr.cuda(), g.indices, 0, 2, False)
     with pytest.raises(ValueError, match="same device"):
         torch.ops.zerocopy.graph_connected_components.default(g.indptr, g.indices.cuda(), 2, False)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", GPU_PLACEMENTS)
+def test_cc_frontier_skips_lists_in_the_largest_component(placement):
+    """The sampled cc reads far less than the edge list on a graph with a giant component, and
+    still labels every vertex as the CPU reference does, small components included."""
+    from pytorch_zerocopy.graph import kronecker_graph
+
+    kron = kronecker_graph(15, 16, seed=11, device="cpu")
+    assert kron.symmetric
+    labels, stats = connected_components(kron.to(placement, 0), variant="frontier", return_stats=True)
+    assert torch.equal(labels.cpu(), connected_components(kron))
+    assert int(stats[0]) < kron.indices.numel() // 2

@@ -8,6 +8,15 @@
 // id. find() halves paths as it goes; its writes only shorten paths to an ancestor, so they
 // race harmlessly. A final pass (a separate kernel, so after every union) points every vertex
 // at its root: the minimum-id label.
+//
+// The frontier variant on an undirected graph reads far less than the edge list (the sampling
+// idea of Afforest, Sutton et al., IPDPS 2018): it first unites each vertex with its first
+// kSampleRounds neighbours only (reads in vertex order, so adjacent threads read adjacent
+// lines), compresses, and estimates the largest component from kGiantSamples vertices. The
+// full pass then skips every vertex already in that component without reading its list. That
+// is safe on an undirected graph: an edge (v, u) with v in the component and u outside it is
+// also stored as (u, v), and u's list is read. Vertices outside the component unite with all
+// their neighbours (no larger-end rule there, as the other end may have been skipped).
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -103,6 +112,67 @@ __global__ void cc_compress_kernel(int64_t n, T* parent) {
   }
 }
 
+constexpr int kSampleRounds = 2;
+constexpr int kGiantSamples = 1024;
+
+// Unites every vertex with its `round`-th neighbour (thread per vertex, in vertex order).
+template <typename T>
+__global__ void cc_sample_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                 T* parent, int round, long long* stats) {
+  unsigned long long edges = 0;
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t start = indptr[v];
+    if (indptr[v + 1] - start <= round) continue;
+    const T u = indices[start + round];
+    ++edges;
+    if (static_cast<int64_t>(u) != v) unite(parent, static_cast<T>(v), u);
+  }
+  add_block_count(edges, stats);
+}
+
+// One block of kGiantSamples threads: *giant = the most frequent root among kGiantSamples
+// pseudo-random vertices (parent[] compressed: parent[v] is v's root).
+template <typename T>
+__global__ void __launch_bounds__(kGiantSamples) cc_giant_kernel(int64_t n, const T* parent, T* giant) {
+  __shared__ T labels[kGiantSamples];
+  __shared__ unsigned best[kGiantSamples];
+  const int t = threadIdx.x;
+  uint64_t h = (static_cast<uint64_t>(t) + 1) * 0x9E3779B97F4A7C15ull;  // splitmix64
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  h ^= h >> 31;
+  labels[t] = parent[static_cast<int64_t>(h % static_cast<uint64_t>(n))];
+  __syncthreads();
+  unsigned count = 0;
+  for (int j = 0; j < kGiantSamples; ++j) count += labels[j] == labels[t];
+  best[t] = (count << 10) | static_cast<unsigned>(t);  // count, ties to the lower slot
+  __syncthreads();
+  for (int stride = kGiantSamples / 2; stride > 0; stride /= 2) {
+    if (t < stride && best[t + stride] > best[t]) best[t] = best[t + stride];
+    __syncthreads();
+  }
+  if (t == 0) *giant = labels[best[0] & (kGiantSamples - 1)];
+}
+
+// The full pass of the sampled variant: vertices outside the giant component unite with
+// every neighbour; the others are skipped before their list is read.
+template <typename T>
+__global__ void cc_finish_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                 T* parent, const T* __restrict__ giant_ptr, long long* stats) {
+  const T giant = *giant_ptr;
+  const volatile T* labels = parent;
+  unsigned long long read = 0, unused = 0;
+  sweep_edges<kFrontier, T>(
+      n, indptr, indices, [&](int64_t v) { return labels[v] == giant; },
+      [&](int64_t v, int64_t u) {
+        ++read;
+        if (u != v) unite(parent, static_cast<T>(v), static_cast<T>(u));
+      },
+      unused);
+  add_block_count(read, stats);
+}
+
 template <typename T>
 void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t variant, bool symmetric,
             at::Tensor& labels, at::Tensor& stats) {
@@ -125,8 +195,22 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
       break;
     default: {
       const int64_t slices = indices.numel() / kSliceEdges + 2;
-      cc_hook_kernel<kFrontier, T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
-                                                                                     symmetric, st);
+      if (!symmetric) {
+        cc_hook_kernel<kFrontier, T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
+                                                                                       symmetric, st);
+        break;
+      }
+      for (int round = 0; round < kSampleRounds; ++round) {
+        cc_sample_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, round, st);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      }
+      cc_compress_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      at::Tensor giant = at::empty({1}, labels.options());
+      cc_giant_kernel<T><<<1, kGiantSamples, 0, stream>>>(n, parent, giant.data_ptr<T>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      cc_finish_kernel<T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
+                                                                            giant.data_ptr<T>(), st);
     }
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -17,7 +17,10 @@ that device. ``variant`` picks how a GPU reads neighbour lists (EMOGI §4.3):
                   again after their distance drops. cc / pagerank, where every vertex is
                   active in every pass, use an edge-balanced sweep (each warp streams a
                   fixed-size aligned slice of the edge list), so low-degree vertices do not
-                  leave lanes idle.
+                  leave lanes idle. cc on an undirected graph first links every vertex to
+                  its first two neighbours, estimates the largest component from 1024
+                  sampled vertices, and the sweep then skips the lists of the vertices
+                  already in it (Afforest's sampling): most of the edge list is never read.
 
 The CPU implementation is one reference algorithm per op, whatever the variant.
 
@@ -133,7 +136,9 @@ def connected_components(
     Components are defined for undirected graphs: a graph not marked ``symmetric`` is refused
     unless ``weak=True``, which returns weakly connected components (edge direction ignored).
     The GPU runs one pass of concurrent union-find over the edge list (larger roots hooked
-    under smaller ones), so the edge list is read exactly once.
+    under smaller ones), so the edge list is read at most once; the ``frontier`` variant on an
+    undirected graph skips the lists of vertices already in the largest component (see the
+    module docstring). ``stats[0]`` counts the edges actually read.
     """
     _check_graph(graph, "connected_components")
     if not graph.symmetric and not weak:
