@@ -15,7 +15,7 @@
 //    addresses allow. Lanes start at the row's first 128 B boundary and wrap around to the head
 //    of the row (the circular shift of PyTorch-Direct, Listing 2), so each group-wide load
 //    covers whole lines instead of straddling two.
-// 3. Requests in flight. Each lane issues 8-32 independent loads (128 bytes) before it stores, across
+// 3. Requests in flight. Each lane issues kUnroll independent loads before it stores, across
 //    rows for short rows and across a row's chunks for long rows, so short rows keep many PCIe
 //    reads outstanding per SM.
 //
@@ -43,13 +43,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kLineBytes = 128;
-// Independent loads per lane before its stores: 128 bytes in flight per lane whatever the
-// vector width (narrow vectors, forced by rows whose size is not a multiple of 16 bytes,
-// would otherwise keep a quarter as many bytes in flight), between 8 and 32 loads.
-__host__ __device__ constexpr int unroll_for(int vec_bytes) {
-  return 128 / vec_bytes < 8 ? 8 : (128 / vec_bytes > 32 ? 32 : 128 / vec_bytes);
-}
-constexpr int kRoundsPerGroup = 2;     // rounds of unroll_for(vec) steps (row, chunk-iteration) per group
+constexpr int kUnroll = 8;             // independent loads per lane before its stores
+constexpr int kStepsPerGroup = 16;     // (row, chunk-iteration) steps per lane group
 constexpr int64_t kSortMinRows = 1024; // shorter indices are gathered in caller order
 
 template <int Bytes>
@@ -85,7 +80,6 @@ __global__ void __launch_bounds__(kThreads)
                        const int32_t* __restrict__ positions, char* __restrict__ out, GatherShape s,
                        unsigned long long* __restrict__ first_bad) {
   constexpr int V = sizeof(Vec);
-  constexpr int kUnroll = unroll_for(V);
   const int lane = static_cast<int>(threadIdx.x) & (s.group - 1);
   const int64_t group_id = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> s.log_group;
   const int64_t slot0 = group_id * s.rows_per_group;
@@ -285,7 +279,7 @@ void gather_rows_cuda_into(const at::Tensor& table, const at::Tensor& index, boo
     ++s.log_group;
   }
   s.iters = std::max(1, (s.chunks + s.group - 1) / s.group);  // 1 for empty rows: keys are still checked
-  s.rows_per_group = std::max(1, kRoundsPerGroup * unroll_for(vec) / s.iters);
+  s.rows_per_group = std::max(1, kStepsPerGroup / s.iters);
 
   at::Tensor bad;
   unsigned long long* first_bad = nullptr;
