@@ -11,8 +11,8 @@
 //
 // The frontier variant on an undirected graph reads far less than the edge list (the sampling
 // idea of Afforest, Sutton et al., IPDPS 2018): it first unites each vertex with its first
-// kSampleRounds neighbours only (reads in vertex order, so adjacent threads read adjacent
-// lines), compresses, and estimates the largest component from kGiantSamples vertices. The
+// kSampleRounds neighbours only (read together, in vertex order, so adjacent threads read
+// adjacent lines), compresses, and estimates the largest component from kGiantSamples vertices. The
 // full pass then skips every vertex already in that component without reading its list. That
 // is safe on an undirected graph: an edge (v, u) with v in the component and u outside it is
 // also stored as (u, v), and u's list is read. Vertices outside the component unite with all
@@ -115,18 +115,24 @@ __global__ void cc_compress_kernel(int64_t n, T* parent) {
 constexpr int kSampleRounds = 2;
 constexpr int kGiantSamples = 1024;
 
-// Unites every vertex with its `round`-th neighbour (thread per vertex, in vertex order).
+// Unites every vertex with its first kSampleRounds neighbours (thread per vertex, in vertex
+// order; the neighbours are read together, as they share a sector of host memory).
 template <typename T>
 __global__ void cc_sample_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                 T* parent, int round, long long* stats) {
+                                 T* parent, long long* stats) {
   unsigned long long edges = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t start = indptr[v];
-    if (indptr[v + 1] - start <= round) continue;
-    const T u = indices[start + round];
-    ++edges;
-    if (static_cast<int64_t>(u) != v) unite(parent, static_cast<T>(v), u);
+    const int64_t take = min(static_cast<int64_t>(kSampleRounds), indptr[v + 1] - start);
+    T u[kSampleRounds];
+#pragma unroll
+    for (int r = 0; r < kSampleRounds; ++r) u[r] = r < take ? indices[start + r] : static_cast<T>(v);
+    edges += take;
+#pragma unroll
+    for (int r = 0; r < kSampleRounds; ++r) {
+      if (static_cast<int64_t>(u[r]) != v) unite(parent, static_cast<T>(v), u[r]);
+    }
   }
   add_block_count(edges, stats);
 }
@@ -156,14 +162,15 @@ __global__ void __launch_bounds__(kGiantSamples) cc_giant_kernel(int64_t n, cons
 }
 
 // The full pass of the sampled variant: vertices outside the giant component unite with
-// every neighbour; the others are skipped before their list is read.
+// every neighbour; the others are skipped before their list is read. Warp per vertex with
+// aligned reads, so the skip is decided once per vertex, not once per edge.
 template <typename T>
 __global__ void cc_finish_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                  T* parent, const T* __restrict__ giant_ptr, long long* stats) {
   const T giant = *giant_ptr;
   const volatile T* labels = parent;
   unsigned long long read = 0, unused = 0;
-  sweep_edges<kFrontier, T>(
+  sweep_edges<kAligned, T>(
       n, indptr, indices, [&](int64_t v) { return labels[v] == giant; },
       [&](int64_t v, int64_t u) {
         ++read;
@@ -200,17 +207,15 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
                                                                                        symmetric, st);
         break;
       }
-      for (int round = 0; round < kSampleRounds; ++round) {
-        cc_sample_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, round, st);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
+      cc_sample_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, st);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
       cc_compress_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       at::Tensor giant = at::empty({1}, labels.options());
       cc_giant_kernel<T><<<1, kGiantSamples, 0, stream>>>(n, parent, giant.data_ptr<T>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      cc_finish_kernel<T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
-                                                                            giant.data_ptr<T>(), st);
+      cc_finish_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, giant.data_ptr<T>(),
+                                                                       st);
     }
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
