@@ -42,6 +42,7 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
         ranks.append({"rank": rank, "epoch_seconds": per_mb * last["train_batches"],
                       "minibatches": last["train_batches"], "ms_per_minibatch": per_mb * 1e3,
                       "feature_bytes_per_s": last["steady_bytes"] / last["steady_seconds"],
+                      "input_wait_share": last.get("steady_wait_seconds", float("nan")) / last["steady_seconds"],
                       "val_acc": last["val_acc"], "loss": last["loss"], "partition": last.get("partition"),
                       "param_checksum": last["param_checksum"]})
     epoch = max(r["epoch_seconds"] for r in ranks)
@@ -49,6 +50,7 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
             "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,
             "feature_gbs": sum(r["feature_bytes_per_s"] for r in ranks) / 1e9,
             "val_acc": ranks[0]["val_acc"], "partition": ranks[0]["partition"], "wall_seconds": wall,
+            "input_wait_share": max(r["input_wait_share"] for r in ranks),
             "ranks": ranks}
 
 
@@ -70,7 +72,9 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
                      "between the ranks; epoch time = the slowest rank's steady-state time per minibatch "
                      "x its minibatches",
                      "one pipeline (sampler, producer, consumer) per GPU, DDP over NCCL, one shared host copy "
-                     "of the dataset; zerocopy's MPS partition: one daemon for all GPUs"]
+                     "of the dataset; zerocopy's MPS partition: one daemon for all GPUs",
+                     "input wait: share of the steady-state time a trainer spent blocked on its next minibatch "
+                     "(the largest over the ranks)"]
     print("\n".join(notes), flush=True)
     print(f"data-parallel scaling: table {table_gib:g} GiB, width {args.width}, GPUs {gpu_counts}", flush=True)
     ds, gen_s = dataset_fn(table_gib, args.width, args)
@@ -112,11 +116,12 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
               "wall_seconds": time.perf_counter() - t_start}
     md = header_lines("GraphSAGE data-parallel training: epoch time per mode and GPU count", info, ceilings)
     md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", "",
-           "| GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | partition | val acc |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | partition | "
+           "input wait | val acc |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            md.append(f"| {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | |")
+            md.append(f"| {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | |")
             continue
         dma = ok.get((r["gpus"], "dma"))
         one = ok.get((1, r["mode"]))
@@ -125,7 +130,8 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         part = r["partition"] or {}
         part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
         md.append(f"| {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | "
-                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['val_acc']:.3f} |")
+                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
+                  f"{r['val_acc']:.3f} |")
     md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
            f"Wall time {result['wall_seconds']:.0f} s."]
 

@@ -153,6 +153,8 @@ def test_cpu_pipeline_trains_end_to_end(small):
     assert all(e["feature_bytes"] > 0 and e["train_seconds"] > 0 for e in epochs)
     # Steady-state figures leave out each epoch's first minibatch.
     assert all(e["steady_batches"] == n_train - 1 and 0 < e["steady_bytes"] < e["feature_bytes"] for e in epochs)
+    # The trainer's wait for input is part of the steady-state time.
+    assert all(0 <= e["steady_wait_seconds"] <= e["steady_seconds"] for e in epochs)
 
 
 def test_bad_configurations_are_rejected(small):

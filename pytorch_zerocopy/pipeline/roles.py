@@ -357,7 +357,9 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
     """Trains GraphSAGE on the minibatches the source yields; reports progress to ``report``.
 
     ``report(message)`` receives ``("step", kind, epoch, feature_bytes)`` per minibatch and
-    ``("epoch", stats)`` per epoch.
+    ``("epoch", stats)`` per epoch. Steady-state statistics (``steady_*``) leave out each
+    epoch's first training minibatch; ``steady_wait_seconds`` is the part of that time the
+    trainer spent blocked on its next minibatch (the input pipeline limiting the run).
     """
     _set_threads(cfg.consumer_threads)
     device = resolve_device(cfg.device)
@@ -393,7 +395,16 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for item, feats in source:
+    incoming = iter(source)
+    while True:
+        # Time the trainer spends blocked on its next minibatch: near zero when the input
+        # pipeline keeps ahead, most of the step when it is what limits the run.
+        t_wait = time.perf_counter()
+        try:
+            item, feats = next(incoming)
+        except StopIteration:
+            break
+        waited = time.perf_counter() - t_wait
         if isinstance(item, EpochMark):
             marks[(item.epoch, item.kind)] += 1
             if marks[(item.epoch, item.kind)] < cfg.num_samplers:
@@ -437,6 +448,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
         if feats.dtype != torch.float32:
             feats = feats.float()
         if batch.kind == "train":
+            if st["train_batches"] >= 1:  # inside the steady-state window
+                st["steady_wait_seconds"] += waited
             model.train()
             loss = F.cross_entropy(model(blocks, feats), labels)
             opt.zero_grad(set_to_none=True)
@@ -484,4 +497,4 @@ def _data_parallel(model: torch.nn.Module, cfg: PipelineConfig, device: torch.de
 def _new_stats() -> dict:
     return {"train_seconds": 0.0, "train_batches": 0, "feature_bytes": 0, "loss_sum": 0.0,
             "loss": float("nan"), "correct": 0, "val_nodes": 0, "val_acc": float("nan"),
-            "steady_seconds": float("nan"), "steady_batches": 0, "steady_bytes": 0}
+            "steady_seconds": float("nan"), "steady_batches": 0, "steady_bytes": 0, "steady_wait_seconds": 0.0}
