@@ -2,7 +2,6 @@
 probabilities, determinism, multi-layer compaction and bad input, on CPU, unified and CUDA
 placements of the adjacency."""
 
-import math
 
 import pytest
 import torch

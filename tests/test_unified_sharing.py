@@ -1,6 +1,5 @@
 """Unified tensors across processes (paper Listing 3) and the host-memory bound."""
 
-import os
 import subprocess
 import sys
 import textwrap
