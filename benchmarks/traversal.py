@@ -180,9 +180,12 @@ class Clock:
         return self.budget - (time.perf_counter() - self.start)
 
 
-def time_config(op: str, graph: CSRGraph, sources: List[Optional[int]], variant: str, args, clock: Clock,
+def time_config(op: str, graph, sources: List[Optional[int]], variant: str, args, clock: Clock,
                 before_each=None) -> dict:
-    """Runs op from each source (or once) until the per-config cap; returns per-run rows."""
+    """Runs op from each source (or once) until the per-config cap; returns per-run rows.
+
+    ``graph`` is a CSRGraph, or a callable returning the graph to use, asked after
+    ``before_each`` (which may replace it, as the cold UVM runs do)."""
     runs = []
     spent = 0.0
     for s in sources:
@@ -190,9 +193,10 @@ def time_config(op: str, graph: CSRGraph, sources: List[Optional[int]], variant:
             break
         if before_each is not None:
             before_each()
+        g = graph() if callable(graph) else graph
         sync()
         t0 = time.perf_counter()
-        stats = run_op(op, graph, s, variant, args)
+        stats = run_op(op, g, s, variant, args)
         sync()
         dt = time.perf_counter() - t0
         spent += dt
@@ -294,28 +298,11 @@ def bench_graph(spec: dict, graph: CSRGraph, args, clock: Clock, ceiling: Option
         if clock.left() <= 0:
             record(op, "uvm", "aligned", {"runs": []})
             continue
-        record(op, "uvm", "aligned", _uvm_runs(op, graph, holder, cold, op_sources(op), args, clock))
+        record(op, "uvm", "aligned", time_config(op, lambda: holder["g"], op_sources(op), "aligned", args, clock,
+                                                  before_each=cold))
     holder["g"] = None
     torch.cuda.empty_cache()
     return rows
-
-
-def _uvm_runs(op, graph, holder, cold, sources, args, clock) -> dict:
-    runs = []
-    spent = 0.0
-    for s in sources:
-        if clock.left() <= 0 or (runs and spent >= args.config_seconds):
-            break
-        cold()
-        sync()
-        t0 = time.perf_counter()
-        stats = run_op(op, holder["g"], s, "aligned", args)
-        sync()
-        dt = time.perf_counter() - t0
-        spent += dt
-        stats = stats.cpu()
-        runs.append({"source": s, "seconds": dt, "edges": int(stats[0]), "iterations": int(stats[1])})
-    return {"runs": runs}
 
 
 # --- checks, reports --------------------------------------------------------------------------
