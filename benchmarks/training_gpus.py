@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import torch
 
-from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, write_report
+from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, trace_lines, write_report
 
 SCALING_MODES = ("dma", "zerocopy-naive", "zerocopy", "gpu")
 BAR_OVER_DMA = 1.65      # zerocopy vs dma on the largest GPU count
@@ -29,6 +29,8 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
 
     per_rank = global_batches // gpus
     extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
+    if args.trace:
+        extra["trace"] = True
     start = time.perf_counter()
     results = train_data_parallel(ds, gpus, mode, args.partition if mode == "zerocopy" else "auto",
                                   [int(f) for f in args.fanouts.split(",")], args.batch_size, args.epochs,
@@ -44,7 +46,7 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
                       "feature_bytes_per_s": last["steady_bytes"] / last["steady_seconds"],
                       "input_wait_share": last.get("steady_wait_seconds", float("nan")) / last["steady_seconds"],
                       "val_acc": last["val_acc"], "loss": last["loss"], "partition": last.get("partition"),
-                      "param_checksum": last["param_checksum"]})
+                      "param_checksum": last["param_checksum"], "trace": last.get("trace")})
     epoch = max(r["epoch_seconds"] for r in ranks)
     return {"gpus": gpus, "mode": mode, "epoch_seconds": epoch, "minibatches": sum(r["minibatches"] for r in ranks),
             "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,
@@ -132,6 +134,9 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         md.append(f"| {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | "
                   f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
                   f"{r['val_acc']:.3f} |")
+    if args.trace:
+        md += [""] + trace_lines([(f"{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}", k.get("trace"))
+                                  for r in runs if "error" not in r for k in r["ranks"]])
     md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
            f"Wall time {result['wall_seconds']:.0f} s."]
 
@@ -148,6 +153,6 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         ax.set_title(f"Data-parallel GraphSAGE, {table_bytes / 2**30:.3g} GiB host feature table")
         ax.legend()
 
-    write_report(args.out, "training_gpus_quick" if args.quick else "training_gpus", result, md, plot)
+    write_report(args.out, args.name or ("training_gpus_quick" if args.quick else "training_gpus"), result, md, plot)
     print("\n".join(md))
     return 0

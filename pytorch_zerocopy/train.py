@@ -39,6 +39,26 @@ def gpu_available() -> bool:
     return torch.cuda.is_available() and gpu_backed()
 
 
+def dma_gather_threads(cores: Optional[int] = None) -> int:
+    """Threads of the DMA path's CPU gather: all of ``cores`` (default: this machine's) but two,
+    which stay free for the trainer's host (it issues every GPU launch of a step) and the
+    samplers. With every core gathering, the trainer's host was starved: 11 ms to issue a step
+    that runs in 2 ms on the GPU (H200, 16 cores)."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores - 2)
+
+
+def default_gather_batches(row_bytes: int) -> int:
+    """Minibatches the zerocopy producer gathers per call, for rows of ``row_bytes``.
+
+    Short rows are bound by rows per second, which rise with the rows per call (one
+    minibatch's ~113 K rows of 512 B: 3.3 ms a gather; eight at once: 2.1 ms a minibatch, on an
+    H200; benchmarks/results/training_gather_groups.md): up to 8 for rows under 512 B, fewer as
+    rows widen, 1 from 4 KiB, where a single minibatch already streams near the copy ceiling and
+    more slots would only hold more GPU memory (the ring needs 2 slots per minibatch of a group)."""
+    return max(1, min(8, 4096 // max(1, row_bytes)))
+
+
 def pipeline_config(mode: str, partition: str = "auto", **overrides):
     """The :class:`PipelineConfig` of a mode; ``partition='auto'`` picks MPS for ``zerocopy``
     when its control binary exists, else none. Raises with a clear message when the mode needs
@@ -62,7 +82,7 @@ def pipeline_config(mode: str, partition: str = "auto", **overrides):
     if mode == "cpu":
         cfg = replace(cfg, gather="cpu")
     elif mode == "dma":
-        cfg = replace(cfg, gather="dma", producer_process=True, producer_threads=0)
+        cfg = replace(cfg, gather="dma", producer_process=True, producer_threads=dma_gather_threads())
     elif mode == "zerocopy-naive":
         cfg = replace(cfg, gather="naive")
     elif mode == "gpu":
@@ -140,6 +160,10 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
         dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
     cfg = pipeline_config(mode, partition, fanouts=tuple(int(f) for f in fanouts), batch_size=batch_size,
                           epochs=epochs, max_batches=max_batches, **overrides)
+    if "gather_batches" not in overrides and cfg.gather == "zerocopy" and cfg.producer_process \
+            and cfg.device.startswith("cuda"):
+        groups = default_gather_batches(dataset.feature_dim * dataset.features.element_size())
+        cfg = replace(cfg, gather_batches=groups, num_slots=max(cfg.num_slots, 2 * groups))
     n_train = -(-dataset.train_idx.numel() // batch_size)
     n_val = -(-dataset.val_idx.numel() // batch_size)
     printer = ProgressPrinter(min(n_train, max_batches or n_train), min(n_val, cfg.val_batches or n_val), quiet)
@@ -176,7 +200,7 @@ def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epo
     # process's threads (the DMA gather, CPU training) would otherwise oversubscribe them.
     share = max(1, (os.cpu_count() or 1) // local_world)
     if local_world > 1 and overrides.get("producer_threads") in (None, 0) and mode == "dma":
-        overrides["producer_threads"] = share
+        overrides["producer_threads"] = dma_gather_threads(share)
     if local_world > 1 and overrides.get("consumer_threads") in (None, 0):
         overrides["consumer_threads"] = share
     return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
@@ -260,6 +284,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--samplers", type=int, default=1, help="sampler processes")
+    p.add_argument("--gather-batches", type=int, default=None,
+                   help="zerocopy: minibatches gathered per call by the producer (default: the mode's)")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--gpus", type=int, default=1,
                    help="data-parallel pipelines on this machine, one per GPU (CPU workers without a GPU)")
@@ -295,6 +321,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     print(f"mode {args.mode}, fanouts {fanouts}, batch size {args.batch_size}, epochs {args.epochs}")
     kwargs = dict(max_batches=args.max_batches, producer_share=args.producer_share, producer_sms=args.producer_sms,
                   num_samplers=args.samplers, hidden=args.hidden, seed=args.seed)
+    if args.gather_batches is not None:
+        kwargs.update(gather_batches=args.gather_batches, num_slots=max(3, 2 * args.gather_batches))
     try:
         if distributed:
             from .launch import LaunchOptions

@@ -77,32 +77,43 @@ def test_ring_handoff_keeps_order_and_ownership(small):
             assert torch.equal(got.batch.input_nodes, want.input_nodes)
 
 
-def test_slots_grow_and_are_reshared(small, device, monkeypatch):
+@pytest.mark.parametrize("group", [1, 3])
+def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
     """A minibatch larger than its slot makes the producer grow the slot and send the new
     buffer with the minibatch; the consumer switches to it. On CUDA this runs the GPU ring
-    (CUDA events, device slots) within one process."""
+    (CUDA events, device slots) within one process, and with ``group`` > 1 the gathers of
+    ``group`` minibatches at a time (one call, rows copied to their slots)."""
     import pytorch_zerocopy.pipeline.roles as roles
 
     monkeypatch.setattr(roles, "slot_capacity", lambda cfg, ds, budget_bytes=0: 7)
-    cfg = PipelineConfig(device=device, gather="zerocopy", producer_process=True, num_slots=2,
-                         batch_size=100, epochs=1, max_batches=5, val_batches=1, fanouts=(3, 3))
+    cfg = PipelineConfig(device=device, gather="zerocopy", producer_process=True, num_slots=2 * group,
+                         batch_size=100, epochs=1, max_batches=7, val_batches=2, fanouts=(3, 3),
+                         gather_batches=group)
     batch_q, ready_q, free_q = queue.Queue(), queue.Queue(), queue.Queue()
     sampler_main(cfg, small, 0, batch_q, _Done())
+    sampled = {(b.kind, b.step): b for b in batch_q.queue if isinstance(b, Minibatch)}
     producer = threading.Thread(target=producer_main, args=(cfg, small, batch_q, ready_q, free_q), daemon=True)
     producer.start()
     source = RingSource(cfg, ready_q, free_q, roles.resolve_device(device))
-    grown = 0
+    grown = packed_grown = seen_batches = 0
     for item, feats in source:
         if isinstance(item, EpochMark):
             continue
         grown += item.buffer is not None
+        packed_grown += item.packed_buffer is not None
         assert feats.device.type == device
-        assert torch.equal(feats.cpu(), small.features[item.batch.input_nodes])
+        # GPU slots carry the minibatch's packed tensor, uploaded by the producer.
+        assert item.batch.packed.device.type == device
+        assert torch.equal(item.batch.packed.cpu(), sampled[(item.batch.kind, item.batch.step)].packed)
+        assert torch.equal(feats.cpu(), small.features[item.batch.input_nodes.cpu()])
+        seen_batches += 1
         source.release(item)
     source.close()
     producer.join(30)
     assert not producer.is_alive()
-    assert grown >= 2  # each slot grew at least once
+    assert grown >= 2  # slots grew
+    assert packed_grown >= (2 if device == "cuda" else 0)
+    assert seen_batches == 7 + 2
 
 
 def test_sampler_replay_and_packing(small):
@@ -166,6 +177,35 @@ def test_bad_configurations_are_rejected(small):
         run_pipeline(PipelineConfig(partition="bogus"), small)
     for bad, field in ((dict(num_slots=1), "num_slots"), (dict(fanouts=()), "fanouts"), (dict(fanouts=(0,)), "fanouts"),
                        (dict(batch_size=0), "batch_size"), (dict(producer_share=100), "producer_share"),
-                       (dict(gather="warp"), "gather"), (dict(gather="gpu", device="cpu"), "gather")):
+                       (dict(gather="warp"), "gather"), (dict(gather="gpu", device="cpu"), "gather"),
+                       (dict(gather_batches=0), "gather_batches"), (dict(gather_batches=2, num_slots=3), "num_slots")):
         with pytest.raises(ValueError, match=f"PipelineConfig.{field}"):
             run_pipeline(PipelineConfig(**bad), small)
+
+
+def test_trace_records_every_steady_minibatch(small):
+    """With ``trace``, each epoch's statistics carry one timing per steady-state training
+    minibatch for the consumer, and the producer's host timings for the minibatches it gathered."""
+    cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=2, batch_size=512,
+                         epochs=2, fanouts=(5, 5), hidden=32, trace=True)
+    epochs = run_pipeline(cfg, small)
+    n_train = -(-small.train_idx.numel() // 512)
+    for e in epochs:
+        tr = e["trace"]
+        assert len(tr["per_step"]["issue_ms"]) == len(tr["per_step"]["input_wait_ms"]) == n_train - 1
+        assert "gpu_gap_ms" not in tr["per_step"]  # no GPU, no GPU timings
+        assert tr["consumer"]["issue_ms"]["n"] == n_train - 1 and tr["consumer"]["issue_ms"]["p50"] > 0
+        assert sum(tr["per_step"]["input_wait_ms"]) / 1e3 <= e["train_seconds"]
+    # The producer's host timings of every minibatch it gathered reach the epochs' statistics,
+    # except the last epoch's validation minibatches (they come after its summary).
+    assert sum(e["trace"]["producer"]["issue_ms"]["n"] for e in epochs) == 2 * n_train + -(-small.val_idx.numel() // 512)
+    assert "trace" not in run_pipeline(replace(cfg, trace=False, epochs=1), small)[0]
+
+
+def test_trace_summary_percentiles():
+    from pytorch_zerocopy.pipeline.trace import summarise
+
+    s = summarise([float(v) for v in range(1, 101)])
+    assert (s["n"], s["p10"], s["p50"], s["p90"], s["max"], s["mean"]) == (100, 10.0, 50.0, 90.0, 100.0, 50.5)
+    assert summarise([3.0]) == {"n": 1, "mean": 3.0, "max": 3.0, "p10": 3.0, "p50": 3.0, "p90": 3.0}
+    assert summarise([]) == {"n": 0}

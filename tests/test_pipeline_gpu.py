@@ -169,6 +169,51 @@ def test_zerocopy_ring_on_gpu_without_partition(graph):
 
 
 @pytest.mark.cuda
+def test_training_step_never_synchronises(graph):
+    """A GraphSAGE step (forward, backward, fused Adam) on GPU blocks issues no host
+    synchronisation, so the trainer's host runs ahead of its GPU."""
+    from pytorch_zerocopy.pipeline.model import GraphSAGE
+    from pytorch_zerocopy.pipeline.sampler import sample_blocks
+
+    gen = torch.Generator().manual_seed(0)
+    inp, out, blocks = sample_blocks(graph.indptr, graph.indices, graph.train_idx[:256], [8, 8], gen)
+    blocks = [b.to("cuda") for b in blocks]
+    feats, labels = graph.features[inp].cuda(), graph.labels[out].cuda()
+    model = GraphSAGE(graph.feature_dim, 64, graph.num_classes).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(model(blocks, feats), labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.isfinite(loss).item()
+
+
+@pytest.mark.cuda
+def test_trace_times_the_gpu_ring(graph):
+    """On a GPU the trace times every steady step's gap, blocks copy and training step, and the
+    producer's gathers; the parts of a step never exceed the epoch they belong to."""
+    epochs, pids, before = _train(graph, "zerocopy", "none", trace=True)
+    _assert_nothing_left(pids, before)
+    for e in epochs:
+        tr = e["trace"]
+        steps = tr["per_step"]
+        assert len(steps["gpu_train_ms"]) == len(steps["gpu_gap_ms"]) == e["steady_batches"]
+        assert all(v > 0 for v in steps["gpu_train_ms"]) and all(v >= 0 for v in steps["gpu_gap_ms"])
+        busy = sum(steps["gpu_train_ms"]) + sum(steps["gpu_gap_ms"]) + sum(steps["gpu_copy_ms"])
+        assert busy <= e["train_seconds"] * 1e3 * 1.05
+    # GPU timings travel once complete: those of the last few gathers may never be sent.
+    gathers = sum(e["trace"]["producer"]["gather_gpu_ms"]["n"] for e in epochs)
+    assert gathers >= sum(e["train_batches"] for e in epochs) - 4
+    assert all(e["trace"]["producer"]["gather_gpu_ms"]["p50"] > 0 for e in epochs)
+
+
+@pytest.mark.cuda
 @needs_mps
 def test_mps_daemon_limits_clients_and_stops():
     total = torch.cuda.get_device_properties(0).multi_processor_count

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
+import torch  # noqa: F401 - used by the skipif condition strings
 
 from pytorch_zerocopy.cli import main
 from pytorch_zerocopy.train import MODES, gpu_available, pipeline_config
@@ -111,3 +111,16 @@ def test_ctrl_c_stops_every_process():
     assert "interrupted" in err
     _, alive = psutil.wait_procs(roles, timeout=5)
     assert alive == []
+
+
+def test_dma_gather_leaves_two_cores_to_the_trainer():
+    from pytorch_zerocopy.train import dma_gather_threads
+
+    assert [dma_gather_threads(c) for c in (1, 2, 3, 16, 32)] == [1, 1, 1, 14, 30]
+    assert dma_gather_threads() >= 1
+
+
+def test_default_gather_batches_shrink_as_rows_widen():
+    from pytorch_zerocopy.train import default_gather_batches
+
+    assert [default_gather_batches(b) for b in (4, 128, 512, 1024, 2048, 4096, 65536)] == [8, 8, 8, 4, 2, 1, 1]

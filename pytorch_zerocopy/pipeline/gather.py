@@ -79,7 +79,8 @@ class FeatureGather:
         return out.copy_(self.table[idx])
 
     def gather(self, idx: torch.Tensor) -> torch.Tensor:
-        """Rows ``idx`` (a CPU int64 tensor) as a new tensor (on ``device`` for on-device modes)."""
+        """Rows ``idx`` (int64 ids on the CPU, or on ``device`` for on-device modes) as a new
+        tensor (on ``device`` for on-device modes)."""
         if self.mode == "zerocopy":
             return self._routed(idx)
         if self.on_device:

@@ -33,6 +33,12 @@ class PipelineConfig:
     ``inject_failure``: ``(role, "raise" | "exit", minibatch)`` makes that role fail at that
     minibatch; it exists to test the failure handling.
     ``rank`` / ``world_size``: one data-parallel pipeline among several (see below).
+    ``gather_batches``: with GPU ring slots, the producer gathers this many minibatches' rows
+    in one call (more rows per walk over the table's pages) and copies them to their slots;
+    needs ``num_slots >= 2 * gather_batches`` so one group trains while the next is gathered.
+    ``trace``: record per-minibatch timings of the consumer and the producer (host waits, GPU
+    step and gather times, the GPU's idle gaps between steps); each epoch's statistics then
+    carry a ``"trace"`` entry (:mod:`.trace`).
     """
 
     device: str = "cpu"
@@ -58,6 +64,8 @@ class PipelineConfig:
     queue_depth: int = 4
     replay: Optional[int] = None
     inject_failure: Optional[Tuple[str, str, int]] = None
+    trace: bool = False
+    gather_batches: int = 1
     # Data-parallel training (pytorch_zerocopy.launch): this pipeline's rank among
     # ``world_size`` pipelines. Each trains on its own shard of every epoch's training ids and
     # its consumer joins the process group (env:// rendezvous inherited from the launcher).
@@ -99,8 +107,14 @@ class Minibatch:
         views = self._views()[2:]
         return [Block(views[2 * i], views[2 * i + 1], n_src, n_dst) for i, (n_src, n_dst) in enumerate(self._shapes)]
 
-    def with_packed(self, packed: torch.Tensor) -> "Minibatch":
-        """The same minibatch over another copy of the packed tensor (e.g. on the GPU)."""
+    @property
+    def packed_numel(self) -> int:
+        """Elements of the packed tensor (known also when it does not travel with the minibatch)."""
+        return sum(self._sizes)
+
+    def with_packed(self, packed: Optional[torch.Tensor]) -> "Minibatch":
+        """The same minibatch over another copy of the packed tensor (e.g. on the GPU), or with
+        none (``None``: a description that pickles without any tensor)."""
         moved = Minibatch.__new__(Minibatch)
         moved.__dict__.update(self.__dict__, packed=packed)
         return moved
@@ -122,22 +136,29 @@ class EpochMark:
 class SlotReady:
     """Producer -> consumer: ``slot`` holds the first ``rows`` feature rows of ``batch``.
 
-    ``buffer`` is set when the slot had to grow: the consumer replaces its view of the slot
-    (sharing happens once per growth, not per minibatch).
+    With GPU slots the slot also holds ``batch``'s packed tensor (blocks, labels, input ids),
+    copied to the GPU by the producer, and ``batch`` travels without it (no tensor is pickled).
+    ``buffer`` / ``packed_buffer`` are set when the slot's features / packed part had to grow:
+    the consumer replaces its view of the slot (sharing happens once per growth, not per
+    minibatch).
     """
 
     slot: int
     rows: int
     batch: Minibatch
     buffer: Optional[torch.Tensor] = None
+    trace: Optional[dict] = None  # the producer's completed timings (``PipelineConfig.trace``)
+    packed_buffer: Optional[torch.Tensor] = None
 
 
 @dataclass
 class RingHandles:
-    """Producer -> consumer, once at start: the slot buffers and their "ready" events."""
+    """Producer -> consumer, once at start: the slot buffers, their "ready" events and (GPU
+    slots) each slot's buffer for the minibatch's packed tensor."""
 
     buffers: List[torch.Tensor]
     ready_events: List = field(default_factory=list)
+    packed: List[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass

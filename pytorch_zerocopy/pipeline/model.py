@@ -10,10 +10,14 @@ from torch.nn import functional as F
 
 
 def mean_aggregate(h_src: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, num_dst: int) -> torch.Tensor:
-    """Mean over each destination node's sampled in-neighbours (zero for none)."""
+    """Mean over each destination node's sampled in-neighbours (zero for none).
+
+    Never synchronises with the device: the degrees are counted with ``index_add_`` (CUDA's
+    ``bincount`` reads the largest id back to the host first, which would stall the trainer's
+    host until the GPU caught up, twice per step, and serialise issuing with running)."""
     out = h_src.new_zeros(num_dst, h_src.shape[1])
     out.index_add_(0, dst, h_src.index_select(0, src))
-    deg = torch.bincount(dst, minlength=num_dst).clamp_(min=1).to(h_src.dtype)
+    deg = h_src.new_zeros(num_dst).index_add_(0, dst, h_src.new_ones(dst.numel())).clamp_(min=1)
     return out / deg.unsqueeze(1)
 
 

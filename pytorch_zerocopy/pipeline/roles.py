@@ -32,6 +32,7 @@ from .messages import (RELEASED, EpochMark, FreeEvents, Minibatch, PipelineConfi
                        SlotReady)
 from .model import GraphSAGE
 from .sampler import sample_blocks
+from .trace import ConsumerTrace, ProducerTimings, ProducerTrace
 
 
 def maybe_fail(cfg: PipelineConfig, role: str, step: int) -> None:
@@ -151,6 +152,20 @@ def _new_slot(rows: int, ds: NodeDataset, device: torch.device) -> torch.Tensor:
     return shared_host_tensor((rows, ds.feature_dim), ds.features.dtype)
 
 
+def _upload_packed(batch: Minibatch, packed: List[torch.Tensor], slot: int, device: torch.device):
+    """Copies ``batch``'s packed tensor into GPU slot ``slot`` (growing it if needed) on the
+    current stream; returns ``(the minibatch over the GPU copy, the new buffer or None)``."""
+    m = batch.packed_numel
+    grown = None
+    if m > packed[slot].numel():
+        packed[slot] = grown = torch.empty(max(m, packed[slot].numel() * 5 // 4), dtype=torch.int64, device=device)
+    on_device = packed[slot][:m]
+    # Staged through torch's pinned-memory cache: the staging block is reused only after the
+    # copy has run, so the host never waits here.
+    on_device.copy_(batch.packed.pin_memory(), non_blocking=True)
+    return batch.with_packed(on_device), grown
+
+
 def producer_main(cfg: PipelineConfig, ds: NodeDataset, batch_q, ready_q, free_q) -> None:
     """Gathers each minibatch's input features into a free ring slot and hands it over."""
     _set_threads(cfg.producer_threads)
@@ -160,12 +175,17 @@ def producer_main(cfg: PipelineConfig, ds: NodeDataset, batch_q, ready_q, free_q
     rows = slot_capacity(cfg, ds)
     buffers = [_new_slot(rows, ds, device) for _ in range(cfg.num_slots)]
     on_gpu = device.type == "cuda"
+    # GPU slots also carry each minibatch's packed tensor, uploaded here: the consumer then
+    # receives a tensor-free description and copies nothing (room for the input ids, the
+    # labels and about two edges per input node; grown like the feature buffers otherwise).
+    packed = [torch.empty(3 * rows + cfg.batch_size, dtype=torch.int64, device=device)
+              for _ in buffers] if on_gpu else []
     ready_events = [torch.cuda.Event(interprocess=True) for _ in buffers] if on_gpu else []
     if on_gpu:
         for ev in ready_events:  # an IPC handle needs a created event; recording creates it
             ev.record()
         torch.cuda.synchronize()
-    ready_q.put(RingHandles(buffers, ready_events))
+    ready_q.put(RingHandles(buffers, ready_events, packed))
     handshake = free_q.get()
     if not isinstance(handshake, FreeEvents):
         raise RuntimeError(f"producer: expected the consumer's events first, got {handshake!r}")
@@ -173,29 +193,87 @@ def producer_main(cfg: PipelineConfig, ds: NodeDataset, batch_q, ready_q, free_q
     for s in range(cfg.num_slots):
         free_q.put(s)
     stream = torch.cuda.current_stream(device) if on_gpu else None
+    tracer = ProducerTrace(stream) if cfg.trace else None
 
-    finished, step = 0, 0
+    # With GPU slots, ``cfg.gather_batches`` minibatches are gathered by one call: a minibatch's
+    # rows are few and scattered over the whole table, so one gather of several minibatches'
+    # rows walks each page of the table once for more rows (rows per second rise with rows per
+    # call; benchmarks/results/gather_bandwidth.md). The rows then move to their slots by
+    # device-to-device copies. Every minibatch of a group is ready when the group is.
+    group_size = cfg.gather_batches if on_gpu else 1
+    merged = None  # the group's rows, before they move to their slots
+    pending: List[tuple] = []  # (minibatch, seconds waited for it)
+    step = 0
+
+    def flush() -> None:
+        nonlocal merged
+        if not pending:
+            return
+        t_slot = time.perf_counter()
+        slots = [free_q.get() for _ in pending]
+        t_issue = time.perf_counter()
+        if on_gpu:
+            for slot in slots:
+                stream.wait_event(free_events[slot])  # the consumer's last use of the slot
+        events = tracer.gather_events() if tracer is not None else None
+        if events is not None:
+            events[0].record(stream)
+        parts = []  # per minibatch: slot, rows, what is sent, grown buffer, grown packed, ids
+        for (item, _), slot in zip(pending, slots):
+            n = item.input_nodes.numel()
+            grown = None
+            if n > buffers[slot].shape[0]:
+                buffers[slot] = grown = _new_slot(max(n, buffers[slot].shape[0] * 5 // 4), ds, device)
+            packed_grown, sent = None, item
+            if on_gpu:
+                item, packed_grown = _upload_packed(item, packed, slot, device)
+                sent = item.with_packed(None)
+            parts.append((slot, n, sent, grown, packed_grown, item.input_nodes))
+        if len(parts) == 1:
+            gather.gather_into(parts[0][5], buffers[parts[0][0]])
+        else:
+            total = sum(p[1] for p in parts)
+            if merged is None or merged.shape[0] < total:
+                merged = _new_slot(max(total, (merged.shape[0] * 5 // 4) if merged is not None else 0), ds, device)
+            gather.gather_into(torch.cat([p[5] for p in parts]), merged)
+            offset = 0
+            for slot, n, *_ in parts:
+                buffers[slot][:n].copy_(merged[offset:offset + n])
+                offset += n
+        if events is not None:
+            events[1].record(stream)
+        if on_gpu:
+            for slot in slots:
+                ready_events[slot].record(stream)
+        if tracer is not None:
+            tracer.gather_done(events, len(parts))
+            issue = (time.perf_counter() - t_issue) / len(parts)
+            for _, waited in pending:
+                tracer.host_time("batch_wait_ms", waited)
+                tracer.host_time("slot_wait_ms", (t_issue - t_slot) / len(parts))
+                tracer.host_time("issue_ms", issue)
+        for slot, n, sent, grown, packed_grown, _ in parts:
+            timings = tracer.take() if tracer is not None else None
+            ready_q.put(SlotReady(slot, n, sent, grown, timings, packed_grown))
+        pending.clear()
+
+    finished = 0
     while finished < cfg.num_samplers:
+        t_get = time.perf_counter()
         item = batch_q.get()
         if item is None:
             finished += 1
             continue
         if isinstance(item, EpochMark):
+            flush()  # the minibatches before a mark reach the consumer before it
             ready_q.put(item)
             continue
         maybe_fail(cfg, "producer", step)
         step += 1
-        slot = free_q.get()
-        if on_gpu:
-            stream.wait_event(free_events[slot])  # the consumer's last use of the slot
-        n = item.input_nodes.numel()
-        grown = None
-        if n > buffers[slot].shape[0]:
-            buffers[slot] = grown = _new_slot(max(n, buffers[slot].shape[0] * 5 // 4), ds, device)
-        gather.gather_into(item.input_nodes, buffers[slot])
-        if on_gpu:
-            ready_events[slot].record(stream)
-        ready_q.put(SlotReady(slot, n, item, grown))
+        pending.append((item, time.perf_counter() - t_get))
+        if len(pending) >= group_size:
+            flush()
+    flush()
     ready_q.put(None)
     # The consumer maps our buffers: keep them alive until it says it has dropped them.
     while free_q.get() != RELEASED:
@@ -222,6 +300,7 @@ class RingSource:
             raise RuntimeError(f"consumer: expected the ring's buffers first, got {handles!r}")
         self.buffers = list(handles.buffers)
         self.ready_events = list(handles.ready_events)
+        self.packed = list(handles.packed)
         self.gpu_slots = self.buffers[0].device.type == "cuda"
         self.copy_in = (not self.gpu_slots) and device.type == "cuda"
         if self.gpu_slots:
@@ -247,17 +326,21 @@ class RingSource:
             if isinstance(item, EpochMark):
                 yield item, None
                 continue
-            if item.buffer is not None:
+            if item.buffer is not None or item.packed_buffer is not None:
                 if self.gpu_slots:
                     # The producer may reuse the old buffer's memory as soon as we drop it:
                     # finish our queued reads of it first (rare: slots grow a few times at most).
                     torch.cuda.current_stream(self.device).synchronize()
-                self.buffers[item.slot] = item.buffer
-                if self.copy_in:
-                    self._mapped[item.slot] = to_unified(item.buffer)
+                if item.buffer is not None:
+                    self.buffers[item.slot] = item.buffer
+                    if self.copy_in:
+                        self._mapped[item.slot] = to_unified(item.buffer)
+                if item.packed_buffer is not None:
+                    self.packed[item.slot] = item.packed_buffer
             view = self.buffers[item.slot][: item.rows]
             if self.gpu_slots:
                 torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
+                item.batch = item.batch.with_packed(self.packed[item.slot][: item.batch.packed_numel])
                 yield item, view
             elif self.copy_in:
                 compute = torch.cuda.current_stream(self.device)
@@ -282,7 +365,7 @@ class RingSource:
     def close(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.buffers, self.ready_events, self.free_events, self._mapped = [], [], [], []
+        self.buffers, self.ready_events, self.free_events, self._mapped, self.packed = [], [], [], [], []
         self.free_q.put(RELEASED)
 
 
@@ -311,14 +394,18 @@ class InlineSource:
     def _fetch(self, batch: Minibatch):
         maybe_fail(self.cfg, "producer", self.step)
         self.step += 1
-        if self.side is None:
-            feats = self.gather.gather(batch.input_nodes)
-            return SlotReady(-1, batch.input_nodes.numel(), batch), feats.to(self.device), None
-        with torch.cuda.stream(self.side):
-            feats = self.gather.gather(batch.input_nodes)
+        n = batch.input_nodes.numel()
+        if self.device.type != "cuda":
+            return SlotReady(-1, n, batch), self.gather.gather(batch.input_nodes), None
+        # One upload of the packed minibatch; the gather takes its ids from the GPU copy.
+        with torch.cuda.stream(self.side or torch.cuda.current_stream(self.device)):
+            batch = batch.with_packed(to_device_async(batch.packed, self.device))
+            feats = self.gather.gather(batch.input_nodes).to(self.device)
+            if self.side is None:
+                return SlotReady(-1, n, batch), feats, None
             done = torch.cuda.Event()
             done.record(self.side)
-        return SlotReady(-1, batch.input_nodes.numel(), batch), feats, done
+        return SlotReady(-1, n, batch), feats, done
 
     def __iter__(self) -> Iterator:
         pending = None
@@ -344,6 +431,7 @@ class InlineSource:
         compute = torch.cuda.current_stream(self.device)
         compute.wait_event(done)
         feats.record_stream(compute)
+        ready.batch.packed.record_stream(compute)
         return ready, feats
 
     def release(self, item) -> None:
@@ -379,13 +467,16 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
     model = GraphSAGE(ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
     if cfg.world_size > 1:
         model = _data_parallel(model, cfg, device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    # The fused CUDA Adam: one launch per step instead of a few per parameter group.
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type == "cuda")
     row_bytes = ds.feature_dim * ds.features.element_size()
     marks: Counter = Counter()
     # With several sampler workers, one epoch's validation minibatches (or the next epoch's
     # training ones) may arrive before another worker's last training minibatch: statistics
     # are kept per epoch and an epoch is reported once all its marks have arrived, in order.
     stats = defaultdict(_new_stats)
+    traces = defaultdict(lambda: ConsumerTrace(device.type == "cuda"))  # per epoch, with cfg.trace
+    producer_timings = ProducerTimings()
     complete: set = set()
     next_report = 0
     train_clock = None  # when the current training phase began
@@ -422,6 +513,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
                     st["steady_bytes"] += st["feature_bytes"]
                 else:
                     st["steady_bytes"] = 0
+                if cfg.trace:
+                    st["trace"] = (traces.pop(item.epoch, None) or ConsumerTrace(False)).summary(producer_timings)
             else:
                 st["val_acc"] = float(st["correct"]) / max(1, st["val_nodes"])
                 sync()
@@ -443,7 +536,14 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             train_clock = time.perf_counter()
         maybe_fail(cfg, "consumer", step)
         step += 1
+        tracing = cfg.trace and batch.kind == "train"
+        if cfg.trace:
+            producer_timings.add(item.trace)
+        if tracing:
+            traces[batch.epoch].step_begins(waited)
         on_device = batch.with_packed(to_device_async(batch.packed, device))  # one copy for all
+        if tracing:
+            traces[batch.epoch].inputs_copied()
         blocks, labels = on_device.blocks, on_device.labels
         if feats.dtype != torch.float32:
             feats = feats.float()
@@ -455,6 +555,8 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if tracing:
+                traces[batch.epoch].step_ends()
             st["loss_sum"] = st["loss_sum"] + loss.detach()
             st["train_batches"] += 1
             st["feature_bytes"] += item.rows * row_bytes
