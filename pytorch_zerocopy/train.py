@@ -9,7 +9,8 @@ Modes (the paper's Figure 11):
 ``zerocopy-naive``  ``index_select`` on the table's CUDA alias inside the trainer: no reordering,
                     no separate producer, no partitioning
 ``zerocopy``        routed zero-copy gather in a producer process writing a GPU ring shared with
-                    the consumer, with the GPU partitioned (``mps`` by default where available)
+                    the consumer (several minibatches per gather, their blocks uploaded with
+                    them), with the GPU partitioned (``mps`` by default where available)
 ``gpu``             the feature table copied into GPU memory first (the upper bound)
 ==================  ==========================================================================
 
