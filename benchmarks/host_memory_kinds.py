@@ -28,21 +28,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
+from benchmarks.gather_bandwidth import time_gpu  # noqa: E402
 from benchmarks.pipeline_common import write_report  # noqa: E402
 
 
 def _median_ms(fn, iters: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+    return time_gpu(fn, iters, warmup=1) * 1e3
 
 
 def _cuda_alias(host: torch.Tensor) -> torch.Tensor:

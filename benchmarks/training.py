@@ -207,27 +207,14 @@ def main() -> int:
         print(f"  {mode}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
                                if "error" not in r else f"FAILED {r['error']}"), flush=True)
         fig11.append(r)
-    for part in [p for p in args.extra_partitions.split(",") if p]:
+    extra = [(f"zerocopy[{part}]", "zerocopy", {"partition": part}) for part in args.extra_partitions.split(",") if part]
+    extra += [(f"zerocopy[x{g}]", "zerocopy", {"group": int(g)}) for g in args.gather_batches.split(",") if g.strip()]
+    extra += [("gpu[ring]", "gpu", {"ring": True})] if args.gpu_ring else []
+    for label, mode, kw in extra:
         try:
-            r = _run_mode(ds, "zerocopy", args, max_batches, partition=part)
-        except Exception as e:  # noqa: BLE001
-            r = {"mode": f"zerocopy[{part}]", "error": str(e).splitlines()[-1][:500]}
-        print(f"  {r['mode']}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                                    if "error" not in r else f"FAILED {r['error']}"), flush=True)
-        fig11.append(r)
-    for group in [int(g) for g in args.gather_batches.split(",") if g.strip()]:
-        try:
-            r = _run_mode(ds, "zerocopy", args, max_batches, group=group)
-        except Exception as e:  # noqa: BLE001
-            r = {"mode": f"zerocopy[x{group}]", "error": str(e).splitlines()[-1][:500]}
-        print(f"  {r['mode']}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                                    if "error" not in r else f"FAILED {r['error']}"), flush=True)
-        fig11.append(r)
-    if args.gpu_ring:
-        try:
-            r = _run_mode(ds, "gpu", args, max_batches, ring=True)
-        except Exception as e:  # noqa: BLE001
-            r = {"mode": "gpu[ring]", "error": str(e).splitlines()[-1][:500]}
+            r = _run_mode(ds, mode, args, max_batches, **kw)
+        except Exception as e:  # noqa: BLE001 - report and go on with the other runs
+            r = {"mode": label, "error": str(e).splitlines()[-1][:500]}
         print(f"  {r['mode']}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
                                     if "error" not in r else f"FAILED {r['error']}"), flush=True)
         fig11.append(r)
