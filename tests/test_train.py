@@ -48,6 +48,8 @@ def test_bad_arguments(capsys):
     assert "rdzv-endpoint" in capsys.readouterr().err
     assert main(["train", "--fanouts", "ten,5"]) == 2
     assert "--fanouts" in capsys.readouterr().err
+    assert main(["train", "--gather-batches", "0", "--max-batches", "1", "--epochs", "1"]) == 2
+    assert "gather_batches must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--mode", "bogus"])
 
