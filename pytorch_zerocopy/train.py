@@ -44,7 +44,8 @@ def dma_gather_threads(cores: Optional[int] = None) -> int:
     """Threads of the DMA path's CPU gather: all of ``cores`` (default: this machine's) but two,
     which stay free for the trainer's host (it issues every GPU launch of a step) and the
     samplers. With every core gathering, the trainer's host was starved: 11 ms to issue a step
-    that runs in 2 ms on the GPU (H200, 16 cores)."""
+    that runs in 2 ms on the GPU (H200, 16 cores); with two cores free it still took 9-10 ms,
+    so this is not the whole cause (benchmarks/results/training.md, dma row of the trace)."""
     cores = cores or os.cpu_count() or 1
     return max(1, cores - 2)
 
