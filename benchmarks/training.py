@@ -42,7 +42,7 @@ def _run_mode(ds, mode, args, max_batches, partition=None, ring=False, group=Non
     if ring:
         extra["producer_process"] = True
     if group is not None:
-        extra.update(gather_batches=group, num_slots=max(3, 2 * group))
+        extra["gather_batches"] = group
     start = time.perf_counter()
     epochs = train(ds, mode=mode, partition=(partition or args.partition) if mode == "zerocopy" else "auto",
                    fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
@@ -63,11 +63,7 @@ def _run_mode(ds, mode, args, max_batches, partition=None, ring=False, group=Non
     else:
         per_mb = last["train_seconds"] / last["train_batches"]
         gbs = last["feature_bytes"] / last["train_seconds"] / 1e9
-    from pytorch_zerocopy.train import default_gather_batches
-
-    if mode == "zerocopy" and group is None:
-        group = default_gather_batches(ds.feature_dim * ds.features.element_size())
-    return {"mode": label, "gather_batches": group if mode == "zerocopy" else None,
+    return {"mode": label, "gather_batches": last["gather_batches"] if mode == "zerocopy" else None,
             "epoch_seconds": per_mb * last["train_batches"], "minibatches": last["train_batches"],
             "measured_epoch_seconds": last["train_seconds"], "ms_per_minibatch": per_mb * 1e3,
             "minibatches_per_s": 1.0 / per_mb, "feature_gbs": gbs,

@@ -162,10 +162,15 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
         dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
     cfg = pipeline_config(mode, partition, fanouts=tuple(int(f) for f in fanouts), batch_size=batch_size,
                           epochs=epochs, max_batches=max_batches, **overrides)
-    if "gather_batches" not in overrides and cfg.gather == "zerocopy" and cfg.producer_process \
-            and cfg.device.startswith("cuda"):
+    # Minibatches per gather: as asked, else the default for the zerocopy GPU ring; the ring
+    # then gets two slots per minibatch of a group unless num_slots is given too.
+    groups = overrides.get("gather_batches")
+    if groups is None and cfg.gather == "zerocopy" and cfg.producer_process and cfg.device.startswith("cuda"):
         groups = default_gather_batches(dataset.feature_dim * dataset.features.element_size())
-        cfg = replace(cfg, gather_batches=groups, num_slots=max(cfg.num_slots, 2 * groups))
+    if groups is not None:
+        cfg = replace(cfg, gather_batches=groups)
+        if "num_slots" not in overrides:
+            cfg = replace(cfg, num_slots=max(cfg.num_slots, 2 * groups))
     n_train = -(-dataset.train_idx.numel() // batch_size)
     n_val = -(-dataset.val_idx.numel() // batch_size)
     printer = ProgressPrinter(min(n_train, max_batches or n_train), min(n_val, cfg.val_batches or n_val), quiet)
@@ -324,7 +329,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     kwargs = dict(max_batches=args.max_batches, producer_share=args.producer_share, producer_sms=args.producer_sms,
                   num_samplers=args.samplers, hidden=args.hidden, seed=args.seed)
     if args.gather_batches is not None:
-        kwargs.update(gather_batches=args.gather_batches, num_slots=max(3, 2 * args.gather_batches))
+        kwargs["gather_batches"] = args.gather_batches
     try:
         if distributed:
             from .launch import LaunchOptions

@@ -126,3 +126,16 @@ def test_default_gather_batches_shrink_as_rows_widen():
     from pytorch_zerocopy.train import default_gather_batches
 
     assert [default_gather_batches(b) for b in (4, 128, 512, 1024, 2048, 4096, 65536)] == [8, 8, 8, 4, 2, 1, 1]
+
+
+def test_gather_batches_bring_their_ring_slots():
+    """Asking for N minibatches per gather gives the ring 2N slots (unless num_slots is given),
+    and the epochs say how many per gather were configured."""
+    from pytorch_zerocopy.datasets import community_graph
+    from pytorch_zerocopy.train import train
+
+    ds = community_graph(num_nodes=4000, feature_dim=16, seed=1)
+    epochs = train(ds, "zerocopy", epochs=1, max_batches=2, batch_size=256, quiet=True, gather_batches=3)
+    assert epochs[-1]["gather_batches"] == 3
+    with pytest.raises(ValueError, match="num_slots"):
+        train(ds, "zerocopy", epochs=1, max_batches=2, batch_size=256, quiet=True, gather_batches=3, num_slots=4)

@@ -265,6 +265,7 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
             partition.update(msg[1])
         if msg[0] == "epoch":
             msg[1]["partition"] = dict(partition)  # how the GPU was shared in this run
+            msg[1]["gather_batches"] = cfg.gather_batches
             epochs.append(msg[1])
         if on_message is not None:
             on_message(msg)
