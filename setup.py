@@ -94,6 +94,7 @@ def sources(with_cuda: bool) -> list:
     found = ["csrc/zerocopy.cpp"]
     found += sorted(glob.glob("csrc/unified/*.cpp", root_dir=ROOT))
     found += sorted(glob.glob("csrc/cpu/*.cpp", root_dir=ROOT))
+    found += sorted(glob.glob("csrc/autograd/*.cpp", root_dir=ROOT))
     if with_cuda:
         found += sorted(glob.glob("csrc/cuda/*.cpp", root_dir=ROOT))
         found += sorted(glob.glob("csrc/cuda/*.cu", root_dir=ROOT))

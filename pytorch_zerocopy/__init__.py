@@ -17,13 +17,14 @@ from .unified import (
     unified_device,
 )
 from ._build import build_info
-from .ops import gather_rows
+from .ops import block_mean, gather_rows
 
 __version__ = build_info()["version"]
 
 __all__ = [
     "DEVICE_TYPE",
     "UNIFIED_NAME",
+    "block_mean",
     "build_info",
     "empty_shared",
     "empty_unified",

@@ -13,7 +13,7 @@ import torch
 from . import unified as _unified  # loads the compiled ops
 from ._compat import register_fake
 
-__all__ = ["gather_rows"]
+__all__ = ["block_mean", "gather_rows"]
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -116,3 +116,46 @@ def _gather_rows_fake(table, index, *, index_sorted=False, check_bounds=True):
 def _gather_rows_out_fake(table, index, *, index_sorted=False, check_bounds=True, out):
     torch._check(table.dim() == 2, lambda: f"gather_rows: table must be 2-D, got {table.dim()}-D")
     torch._check(index.dim() == 1, lambda: f"gather_rows: index must be 1-D, got {index.dim()}-D")
+
+
+def block_mean(h_src: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, num_dst: int, *,
+               check_ids: bool = False) -> torch.Tensor:
+    """GraphSAGE's mean aggregation over a block: row ``d`` of the result is the mean of
+    ``h_src[src[e]]`` over the edges ``e`` with ``dst[e] == d`` (zeros where ``d`` has none).
+
+    One fused op per pass (``torch.ops.zerocopy.block_mean``), differentiable in ``h_src``. On
+    the GPU it never synchronises with the host, which keeps a training step's host time short.
+
+    Args:
+        h_src: ``[n_src, features]`` floating tensor (float32/64, float16, bfloat16; 16-bit
+            inputs are summed in float32).
+        src, dst: int32 or int64 edge lists of one length, local ids, any order, duplicates
+            allowed, on ``h_src``'s device.
+        num_dst: rows of the result.
+        check_ids: check that every id lies in range (``src < n_src``, ``dst < num_dst``) and
+            raise ``IndexError`` otherwise. The CPU always checks; on the GPU this costs one
+            host synchronisation, and without it an edge with an id out of range is skipped
+            (never read or written).
+    """
+    if not isinstance(h_src, torch.Tensor) or not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+        raise TypeError("block_mean: h_src, src and dst must be tensors")
+    if check_ids and src.device.type != "cpu" and src.numel():
+        bad_src = int(((src < 0) | (src >= h_src.shape[0])).sum())
+        bad_dst = int(((dst < 0) | (dst >= num_dst)).sum())
+        if bad_src or bad_dst:
+            raise IndexError(f"block_mean: {bad_src} source ids outside [0, {h_src.shape[0]}) and {bad_dst} "
+                             f"destination ids outside [0, {num_dst})")
+    return torch.ops.zerocopy.block_mean.default(h_src, src, dst, int(num_dst))[0]
+
+
+@register_fake("zerocopy::block_mean")
+def _block_mean_fake(h_src, src, dst, n_dst):
+    torch._check(h_src.dim() == 2, lambda: f"block_mean: h_src must be 2-D, got {h_src.dim()}-D")
+    torch._check(src.dim() == 1 and dst.dim() == 1, lambda: "block_mean: src and dst must be 1-D")
+    return h_src.new_empty((n_dst, h_src.shape[1])), h_src.new_empty((n_dst,), dtype=torch.float32)
+
+
+@register_fake("zerocopy::block_mean_backward")
+def _block_mean_backward_fake(grad_out, src, dst, inv_deg, n_src):
+    torch._check(grad_out.dim() == 2, lambda: f"block_mean_backward: grad_out must be 2-D, got {grad_out.dim()}-D")
+    return grad_out.new_empty((n_src, grad_out.shape[1]))
