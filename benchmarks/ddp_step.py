@@ -14,8 +14,9 @@ Variants (both ranks run each one at the same time, so host contention is the sa
                  zerocopy::block_mean (what the model did before)
   ddp_solo       DDP over a one-rank group: DDP's own host cost, no peer to wait for
   ddp            DDP as constructed by default (``device_ids=[gpu]``)
-  bucket_view    + ``gradient_as_bucket_view=True`` (gradients live in the all-reduce buckets)
-  static         + ``static_graph=True`` (the library's setting)
+  bucket_view    + ``gradient_as_bucket_view=True`` (gradients live in the all-reduce buckets;
+                 the library's setting)
+  static         + ``static_graph=True``
   static_aten    static, with the ATen-ops mean aggregation
   no_device_ids  + ``device_ids=None`` (DDP leaves the inputs alone instead of walking them)
   keep_grads     static, with ``zero_grad(set_to_none=False)``

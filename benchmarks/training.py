@@ -133,6 +133,9 @@ def main() -> int:
     p.add_argument("--trace", action="store_true",
                    help="record per-minibatch timings (GPU gaps, step and gather times) and tabulate them")
     p.add_argument("--name", default=None, help="base name of the result files (default training[_quick|_gpus])")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="with --gpus: run every (GPU count, mode) this many times, the GPU counts interleaved "
+                        "within each round; bars use the median epoch time")
     p.add_argument("--gpus", default="1",
                    help="'1': Figures 11 and 12 on one GPU; a list of GPU counts such as '1,2': data-parallel "
                         "scaling per mode (training_gpus.*) instead")

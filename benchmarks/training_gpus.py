@@ -6,12 +6,16 @@ host copy of the dataset, DDP over NCCL. Every GPU count trains the same global 
 (``--max-batches`` minibatches in all, split evenly between the ranks), so epoch times compare
 directly. A rank's epoch time is its steady-state time per minibatch (the first minibatch of
 the epoch, which carries the pipeline's fill, is left out) times its minibatches; the job's is
-the slowest rank's. Results: ``training_gpus.{json,md,png}``.
+the slowest rank's. With ``--repeats N`` every (GPU count, mode) runs N times, in rounds that
+each visit every GPU count, so a slow spell of the machine hits both sides of a ratio; the bars
+and the vs columns then use the median epoch time of each (GPU count, mode). Results:
+``training_gpus.{json,md,png}``.
 """
 
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from typing import Dict, List
 
@@ -83,23 +87,33 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
     ds.share_memory_()
     ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100)
     print(f"  ceilings (GPU 0): {ceilings}", flush=True)
+    repeats = max(1, getattr(args, "repeats", 1))
     runs = []
-    for g in gpu_counts:
-        for mode in modes:
-            try:
-                r = _run(ds, g, mode, args, global_batches)
-            except Exception as e:  # noqa: BLE001 - report and go on
-                r = {"gpus": g, "mode": mode, "error": str(e).strip().splitlines()[-1][:500]}
-            print(f"  {g} GPU(s) {mode}: " + (f"{r['epoch_seconds']:.3f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                                              if "error" not in r else f"FAILED {r['error']}"), flush=True)
-            runs.append(r)
-            gc.collect()
+    for rep in range(repeats):
+        for g in gpu_counts:
+            for mode in modes:
+                try:
+                    r = _run(ds, g, mode, args, global_batches)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    r = {"gpus": g, "mode": mode, "error": str(e).strip().splitlines()[-1][:500]}
+                r["repeat"] = rep
+                print(f"  round {rep} {g} GPU(s) {mode}: "
+                      + (f"{r['epoch_seconds']:.3f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
+                         if "error" not in r else f"FAILED {r['error']}"), flush=True)
+                runs.append(r)
+                gc.collect()
     table_bytes = ds.features.numel() * ds.features.element_size()
     described = ds.describe()
     del ds
     gc.collect()
 
-    ok = {(r["gpus"], r["mode"]): r for r in runs if "error" not in r}
+    # One representative per (GPU count, mode): the median epoch time of its repeats.
+    done: Dict[tuple, List[Dict]] = {}
+    for r in runs:
+        if "error" not in r:
+            done.setdefault((r["gpus"], r["mode"]), []).append(r)
+    ok = {key: dict(rs[0], epoch_seconds=statistics.median(x["epoch_seconds"] for x in rs),
+                    repeats=[x["epoch_seconds"] for x in rs]) for key, rs in done.items()}
     bars = {}
     for g in gpu_counts:
         if (g, "zerocopy") in ok and (g, "dma") in ok:
@@ -117,13 +131,24 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
               "global_minibatches": global_batches, "runs": runs, "bars": bars, "config": vars(args),
               "wall_seconds": time.perf_counter() - t_start}
     md = header_lines("GraphSAGE data-parallel training: epoch time per mode and GPU count", info, ceilings)
-    md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", "",
-           "| GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | partition | "
-           "input wait | val acc |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", ""]
+    if repeats > 1:
+        md += [f"Median of {repeats} rounds (each round runs every GPU count and mode once, in this order); "
+               "the vs columns and the bars divide medians.", "",
+               "| GPUs | mode | median epoch s | epoch s per round | vs dma | vs 1 GPU |", "|---|---|---|---|---|---|"]
+        for (g, mode), r in ok.items():
+            dma, one = ok.get((g, "dma")), ok.get((1, mode))
+            per_round = " / ".join(f"{x:.3f}" for x in r["repeats"])
+            md.append(f"| {g} | {mode} | {r['epoch_seconds']:.3f} | {per_round} | "
+                      + (f"{dma['epoch_seconds'] / r['epoch_seconds']:.2f}x" if dma else "-") + " | "
+                      + (f"{one['epoch_seconds'] / r['epoch_seconds']:.2f}x" if one else "-") + " |")
+        md += ["", "Every run:", ""]
+    md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
+           "partition | input wait | val acc |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            md.append(f"| {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | |")
+            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | |")
             continue
         dma = ok.get((r["gpus"], "dma"))
         one = ok.get((1, r["mode"]))
@@ -131,12 +156,16 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         vs_one = f"{one['epoch_seconds'] / r['epoch_seconds']:.2f}x" if one else "-"
         part = r["partition"] or {}
         part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
-        md.append(f"| {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | "
+        md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
+                  f"{r['minibatches_per_s']:.1f} | "
                   f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
                   f"{r['val_acc']:.3f} |")
     if args.trace:
-        md += [""] + trace_lines([(f"{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}", k.get("trace"))
-                                  for r in runs if "error" not in r for k in r["ranks"]])
+        def label(r, k):
+            prefix = f"round {r['repeat']} " if repeats > 1 else ""
+            return f"{prefix}{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}"
+
+        md += [""] + trace_lines([(label(r, k), k.get("trace")) for r in runs if "error" not in r for k in r["ranks"]])
     md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
            f"Wall time {result['wall_seconds']:.0f} s."]
 
