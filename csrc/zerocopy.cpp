@@ -60,10 +60,11 @@ TORCH_LIBRARY(zerocopy, m) {
   // GraphSAGE's mean aggregation over a sampled block, fused: out[d] = mean of h_src[src[e]]
   // over the edges e with dst[e] == d (a zero row where d has no edge). h_src: floating
   // [n_src, F]; src, dst: int32/int64 [E], local ids, any order, duplicates allowed; every
-  // tensor on one device. inv_deg ([n_dst], float32, float64 for float64 h_src) is 1 / max(in-degree,
-  // 1), what backward needs. The CPU raises IndexError for an id out of range; the CUDA kernels, which never
-  // synchronise, skip such an edge (never reading or writing out of bounds): validate ids where
-  // blocks are made (pytorch_zerocopy.ops.block_mean(check_ids=True) does it with one sync).
+  // tensor on one device. inv_deg ([n_dst]; float32, float64 for float64 h_src) is
+  // 1 / max(in-degree, 1), what backward needs. The CPU raises IndexError for an id out of
+  // range; the CUDA kernels, which never synchronise, skip such an edge (never reading or
+  // writing out of bounds): validate ids where blocks are made
+  // (pytorch_zerocopy.ops.block_mean(check_ids=True) does it with one sync).
   // Differentiable in h_src (a C++ autograd kernel; block_mean_backward is its backward).
   m.def("block_mean(Tensor h_src, Tensor src, Tensor dst, int n_dst) -> (Tensor out, Tensor inv_deg)");
   // grad_h_src[s] = sum over edges e with src[e] == s of grad_out[dst[e]] * inv_deg[dst[e]].

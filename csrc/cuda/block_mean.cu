@@ -4,8 +4,9 @@
 // Both passes are one scatter kernel: a warp per edge adds a row of `in` (scaled, in backward,
 // by the source row's inv_deg) into a row of an accumulator with atomics, its lanes striding
 // over the features; forward also counts each destination's edges. Forward then runs one
-// elementwise kernel that divides by the degree and writes inv_deg (in the op-math type). Sums are taken in the
-// op-math type (float32 for 16-bit inputs), into the output itself when the types agree.
+// elementwise kernel that divides by the degree and writes inv_deg. Sums and inv_deg are in
+// the op-math type (float32 for 16-bit inputs), the sums in the output itself when the types
+// agree.
 // Host cost: one dispatched op and at most four launches or memsets per pass; nothing reads
 // back to the host, so a training step stays free of synchronisation. An edge whose ids are
 // out of range is skipped without touching memory (the CPU kernel raises instead).
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 
 namespace zerocopy {
 
