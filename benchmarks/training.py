@@ -140,6 +140,8 @@ def main() -> int:
                    help="'1': Figures 11 and 12 on one GPU; a list of GPU counts such as '1,2': data-parallel "
                         "scaling per mode (training_gpus.*) instead")
     args = p.parse_args()
+    if args.repeats < 1:
+        p.error(f"--repeats must be a positive count, got {args.repeats}")
     try:
         gpu_counts = sorted({int(g) for g in str(args.gpus).split(",") if g.strip()})
     except ValueError:

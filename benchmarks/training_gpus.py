@@ -87,7 +87,7 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
     ds.share_memory_()
     ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100)
     print(f"  ceilings (GPU 0): {ceilings}", flush=True)
-    repeats = max(1, getattr(args, "repeats", 1))
+    repeats = args.repeats
     runs = []
     for rep in range(repeats):
         for g in gpu_counts:
@@ -107,22 +107,21 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
     del ds
     gc.collect()
 
-    # One representative per (GPU count, mode): the median epoch time of its repeats.
-    done: Dict[tuple, List[Dict]] = {}
+    # Per (GPU count, mode): its epoch times, one per round, and their median (what bars use).
+    per_round: Dict[tuple, List[float]] = {}
     for r in runs:
         if "error" not in r:
-            done.setdefault((r["gpus"], r["mode"]), []).append(r)
-    ok = {key: dict(rs[0], epoch_seconds=statistics.median(x["epoch_seconds"] for x in rs),
-                    repeats=[x["epoch_seconds"] for x in rs]) for key, rs in done.items()}
+            per_round.setdefault((r["gpus"], r["mode"]), []).append(r["epoch_seconds"])
+    ok = {key: statistics.median(times) for key, times in per_round.items()}
     bars = {}
     for g in gpu_counts:
         if (g, "zerocopy") in ok and (g, "dma") in ok:
-            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")]["epoch_seconds"] / ok[(g, "zerocopy")]["epoch_seconds"]
+            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")] / ok[(g, "zerocopy")]
     if (wanted, "zerocopy") in ok and (wanted, "dma") in ok:
         bars[f"zerocopy_at_least_{BAR_OVER_DMA}x_dma_on_{wanted}gpu"] = bars[f"zerocopy_over_dma_{wanted}gpu"] >= BAR_OVER_DMA
     for mode in modes:
         if (1, mode) in ok and (wanted, mode) in ok and wanted > 1:
-            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)]["epoch_seconds"] / ok[(wanted, mode)]["epoch_seconds"]
+            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)] / ok[(wanted, mode)]
     if wanted == 2 and "zerocopy_2gpu_over_1gpu" in bars:
         bars[f"zerocopy_2gpu_at_least_{BAR_SCALING}x_1gpu"] = bars["zerocopy_2gpu_over_1gpu"] >= BAR_SCALING
 
@@ -136,12 +135,12 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         md += [f"Median of {repeats} rounds (each round runs every GPU count and mode once, in this order); "
                "the vs columns and the bars divide medians.", "",
                "| GPUs | mode | median epoch s | epoch s per round | vs dma | vs 1 GPU |", "|---|---|---|---|---|---|"]
-        for (g, mode), r in ok.items():
+        for (g, mode), median in ok.items():
             dma, one = ok.get((g, "dma")), ok.get((1, mode))
-            per_round = " / ".join(f"{x:.3f}" for x in r["repeats"])
-            md.append(f"| {g} | {mode} | {r['epoch_seconds']:.3f} | {per_round} | "
-                      + (f"{dma['epoch_seconds'] / r['epoch_seconds']:.2f}x" if dma else "-") + " | "
-                      + (f"{one['epoch_seconds'] / r['epoch_seconds']:.2f}x" if one else "-") + " |")
+            rounds = " / ".join(f"{x:.3f}" for x in per_round[(g, mode)])
+            md.append(f"| {g} | {mode} | {median:.3f} | {rounds} | "
+                      + (f"{dma / median:.2f}x" if dma else "-") + " | "
+                      + (f"{one / median:.2f}x" if one else "-") + " |")
         md += ["", "Every run:", ""]
     md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
            "partition | input wait | val acc |",
@@ -152,8 +151,8 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
             continue
         dma = ok.get((r["gpus"], "dma"))
         one = ok.get((1, r["mode"]))
-        vs_dma = f"{dma['epoch_seconds'] / r['epoch_seconds']:.2f}x" if dma else "-"
-        vs_one = f"{one['epoch_seconds'] / r['epoch_seconds']:.2f}x" if one else "-"
+        vs_dma = f"{dma / r['epoch_seconds']:.2f}x" if dma else "-"
+        vs_one = f"{one / r['epoch_seconds']:.2f}x" if one else "-"
         part = r["partition"] or {}
         part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
         md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
@@ -174,7 +173,7 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         width = 0.8 / max(1, len(gpu_counts))
         for i, g in enumerate(gpu_counts):
             xs = [j + i * width for j, m in enumerate(modes) if (g, m) in ok]
-            ys = [ok[(g, m)]["epoch_seconds"] for m in modes if (g, m) in ok]
+            ys = [ok[(g, m)] for m in modes if (g, m) in ok]
             ax.bar(xs, ys, width=width, label=f"{g} GPU(s)")
         ax.set_xticks([j + width * (len(gpu_counts) - 1) / 2 for j in range(len(modes))])
         ax.set_xticklabels(modes)
