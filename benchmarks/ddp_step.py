@@ -21,6 +21,10 @@ Variants (both ranks run each one at the same time, so host contention is the sa
   no_device_ids  + ``device_ids=None`` (DDP leaves the inputs alone instead of walking them)
   keep_grads     static, with ``zero_grad(set_to_none=False)``
   flat_allreduce no DDP; one all-reduce of the flattened gradients after backward (a floor)
+  graphed        no DDP: the library's default step (pytorch_zerocopy/pipeline/train_step.py),
+                 replayed from CUDA graphs over the minibatch padded to fixed capacities, the
+                 gradient all-reduce captured in the graph (its 3 warm-up steps are part of the
+                 benchmark's warm-up); includes the per-step copies into the padded buffers
 
 ``--mps`` repeats the set with both ranks as clients of one MPS daemon (as zerocopy's
 partition runs them, at 90% of the threads). Each variant also reports the GPU's own time per
@@ -51,7 +55,7 @@ from benchmarks.pipeline_common import machine_info, run_children, run_in_child,
 from benchmarks.common import pinned_memcpy_gbs  # noqa: E402
 
 VARIANTS = ("local", "local_aten", "ddp_solo", "ddp", "bucket_view", "static", "static_aten", "no_device_ids",
-            "keep_grads", "flat_allreduce")
+            "keep_grads", "flat_allreduce", "graphed")
 GPU_STEPS = 8  # few enough that their launches fit CUDA's queue (~1000) and never block the host
 
 
@@ -154,8 +158,16 @@ def _rank_main(rank: int, world: int, port: int, args) -> Dict[str, Dict[str, fl
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=cuda)
         params = [p for p in model.parameters()]
         set_to_none = variant != "keep_grads"
+        graphed = None
+        if variant == "graphed":
+            from pytorch_zerocopy.pipeline.train_step import GraphedTrainStep
+
+            graphed = GraphedTrainStep(model, 1e-3, device, world_size=world, capture=cuda)
 
         def step():
+            if graphed is not None:
+                graphed(blocks, feats, labels)
+                return
             loss = F.cross_entropy(model(blocks, feats), labels)
             opt.zero_grad(set_to_none=set_to_none)
             loss.backward()
@@ -189,6 +201,9 @@ def _rank_main(rank: int, world: int, port: int, args) -> Dict[str, Dict[str, fl
         if cuda:
             dist.barrier()
             out[variant].update(_gpu_ms_per_step(step, device))
+        if graphed is not None:
+            out[variant]["train_step"] = graphed.summary()
+            graphed.close()  # graphs that captured NCCL work must go before the process group
     dist.barrier()
     sizes = {"input_nodes": int(feats.shape[0]), "edges": [int(b.src.numel()) for b in blocks]}
     dist.destroy_process_group()

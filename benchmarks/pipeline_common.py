@@ -197,7 +197,7 @@ def trace_lines(rows: List[Tuple[str, Optional[Dict[str, Any]]]]) -> List[str]:
     lines = ["Per-minibatch timings (ms, p50 / p90 over the timed epoch's steady-state minibatches). "
              "GPU gap: the trainer's stream idle between two steps, waiting for the producer's features "
              "or for its host; blocks copy: the minibatch's blocks and labels reaching the GPU; GPU train: "
-             "forward, backward (with DDP's all-reduce) and optimiser step; host issue: the trainer's CPU "
+             "forward, backward, gradient all-reduce (several GPUs) and optimiser step; host issue: the trainer's CPU "
              "time to issue a step; input wait: its host blocked on the next minibatch (mean); producer "
              "gather: GPU time of one gather; producer waits: for a sampled minibatch / a free slot.", "",
              "| run | GPU gap | blocks copy | GPU train | host issue | input wait (mean) | producer gather | "

@@ -37,6 +37,7 @@ def _run_mode(ds, mode, args, max_batches, partition=None, ring=False, group=Non
     from pytorch_zerocopy.train import train
 
     extra = {"trace": True} if args.trace else {}
+    extra["cuda_graph"] = not args.eager
     if mode == "zerocopy":
         extra.update(producer_share=args.producer_share, producer_sms=args.producer_sms)
     if ring:
@@ -132,6 +133,8 @@ def main() -> int:
                         "zerocopy-vs-gpu bar then uses the faster of the two gpu rows")
     p.add_argument("--trace", action="store_true",
                    help="record per-minibatch timings (GPU gaps, step and gather times) and tabulate them")
+    p.add_argument("--eager", action="store_true",
+                   help="training steps issued op by op (DDP with several GPUs), not replayed from CUDA graphs")
     p.add_argument("--name", default=None, help="base name of the result files (default training[_quick|_gpus])")
     p.add_argument("--repeats", type=int, default=1,
                    help="with --gpus: run every (GPU count, mode) this many times, the GPU counts interleaved "

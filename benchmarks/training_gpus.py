@@ -2,7 +2,7 @@
 
 For each GPU count and each mode (dma, zerocopy-naive, zerocopy, gpu), the launcher of
 :func:`pytorch_zerocopy.train.train_data_parallel` runs one pipeline per GPU over one shared
-host copy of the dataset, DDP over NCCL. Every GPU count trains the same global epoch
+host copy of the dataset, gradients averaged over NCCL. Every GPU count trains the same global epoch
 (``--max-batches`` minibatches in all, split evenly between the ranks), so epoch times compare
 directly. A rank's epoch time is its steady-state time per minibatch (the first minibatch of
 the epoch, which carries the pipeline's fill, is left out) times its minibatches; the job's is
@@ -33,6 +33,7 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
 
     per_rank = global_batches // gpus
     extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
+    extra["cuda_graph"] = not args.eager
     if args.trace:
         extra["trace"] = True
     start = time.perf_counter()
@@ -50,7 +51,8 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
                       "feature_bytes_per_s": last["steady_bytes"] / last["steady_seconds"],
                       "input_wait_share": last.get("steady_wait_seconds", float("nan")) / last["steady_seconds"],
                       "val_acc": last["val_acc"], "loss": last["loss"], "partition": last.get("partition"),
-                      "param_checksum": last["param_checksum"], "trace": last.get("trace")})
+                      "param_checksum": last["param_checksum"], "trace": last.get("trace"),
+                      "train_step": last.get("train_step")})
     epoch = max(r["epoch_seconds"] for r in ranks)
     return {"gpus": gpus, "mode": mode, "epoch_seconds": epoch, "minibatches": sum(r["minibatches"] for r in ranks),
             "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,
@@ -58,6 +60,14 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
             "val_acc": ranks[0]["val_acc"], "partition": ranks[0]["partition"], "wall_seconds": wall,
             "input_wait_share": max(r["input_wait_share"] for r in ranks),
             "ranks": ranks}
+
+
+def _step_label(run: Dict) -> str:
+    """How a run's training steps ran: eager, or graphed with its eager fallbacks over all ranks."""
+    steps = [k.get("train_step") or {} for k in run["ranks"]]
+    if not steps or steps[0].get("kind") != "cuda-graph":
+        return steps[0].get("kind", "-") if steps else "-"
+    return f"graph, {sum(s.get('fallbacks', 0) for s in steps)} eager"
 
 
 def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> int:
@@ -77,8 +87,12 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
     notes = notes + [f"every GPU count trains the same {global_batches} minibatches per epoch, split evenly "
                      "between the ranks; epoch time = the slowest rank's steady-state time per minibatch "
                      "x its minibatches",
-                     "one pipeline (sampler, producer, consumer) per GPU, DDP over NCCL, one shared host copy "
-                     "of the dataset; zerocopy's MPS partition: one daemon for all GPUs",
+                     "one pipeline (sampler, producer, consumer) per GPU, one shared host copy of the dataset; "
+                     "zerocopy's MPS partition: one daemon for all GPUs",
+                     ("training steps issued op by op, gradients averaged by DDP over NCCL" if args.eager else
+                      "training steps replayed from CUDA graphs over padded minibatches, gradients averaged by an "
+                      "NCCL all-reduce captured in the graph (pytorch_zerocopy/pipeline/train_step.py); the "
+                      "step column counts minibatches too large for the graphs' capacities, trained eagerly"),
                      "input wait: share of the steady-state time a trainer spent blocked on its next minibatch "
                      "(the largest over the ranks)"]
     print("\n".join(notes), flush=True)
@@ -143,11 +157,11 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
                       + (f"{one / median:.2f}x" if one else "-") + " |")
         md += ["", "Every run:", ""]
     md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
-           "partition | input wait | val acc |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "partition | input wait | step | val acc |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | |")
+            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | | |")
             continue
         dma = ok.get((r["gpus"], "dma"))
         one = ok.get((1, r["mode"]))
@@ -158,7 +172,7 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
         md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
                   f"{r['minibatches_per_s']:.1f} | "
                   f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
-                  f"{r['val_acc']:.3f} |")
+                  f"{_step_label(r)} | {r['val_acc']:.3f} |")
     if args.trace:
         def label(r, k):
             prefix = f"round {r['repeat']} " if repeats > 1 else ""

@@ -210,8 +210,28 @@ def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epo
         overrides["producer_threads"] = dma_gather_threads(share)
     if local_world > 1 and overrides.get("consumer_threads") in (None, 0):
         overrides["consumer_threads"] = share
-    return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
-                 rank=rank, world_size=world_size, **overrides)
+    from .pipeline import PipelineError
+
+    try:
+        return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
+                     rank=rank, world_size=world_size, **overrides)
+    except PipelineError as e:
+        if lost_a_peer(str(e)):
+            # A consequence of another rank's failure, not a cause: give the failing rank time to
+            # exit first, so the launcher reports its traceback (the agent ends this worker then).
+            time.sleep(PEER_FAILURE_GRACE_S)
+        raise
+
+
+PEER_FAILURE_GRACE_S = 5.0
+# What torch.distributed's backends say when the other end of a collective has gone away.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+              "remote process exited", "Broken pipe")
+
+
+def lost_a_peer(message: str) -> bool:
+    """Whether a failure message says that a collective lost a peer process."""
+    return any(s in message for s in _PEER_LOST)
 
 
 def _resolve_parallel_partition(mode: str, partition: str) -> str:
@@ -231,7 +251,8 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
                         batch_size: int = 1024, epochs: int = 2, launch_options=None, quiet: bool = False,
                         use_gpu: Optional[bool] = None, **kwargs) -> Dict[int, List[Dict]]:
     """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
-    gloo without a GPU), gradients averaged with DDP, one shared copy of the dataset.
+    gloo without a GPU), gradients averaged over NCCL (inside the step's CUDA graphs; with DDP
+    when ``cuda_graph=False`` and on CPU workers), one shared copy of the dataset.
 
     ``dataset`` must live in shared memory (every :mod:`pytorch_zerocopy.datasets` loader puts
     it there): the workers map it, they do not copy it. ``use_gpu=False`` keeps every
@@ -294,6 +315,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gather-batches", type=int, default=None,
                    help="zerocopy: minibatches gathered per call by the producer (default: the mode's)")
     p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--eager", action="store_true",
+                   help="issue each training step op by op (with DDP on several GPUs) instead of replaying it "
+                        "from CUDA graphs")
     p.add_argument("--gpus", type=int, default=1,
                    help="data-parallel pipelines on this machine, one per GPU (CPU workers without a GPU)")
     # torchrun's multi-machine flags, with torchrun's names (one launcher per machine).
@@ -327,7 +351,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
     print(f"mode {args.mode}, fanouts {fanouts}, batch size {args.batch_size}, epochs {args.epochs}")
     kwargs = dict(max_batches=args.max_batches, producer_share=args.producer_share, producer_sms=args.producer_sms,
-                  num_samplers=args.samplers, hidden=args.hidden, seed=args.seed)
+                  num_samplers=args.samplers, hidden=args.hidden, seed=args.seed, cuda_graph=not args.eager)
     if args.gather_batches is not None:
         kwargs["gather_batches"] = args.gather_batches
     try:

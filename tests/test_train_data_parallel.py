@@ -39,6 +39,7 @@ def test_two_ranks_train_the_same_model(dataset):
     results = train_data_parallel(dataset, 2, "zerocopy", fanouts=(5, 5), batch_size=512, epochs=2, max_batches=4,
                                   hidden=32, use_gpu=False, quiet=True)
     _check_same_model(results)
+    assert all(results[r][-1]["train_step"] == {"kind": "eager"} for r in (0, 1))  # DDP over gloo
     assert all(results[r][-1]["partition"] == {"kind": "none"} for r in (0, 1))
 
 
@@ -52,7 +53,29 @@ def test_two_gpus_share_one_mps_daemon(dataset):
     for r in (0, 1):
         assert results[r][-1]["partition"] == {"kind": "mps", "producer_share": 10.0, "consumer_share": 90.0,
                                                "shared_daemon": True}
+        # Three eager warm-up steps, then every step replayed from the graphs (NCCL captured).
+        step = results[r][-1]["train_step"]
+        assert step["kind"] == "cuda-graph" and step["steps"] == 8 and step["fallbacks"] == 0
     assert _mps_daemons() == []
+
+
+@pytest.mark.cuda
+@needs_two_gpus
+def test_two_gpus_train_eagerly_with_ddp(dataset):
+    results = train_data_parallel(dataset, 2, "zerocopy", "none", fanouts=(5, 5), batch_size=512, epochs=2,
+                                  max_batches=4, hidden=32, quiet=True, cuda_graph=False)
+    _check_same_model(results)
+    assert all(results[r][-1]["train_step"] == {"kind": "eager"} for r in (0, 1))
+
+
+@pytest.mark.cuda
+@needs_two_gpus
+def test_rank_failing_after_capture_ends_the_job(dataset):
+    """A rank dies while its peer waits in a captured all-reduce: the job still ends, with the
+    dead rank's error."""
+    with pytest.raises(WorkerFailed, match="injected failure in the consumer"):
+        train_data_parallel(dataset, 2, "zerocopy", "none", fanouts=(5, 5), batch_size=512, epochs=1,
+                            max_batches=8, hidden=32, quiet=True, inject_failure=("consumer", "raise", 6, 1))
 
 
 @pytest.mark.cuda
@@ -74,10 +97,12 @@ def test_two_gpus_train_other_modes(dataset, mode):
     _check_same_model(results)
 
 
-def test_a_failing_rank_pipeline_ends_the_job(dataset):
+@pytest.mark.parametrize("rank", [None, 1], ids=["every-rank", "one-rank"])
+def test_a_failing_rank_pipeline_ends_the_job(dataset, rank):
+    failure = ("consumer", "raise", 1) + ((rank,) if rank is not None else ())
     with pytest.raises(WorkerFailed, match="injected failure in the consumer"):
         train_data_parallel(dataset, 2, "zerocopy", fanouts=(5, 5), batch_size=512, epochs=1, max_batches=4,
-                            hidden=32, use_gpu=False, quiet=True, inject_failure=("consumer", "raise", 1))
+                            hidden=32, use_gpu=False, quiet=True, inject_failure=failure)
 
 
 def test_bad_worker_count(dataset):

@@ -30,8 +30,8 @@ class PipelineConfig:
     ``replay``: sample only this many distinct minibatches per worker and kind, once, and
     send them again in turn for the rest of the run: takes CPU sampling out of the measurement
     when benchmarking the data path (the paper's Figure 11 compares data paths, not samplers).
-    ``inject_failure``: ``(role, "raise" | "exit", minibatch)`` makes that role fail at that
-    minibatch; it exists to test the failure handling.
+    ``inject_failure``: ``(role, "raise" | "exit", minibatch[, rank])`` makes that role fail at
+    that minibatch (of that rank only, when one is given); it exists to test the failure handling.
     ``rank`` / ``world_size``: one data-parallel pipeline among several (see below).
     ``gather_batches``: with GPU ring slots, the producer gathers this many minibatches' rows
     in one call (more rows per walk over the table's pages) and copies them to their slots;
@@ -39,6 +39,9 @@ class PipelineConfig:
     ``trace``: record per-minibatch timings of the consumer and the producer (host waits, GPU
     step and gather times, the GPU's idle gaps between steps); each epoch's statistics then
     carry a ``"trace"`` entry (:mod:`.trace`).
+    ``cuda_graph``: on a CUDA trainer, replay each training step from CUDA graphs over
+    minibatches padded to fixed capacities, set after ``graph_warmup`` eager minibatches
+    (:mod:`.train_step`; not with the green partition). Off: op-by-op steps, DDP with ranks.
     """
 
     device: str = "cpu"
@@ -63,9 +66,11 @@ class PipelineConfig:
     seed: int = 0
     queue_depth: int = 4
     replay: Optional[int] = None
-    inject_failure: Optional[Tuple[str, str, int]] = None
+    inject_failure: Optional[Tuple] = None
     trace: bool = False
     gather_batches: int = 1
+    cuda_graph: bool = True
+    graph_warmup: int = 3
     # Data-parallel training (pytorch_zerocopy.launch): this pipeline's rank among
     # ``world_size`` pipelines. Each trains on its own shard of every epoch's training ids and
     # its consumer joins the process group (env:// rendezvous inherited from the launcher).

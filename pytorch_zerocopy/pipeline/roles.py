@@ -22,7 +22,6 @@ from collections import Counter, defaultdict
 from typing import Iterator, List, Optional
 
 import torch
-from torch.nn import functional as F
 
 from ..datasets.base import NodeDataset
 from ..datasets.base import shared_host_tensor
@@ -33,14 +32,16 @@ from .messages import (RELEASED, EpochMark, FreeEvents, Minibatch, PipelineConfi
 from .model import GraphSAGE
 from .sampler import sample_blocks
 from .trace import ConsumerTrace, ProducerTimings, ProducerTrace
+from .train_step import make_train_step
 
 
 def maybe_fail(cfg: PipelineConfig, role: str, step: int) -> None:
-    """Fails the way ``cfg.inject_failure`` asks, if it names this role and minibatch."""
+    """Fails the way ``cfg.inject_failure`` asks, if it names this role and minibatch (and this
+    rank, when it names one)."""
     if cfg.inject_failure is None:
         return
-    who, how, at = cfg.inject_failure
-    if who != role or step != at:
+    who, how, at, *only_rank = cfg.inject_failure
+    if who != role or step != at or (only_rank and only_rank[0] != cfg.rank):
         return
     if how == "raise":
         raise RuntimeError(f"injected failure in the {role} at minibatch {step}")
@@ -73,7 +74,7 @@ def epoch_batches(cfg: PipelineConfig, ds: NodeDataset, epoch: int, kind: str) -
     """The seed batches of one epoch: a shuffled training split, or the validation split in order.
 
     With several data-parallel ranks, every rank draws the same permutation and takes its own
-    equal, disjoint slice of it, so all ranks run the same number of training steps (DDP's
+    equal, disjoint slice of it, so all ranks run the same number of training steps (the
     gradient all-reduce needs that); validation runs over the whole split on every rank."""
     if kind == "train":
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
@@ -465,10 +466,7 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
 
     torch.manual_seed(cfg.seed)
     model = GraphSAGE(ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
-    if cfg.world_size > 1:
-        model = _data_parallel(model, cfg, device)
-    # The fused CUDA Adam: one launch per step instead of a few per parameter group.
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=device.type == "cuda")
+    train_step = make_train_step(model, cfg, device)  # joins the process group with several ranks
     row_bytes = ds.feature_dim * ds.features.element_size()
     marks: Counter = Counter()
     # With several sampler workers, one epoch's validation minibatches (or the next epoch's
@@ -525,6 +523,7 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
                 done["epoch"] = next_report
                 for key in ("loss_sum", "correct", "steady_t0"):
                     done.pop(key, None)
+                done["train_step"] = train_step.summary()
                 done["param_checksum"] = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
                 report(("epoch", done))
                 next_report += 1
@@ -551,13 +550,10 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
             if st["train_batches"] >= 1:  # inside the steady-state window
                 st["steady_wait_seconds"] += waited
             model.train()
-            loss = F.cross_entropy(model(blocks, feats), labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            loss = train_step(blocks, feats, labels)
             if tracing:
                 traces[batch.epoch].step_ends()
-            st["loss_sum"] = st["loss_sum"] + loss.detach()
+            st["loss_sum"] = st["loss_sum"] + loss
             st["train_batches"] += 1
             st["feature_bytes"] += item.rows * row_bytes
             if st["train_batches"] == 1:
@@ -576,29 +572,12 @@ def consumer_main(cfg: PipelineConfig, ds: NodeDataset, source_kind: str, queues
         source.release(item)
         report(("step", batch.kind, batch.epoch, item.rows * row_bytes))
     source.close()
+    train_step.close()  # before the process group: graphs holding NCCL work would block its end
     if cfg.world_size > 1:
         import torch.distributed as dist
 
         dist.destroy_process_group()
     queues["consumed"].set()
-
-
-def _data_parallel(model: torch.nn.Module, cfg: PipelineConfig, device: torch.device) -> torch.nn.Module:
-    """Joins the launcher's process group as rank ``cfg.rank`` and wraps ``model`` in DDP.
-
-    The consumer is a child of the launched worker and inherits its torchrun environment
-    (MASTER_ADDR, MASTER_PORT and the agent's store), so the env:// rendezvous reaches the
-    same store the launcher set up."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=cfg.rank, world_size=cfg.world_size)
-    # A step here is ~2 ms and paced by the trainer's host, so DDP's per-step host work counts
-    # in full (benchmarks/ddp_step.py measures it: ~0.3-0.6 ms). Gradients are views into the
-    # all-reduce buckets, which saves the copies out of them after each all-reduce.
-    # (static_graph measured no better, and adds a Python autograd function to every step.)
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   gradient_as_bucket_view=True)
 
 
 def _new_stats() -> dict:

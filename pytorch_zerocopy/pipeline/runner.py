@@ -229,6 +229,7 @@ def validate_config(cfg: PipelineConfig) -> None:
         ("max_batches", cfg.max_batches is None or cfg.max_batches >= 1, "None or >= 1"),
         ("replay", cfg.replay is None or cfg.replay >= 1, "None or >= 1"),
         ("gather_batches", cfg.gather_batches >= 1, ">= 1"),
+        ("graph_warmup", cfg.graph_warmup >= 1, ">= 1"),
         ("num_slots", cfg.gather_batches == 1 or cfg.num_slots >= 2 * cfg.gather_batches,
          f">= 2 * gather_batches = {2 * cfg.gather_batches} (one group of slots trains while the next is gathered)"),
     ]
