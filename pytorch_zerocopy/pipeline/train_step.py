@@ -24,6 +24,7 @@ reducer runs host code during backward, which a replayed graph never runs).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -194,6 +195,7 @@ class GraphedTrainStep:
         self.static_loss: Optional[torch.Tensor] = None
         self.steps = 0
         self.fallbacks = 0  # minibatches past the capacities, trained eagerly
+        self.capture_seconds = 0.0
         self.side = torch.cuda.Stream(device) if capture else None
 
     # -- the two halves of a step, as run eagerly and as captured --
@@ -222,6 +224,7 @@ class GraphedTrainStep:
         self.padded = PaddedBatch(capacity, feature_dim, self.device, self.flat_grad.dtype)
         if not self.capture:
             return
+        start = time.perf_counter()
         forward_backward, update = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         # thread_local: the process group's watchdog thread may query its own events meanwhile.
         with torch.cuda.graph(forward_backward, capture_error_mode="thread_local"):
@@ -229,6 +232,7 @@ class GraphedTrainStep:
         with torch.cuda.graph(update, capture_error_mode="thread_local"):
             self._update()
         self.graphs = (forward_backward, update)
+        self.capture_seconds = time.perf_counter() - start  # once per run, before its first replay
 
     # -- the step --
 
@@ -281,11 +285,14 @@ class GraphedTrainStep:
             torch.cuda.synchronize(self.device)
 
     def summary(self) -> dict:
-        """What the step did: its kind, capacities (once built), steps and eager fallbacks."""
+        """What the step did: its kind, capacities (once built), steps, eager fallbacks and the
+        time the capture took."""
         out = {"kind": self.kind if self.capture else "padded", "steps": self.steps, "fallbacks": self.fallbacks,
                "warmup": self.warmup}
         if self.padded is not None:
             out["capacity"] = {"nodes": list(self.padded.capacity.nodes), "edges": list(self.padded.capacity.edges)}
+        if self.graphs is not None:
+            out["capture_seconds"] = self.capture_seconds
         return out
 
 
