@@ -137,6 +137,8 @@ def test_graphed_step_trains_like_the_eager_step_on_the_gpu(graph, gen):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
     summary = graphed.summary()
     assert summary["kind"] == "cuda-graph" and summary["fallbacks"] == 1 and graphed.graphs is not None
+    graphed.close()
+    assert graphed.graphs is None and graphed.summary()["capture_seconds"] > 0
 
 
 @pytest.mark.cuda

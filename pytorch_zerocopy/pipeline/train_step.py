@@ -291,7 +291,7 @@ class GraphedTrainStep:
                "warmup": self.warmup}
         if self.padded is not None:
             out["capacity"] = {"nodes": list(self.padded.capacity.nodes), "edges": list(self.padded.capacity.edges)}
-        if self.graphs is not None:
+        if self.capture_seconds:
             out["capture_seconds"] = self.capture_seconds
         return out
 
