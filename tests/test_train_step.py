@@ -103,12 +103,16 @@ def _train_both(graph, gen, device, dtype, capture, steps=7, oversize_at=5):
     return eager_model, graphed_model, graphed, losses
 
 
-def test_padded_step_trains_like_the_eager_step_on_the_cpu(graph, gen):
-    eager_model, graphed_model, graphed, losses = _train_both(graph, gen, "cpu", torch.float64, capture=False)
+def _assert_trained_alike(eager_model, graphed_model, losses):
     for got, want in losses:
         assert got == pytest.approx(want, rel=1e-9)
     for a, b in zip(graphed_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+def test_padded_step_trains_like_the_eager_step_on_the_cpu(graph, gen):
+    eager_model, graphed_model, graphed, losses = _train_both(graph, gen, "cpu", torch.float64, capture=False)
+    _assert_trained_alike(eager_model, graphed_model, losses)
     summary = graphed.summary()
     assert summary["kind"] == "padded" and summary["steps"] == 7 and summary["fallbacks"] == 1
     assert summary["capacity"]["nodes"][-1] >= 101
@@ -131,10 +135,7 @@ def test_graphed_step_refuses_bad_settings(graph):
 @pytest.mark.cuda
 def test_graphed_step_trains_like_the_eager_step_on_the_gpu(graph, gen):
     eager_model, graphed_model, graphed, losses = _train_both(graph, gen, "cuda", torch.float64, capture=True)
-    for got, want in losses:
-        assert got == pytest.approx(want, rel=1e-9)
-    for a, b in zip(graphed_model.parameters(), eager_model.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+    _assert_trained_alike(eager_model, graphed_model, losses)
     summary = graphed.summary()
     assert summary["kind"] == "cuda-graph" and summary["fallbacks"] == 1 and graphed.graphs is not None
     graphed.close()

@@ -240,11 +240,10 @@ class GraphedTrainStep:
         """Trains on one minibatch; returns the loss (valid until the next call, never synchronised)."""
         sizes = batch_sizes(blocks, labels)
         self.steps += 1
-        if self.padded is None and len(self.seen) < self.warmup:
-            self.seen.append(sizes)
-            return self._warmup_step(blocks, feats, labels)
         if self.padded is None:
             self.seen.append(sizes)
+            if len(self.seen) <= self.warmup:
+                return self._warmup_step(blocks, feats, labels)
             self._build(feats.shape[1])
         if self.padded.capacity.fits(sizes):
             self.padded.load(blocks, feats, labels)
