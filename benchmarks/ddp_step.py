@@ -155,14 +155,15 @@ def _rank_main(rank: int, world: int, port: int, args) -> Dict[str, Dict[str, fl
         torch.manual_seed(0)
         model = _wrap(variant, GraphSAGE(args.feature_dim, args.hidden, args.classes, layers, 0.3).to(device),
                       device, solo)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=cuda)
         params = [p for p in model.parameters()]
         set_to_none = variant != "keep_grads"
-        graphed = None
-        if variant == "graphed":
+        graphed, opt = None, None
+        if variant == "graphed":  # brings its own capturable Adam over the flat gradients
             from pytorch_zerocopy.pipeline.train_step import GraphedTrainStep
 
             graphed = GraphedTrainStep(model, 1e-3, device, world_size=world, capture=cuda)
+        else:
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=cuda)
 
         def step():
             if graphed is not None:

@@ -185,6 +185,17 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts
         return run_pipeline(replace(cfg, partition="none"), dataset, printer)
 
 
+PEER_FAILURE_GRACE_S = 5.0
+# What torch.distributed's backends say when the other end of a collective has gone away.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+              "remote process exited", "Broken pipe")
+
+
+def lost_a_peer(message: str) -> bool:
+    """Whether a failure message says that a collective lost a peer process."""
+    return any(s in message for s in _PEER_LOST)
+
+
 def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epochs: int, kwargs: dict) -> List[Dict]:
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
     worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
@@ -223,17 +234,6 @@ def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epo
         raise
 
 
-PEER_FAILURE_GRACE_S = 5.0
-# What torch.distributed's backends say when the other end of a collective has gone away.
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
-              "remote process exited", "Broken pipe")
-
-
-def lost_a_peer(message: str) -> bool:
-    """Whether a failure message says that a collective lost a peer process."""
-    return any(s in message for s in _PEER_LOST)
-
-
 def _resolve_parallel_partition(mode: str, partition: str) -> str:
     if partition == "auto":
         use_mps = mode == "zerocopy" and gpu_available() and shutil.which("nvidia-cuda-mps-control")
@@ -256,11 +256,11 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
 
     ``dataset`` must live in shared memory (every :mod:`pytorch_zerocopy.datasets` loader puts
     it there): the workers map it, they do not copy it. ``use_gpu=False`` keeps every
-    pipeline on the CPU (gloo) even where GPUs exist (``zerocopy`` and ``cpu`` modes). With MPS partitioning (the default for
-    ``zerocopy`` where MPS exists), this process starts one MPS control daemon that serves every
-    GPU of the machine, each pipeline's producer and consumer connect to it with their thread
-    shares, and it is stopped when the run ends, also when a worker fails. Returns each rank's
-    epoch statistics.
+    pipeline on the CPU (gloo) even where GPUs exist (``zerocopy`` and ``cpu`` modes). With MPS
+    partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
+    control daemon that serves every GPU of the machine, each pipeline's producer and consumer
+    connect to it with their thread shares, and it is stopped when the run ends, also when a
+    worker fails. Returns each rank's epoch statistics.
     """
     from .launch import LaunchOptions, launch
     from .pipeline.partition import MpsDaemon, MpsError

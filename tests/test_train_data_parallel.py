@@ -29,7 +29,8 @@ def _check_same_model(results):
     for stats in last:
         assert stats["train_batches"] == 4
         assert stats["val_acc"] > 1 / 16  # above chance for 16 classes
-    # DDP averaged the gradients: both ranks end with identical parameters.
+    # The all-reduce (DDP's, or the one captured in the step's graph) averaged the gradients:
+    # both ranks end with identical parameters.
     assert last[0]["param_checksum"] == pytest.approx(last[1]["param_checksum"], rel=1e-6)
     # ... and they trained: the parameters moved between the epochs.
     assert results[0][0]["param_checksum"] != pytest.approx(last[0]["param_checksum"], rel=1e-9)
