@@ -129,9 +129,9 @@ def layered_step(adj: S.Adjacency, seed_device: torch.device, copy_to: Optional[
         layers = S.sample_layers(adj, seeds.to(seed_device), FANOUTS, seed=counter[0])
         if copy_to is not None:
             for lay in layers:
-                for t in (lay.nodes, lay.src_local, lay.dst_local, lay.eids):
+                for t in (lay.nodes, lay.src, lay.dst, lay.eids):
                     t.to(copy_to, non_blocking=False)
-        return sum(lay.src_local.numel() for lay in layers)
+        return sum(lay.num_edges() for lay in layers)
 
     return step
 

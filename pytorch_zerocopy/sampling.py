@@ -18,18 +18,18 @@ seed in two layers gets independent samples in each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
 from . import unified as _unified
+from .block import Block
 from ._compat import register_fake
 
 __all__ = [
     "Adjacency",
+    "Block",
     "SampledNeighbors",
-    "SampledLayer",
     "adjacency_of",
     "compact",
     "csr_to_csc",
@@ -196,30 +196,6 @@ def _compact_torch(seeds: torch.Tensor, neighbors: torch.Tensor) -> Tuple[torch.
     return uniq[order], local[seeds.numel():]
 
 
-@dataclass
-class SampledLayer:
-    """One layer of a multi-layer sample, as a message flow graph.
-
-    Messages flow from ``nodes[src_local[e]]`` to ``nodes[dst_local[e]]``, the seed that
-    sampled edge ``e``; ``nodes[:num_dst]`` are this layer's seeds (the previous layer's
-    nodes). ``edge_src``/``edge_dst`` are the sampled edges in the graph's own direction
-    (for ``edge_dir='in'`` neighbour -> seed; for ``'out'`` seed -> neighbour) and ``eids``
-    their edge ids.
-    """
-
-    nodes: torch.Tensor
-    num_dst: int
-    src_local: torch.Tensor
-    dst_local: torch.Tensor
-    edge_src: torch.Tensor
-    edge_dst: torch.Tensor
-    eids: torch.Tensor
-
-    @property
-    def num_src(self) -> int:
-        return self.nodes.numel()
-
-
 def csr_to_csc(indptr: torch.Tensor, indices: torch.Tensor, num_nodes: Optional[int] = None) -> Adjacency:
     """The transpose of a CSR adjacency, with ``eids`` mapping each CSC position to the CSR
     position (the edge id) it came from. Runs with torch ops where the inputs are."""
@@ -293,12 +269,15 @@ def sample_layers(
     replace: bool = False,
     probs: Optional[torch.Tensor] = None,
     seed: Optional[int] = None,
-) -> List[SampledLayer]:
+) -> List[Block]:
     """Multi-layer neighbour sampling, DGL's NeighborSampler order.
 
     ``fanouts[i]`` is the fanout of layer ``i`` counted from the input side: the last fanout is
-    applied to ``seeds`` first, and the returned list starts with the layer farthest from the
-    seeds (``result[0].nodes`` are the input nodes, ``result[-1].nodes[:len(seeds)]`` the seeds).
+    applied to ``seeds`` first, and the returned list of :class:`~pytorch_zerocopy.block.Block`
+    starts with the layer farthest from the seeds (``result[0].nodes`` are the input nodes,
+    ``result[-1].nodes[:len(seeds)]`` the seeds). Block ``l``'s edges run from the sampled
+    neighbour (``src``) to the seed that sampled it (``dst``), whatever ``edge_dir``; its
+    ``eids`` are the graph's ids of those edges.
     ``graph`` is anything :func:`adjacency_of` accepts (for ``edge_dir='in'`` pass an
     :class:`Adjacency` over the CSC to avoid recomputing the transpose); ``probs`` is one weight
     per edge id (or use ``Adjacency.probs``, one per position).
@@ -323,18 +302,14 @@ def sample_layers(
     seeds = _check_seeds(seeds, adj.num_nodes).to(device).long()
     if seed is None:
         seed = int(torch.randint(0, 2**62, ()).item())
-    layers: List[SampledLayer] = []
+    layers: List[Block] = []
     for depth, fanout in enumerate(reversed(fanouts)):
         s = sample_neighbors(adj.indptr, adj.indices, seeds, fanout, replace=replace,
                              probs=pos_probs, seed=layer_seed(seed, depth))
         nodes, src_local = compact(seeds, s.neighbors)
-        dst_local = s.seed_index
         eids = s.edge_pos if adj.eids is None else adj.eids[s.edge_pos.to(_compute_device(adj.eids))]
-        nbr = s.neighbors.long()
-        dst = seeds[dst_local]
-        edge_src, edge_dst = (nbr, dst) if edge_dir == "in" else (dst, nbr)
-        layers.append(SampledLayer(nodes, seeds.numel(), src_local, dst_local, edge_src, edge_dst,
-                                   eids.to(device)))
+        layers.append(Block(src_local, s.seed_index, nodes.numel(), seeds.numel(), nodes=nodes,
+                            eids=eids.to(device)))
         seeds = nodes
     layers.reverse()
     return layers

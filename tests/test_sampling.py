@@ -217,21 +217,18 @@ def test_layers_compact_and_map_back(rng, placement, edge_dir):
         assert nodes.unique().numel() == nodes.numel()
         if nxt is not None:
             assert torch.equal(nodes[: lay.num_dst], nxt.nodes.cpu()), "dst nodes must come first"
-        src_l, dst_l = lay.src_local.cpu(), lay.dst_local.cpu()
-        assert bool((dst_l < lay.num_dst).all())
+        src_l, dst_l = lay.src.cpu(), lay.dst.cpu()
+        assert bool((dst_l < lay.num_dst).all()) and bool((src_l < lay.num_src).all())
         nbr = nodes[src_l]
         seed_of_edge = nodes[dst_l]
-        es, ed, eid = lay.edge_src.cpu(), lay.edge_dst.cpu(), lay.eids.cpu()
-        if edge_dir == "in":
-            assert torch.equal(es, nbr) and torch.equal(ed, seed_of_edge)
-        else:
-            assert torch.equal(es, seed_of_edge) and torch.equal(ed, nbr)
+        eid = lay.eids.cpu()
+        es, ed = (nbr, seed_of_edge) if edge_dir == "in" else (seed_of_edge, nbr)
         # The edge ids name exactly these edges of the original graph.
         assert torch.equal(src_all[eid], es) and torch.equal(dst_all[eid], ed)
         # Every node beyond the dst nodes is some edge's neighbour.
         assert set(nodes[lay.num_dst:].tolist()) <= set(nbr.tolist())
     # The innermost layer used the last fanout (2 per seed at most).
-    counts = torch.bincount(layers[-1].dst_local.cpu(), minlength=seeds.numel())
+    counts = torch.bincount(layers[-1].dst.cpu(), minlength=seeds.numel())
     assert int(counts.max()) <= 2
 
 

@@ -53,11 +53,11 @@ def test_capacity_covers_with_headroom_and_reserves_a_row():
 
 def test_batch_sizes_refuses_blocks_that_do_not_chain(graph, gen):
     blocks, _, labels = minibatch(graph, gen, 32)
-    assert batch_sizes(blocks, labels) == ((blocks[0].n_src, blocks[1].n_src, 32),
+    assert batch_sizes(blocks, labels) == ((blocks[0].num_src, blocks[1].num_src, 32),
                                            (blocks[0].num_edges(), blocks[1].num_edges()))
     with pytest.raises(ValueError, match="labels"):
         batch_sizes(blocks, labels[:-1])
-    blocks[1].n_src += 1
+    blocks[1].num_src += 1
     with pytest.raises(ValueError, match="block 0 has .* but block 1"):
         batch_sizes(blocks, labels)
 

@@ -11,7 +11,8 @@ and use :mod:`pytorch_zerocopy.dgl.nn` layers over the :class:`Block` objects yi
 
 from . import nn
 from ._backend import real_dgl
-from .block import EID, NID, Block, Graph
+from ..block import EID, NID, Block
+from .block import Graph
 from .dataloader import DataLoader
 from .sampler import MultiLayerFullNeighborSampler, NeighborSampler
 

@@ -1,74 +1,12 @@
-"""Message flow graphs (blocks) and the graph container used when DGL is not installed."""
+"""The graph container used when DGL is not installed (blocks: :mod:`pytorch_zerocopy.block`)."""
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional
 
 import torch
 
 from .. import sampling as _sampling
-
-NID = "_ID"  # DGL's names for the original node / edge ids of a block's nodes / edges
-EID = "_ID"
-
-
-class Block:
-    """A bipartite message flow graph: ``num_src_nodes()`` source nodes, the first
-    ``num_dst_nodes()`` of which are also the destination nodes, and edges from source to
-    destination (local ids). The attributes mirror what DGL's GNN layers read from a DGL block.
-
-    ``srcdata[NID]`` / ``dstdata[NID]`` hold the original node ids and ``edata[EID]`` the
-    original edge ids, as in DGL.
-    """
-
-    is_block = True
-
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        self._src = src
-        self._dst = dst
-        self._num_src = int(num_src)
-        self._num_dst = int(num_dst)
-        self.srcdata: Dict[str, torch.Tensor] = {}
-        self.dstdata: Dict[str, torch.Tensor] = {}
-        self.edata: Dict[str, torch.Tensor] = {}
-
-    @property
-    def device(self) -> torch.device:
-        return self._src.device
-
-    def num_src_nodes(self) -> int:
-        return self._num_src
-
-    def num_dst_nodes(self) -> int:
-        return self._num_dst
-
-    def num_edges(self) -> int:
-        return self._src.numel()
-
-    def edges(self, form: str = "uv") -> Tuple[torch.Tensor, ...]:
-        """``(src, dst)`` local ids (``form='all'`` adds the edge positions 0..E-1)."""
-        if form == "uv":
-            return self._src, self._dst
-        if form == "all":
-            return self._src, self._dst, torch.arange(self.num_edges(), device=self.device)
-        raise ValueError(f"edges: form must be 'uv' or 'all', got {form!r}")
-
-    def in_degrees(self) -> torch.Tensor:
-        return torch.bincount(self._dst, minlength=self._num_dst)
-
-    def to(self, device: Union[str, torch.device], non_blocking: bool = False) -> "Block":
-        out = Block(self._src.to(device, non_blocking=non_blocking),
-                    self._dst.to(device, non_blocking=non_blocking), self._num_src, self._num_dst)
-        for mine, theirs in ((self.srcdata, out.srcdata), (self.dstdata, out.dstdata),
-                             (self.edata, out.edata)):
-            for k, v in mine.items():
-                theirs[k] = v.to(device, non_blocking=non_blocking)
-        return out
-
-    def __repr__(self) -> str:
-        return (f"Block(num_src_nodes={self._num_src}, num_dst_nodes={self._num_dst}, "
-                f"num_edges={self.num_edges()}, device={self.device})")
-
 
 class Graph:
     """A graph for the loader when DGL is absent: CSR structure (row ``v`` lists ``v``'s

@@ -1,4 +1,4 @@
-"""GNN layers over this package's :class:`~pytorch_zerocopy.dgl.block.Block` (no DGL needed)."""
+"""GNN layers over this package's :class:`~pytorch_zerocopy.block.Block` (no DGL needed)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ import torch
 from .. import sampling as _sampling
 from .. import unified as _unified
 from ._backend import is_dgl_graph, real_dgl
-from .block import EID, NID, Block, Graph
+from ..block import EID, NID, Block
+from .block import Graph
 
 Placement = str  # 'cpu', 'cuda' or 'unified'
 
@@ -168,8 +169,8 @@ class NeighborSampler:
     def sample_blocks(self, g: Any, seed_nodes: torch.Tensor, exclude_eids: Any = None):
         return self.sample(g, seed_nodes, exclude_eids)
 
-    def _block(self, g: Any, lay: _sampling.SampledLayer, device: torch.device):
-        src, dst = lay.src_local.to(device), lay.dst_local.to(device)
+    def _block(self, g: Any, lay: Block, device: torch.device):
+        src, dst = lay.src.to(device), lay.dst.to(device)
         nodes, eids = lay.nodes.to(device), lay.eids.to(device)
         if is_dgl_graph(g):
             dgl = real_dgl()
@@ -179,11 +180,7 @@ class NeighborSampler:
             block.dstdata[dgl.NID] = nodes[: lay.num_dst]
             block.edata[dgl.EID] = eids
             return block
-        block = Block(src, dst, lay.num_src, lay.num_dst)
-        block.srcdata[NID] = nodes
-        block.dstdata[NID] = nodes[: lay.num_dst]
-        block.edata[EID] = eids
-        return block
+        return Block(src, dst, lay.num_src, lay.num_dst, nodes=nodes, eids=eids)
 
     def _prefetch(self, g, state, blocks, input_nodes, output_nodes, device) -> None:
         ndata = g.ndata if hasattr(g, "ndata") else {}

@@ -9,6 +9,7 @@ adapter in :mod:`.sampler` (``sample_blocks``, replaceable by the library's samp
 from .messages import PipelineConfig
 from .model import GraphSAGE, SAGEConv
 from .runner import PipelineError, run_pipeline
-from .sampler import Block, sample_blocks
+from ..block import Block
+from .sampler import sample_blocks
 
 __all__ = ["Block", "GraphSAGE", "PipelineConfig", "PipelineError", "SAGEConv", "run_pipeline", "sample_blocks"]

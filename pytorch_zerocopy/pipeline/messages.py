@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .sampler import Block
+from ..block import Block
 
 ROLES = ("sampler", "producer", "consumer")
 
@@ -93,7 +93,7 @@ class Minibatch:
         self.step = step
         parts = [input_nodes, labels] + [t for b in blocks for t in (b.src, b.dst)]
         self._sizes = [int(t.numel()) for t in parts]
-        self._shapes = [(b.n_src, b.n_dst) for b in blocks]
+        self._shapes = [(b.num_src, b.num_dst) for b in blocks]
         self.packed = torch.cat([t.reshape(-1).to(torch.int64) for t in parts])
 
     def _views(self) -> List[torch.Tensor]:

@@ -12,53 +12,11 @@ the destination nodes). ``input_nodes`` are the global ids of ``blocks[0]``'s so
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import torch
 
-
-@dataclass
-class Block:
-    """A bipartite message-passing graph between two consecutive layers.
-
-    ``src`` and ``dst`` hold local edge endpoints (int64): ``src < num_src``, ``dst < num_dst``.
-    ``srcdata`` / ``dstdata`` are free-form per-node dictionaries (for example ``"_ID"``, the
-    global node ids). Tensors are owned; :meth:`to` returns a new block.
-    """
-
-    src: torch.Tensor
-    dst: torch.Tensor
-    n_src: int
-    n_dst: int
-    srcdata: Dict[str, torch.Tensor] = field(default_factory=dict)
-    dstdata: Dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def num_src_nodes(self) -> int:
-        return self.n_src
-
-    def num_dst_nodes(self) -> int:
-        return self.n_dst
-
-    def num_edges(self) -> int:
-        return int(self.src.numel())
-
-    def edges(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        return self.src, self.dst
-
-    @property
-    def device(self) -> torch.device:
-        return self.src.device
-
-    def to(self, device, non_blocking: bool = False) -> "Block":
-        return Block(
-            self.src.to(device, non_blocking=non_blocking),
-            self.dst.to(device, non_blocking=non_blocking),
-            self.n_src,
-            self.n_dst,
-            {k: v.to(device, non_blocking=non_blocking) for k, v in self.srcdata.items()},
-            {k: v.to(device, non_blocking=non_blocking) for k, v in self.dstdata.items()},
-        )
+from ..block import Block
 
 
 def _check_csr(indptr: torch.Tensor, indices: torch.Tensor) -> None:
@@ -172,9 +130,6 @@ def sample_blocks(
     for fanout in reversed(fanouts):
         src_global, dst_local = _sample_layer(indptr, indices, dst_nodes, fanout, generator)
         src_nodes, src_local = _relabel(dst_nodes, src_global)
-        block = Block(src_local, dst_local, src_nodes.numel(), dst_nodes.numel())
-        block.srcdata["_ID"] = src_nodes
-        block.dstdata["_ID"] = dst_nodes
-        blocks.insert(0, block)
+        blocks.insert(0, Block(src_local, dst_local, src_nodes.numel(), dst_nodes.numel(), nodes=src_nodes))
         dst_nodes = src_nodes
     return dst_nodes, seeds, blocks

@@ -31,7 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch.nn import functional as F
 
-from .sampler import Block
+from ..block import Block
 
 IGNORE_LABEL = -100  # cross_entropy's default ignore_index: padded labels carry it
 
