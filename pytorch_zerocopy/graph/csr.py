@@ -20,6 +20,16 @@ Aliasing. ``to("unified")`` maps the host edge list in place: the unified graph 
 graph it came from share their bytes, so writing one changes the other. ``to("cpu")`` of a
 unified graph returns host views of the same bytes. Other placements copy.
 
+Edge ids. An edge's id is its position in the CSR arrays. A graph derived from another (its
+transpose, :meth:`CSRGraph.csc`) keeps the ids of the graph it came from in ``eids``: the edge
+at position ``p`` has id ``eids[p]`` (``eids is None``: the position is the id).
+
+In-neighbours. :meth:`CSRGraph.csc` is the transpose (row ``v`` lists ``v``'s in-neighbours),
+computed once on the host and kept, in the graph's placement. For a symmetric graph the
+in-neighbour lists are the out-neighbour lists, so the transpose shares ``indptr``/``indices``
+with the graph and only its ``eids`` (the position of each edge's reverse) are computed, on
+first use.
+
 Validation. Built from CSR arrays the graph checks, once, that offsets start at 0, never
 decrease and end at the number of edges, that ids are in range and that dtypes are as above;
 the traversal ops then trust the arrays.
@@ -102,12 +112,14 @@ class CSRGraph:
         validate: bool = True,
         min_weight: Optional[float] = None,
         mean_weight: Optional[float] = None,
+        eids: Optional[torch.Tensor] = None,
     ) -> None:
         """Wraps existing arrays without copying; prefer :meth:`from_csr` / :meth:`from_coo`.
 
         ``validate=False`` skips the O(edges) checks for arrays known to be well formed (the
         generators' output). ``min_weight`` / ``mean_weight`` are the smallest / mean weight
-        when already known (otherwise computed here, once, from the host copy).
+        when already known (otherwise computed here, once, from the host copy). ``eids``: int64
+        edge ids of the positions (see the module docstring), placed like ``indices``.
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -118,6 +130,9 @@ class CSRGraph:
         self.num_edges = int(indices.numel())
         self.symmetric = bool(symmetric)
         self.placement = placement
+        self._eids = eids
+        self._reverse_of: Optional["CSRGraph"] = None  # set on a symmetric graph's transpose
+        self._csc: Optional["CSRGraph"] = None
         if validate:
             self._validate()
         if weights is not None and self.num_edges > 0 and (min_weight is None or mean_weight is None):
@@ -269,9 +284,64 @@ class CSRGraph:
         """Where ops on this graph run: the device of ``indptr``."""
         return self.indptr.device
 
-    def _like(self, indptr, indices, weights, placement) -> "CSRGraph":
+    def _like(self, indptr, indices, weights, placement, eids=None) -> "CSRGraph":
         return CSRGraph(indptr, indices, weights, symmetric=self.symmetric, placement=placement,
-                        validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight)
+                        validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight,
+                        eids=eids)
+
+    def _placed_like_indices(self, t: Optional[torch.Tensor], placement: str,
+                             device) -> Optional[torch.Tensor]:
+        """``t`` (a per-position array) in ``placement``, as :meth:`to` places ``indices``."""
+        if t is None or placement == "cpu":
+            return None if t is None else _host(t)
+        if placement == "cuda":
+            return _to_cuda(t, _cuda_device(device))
+        if placement == "unified":
+            gpu = _unified.gpu_backed()
+            udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{_cuda_device(device).index}"
+            return _to_unified(t, udev)
+        return _managed_copy(_host(t), _managed_device(device))
+
+    # --- edge ids and the transpose ------------------------------------------------------
+
+    @property
+    def eids(self) -> Optional[torch.Tensor]:
+        """Edge ids of the positions (None: the position is the id); see the module docstring."""
+        if self._eids is None and self._reverse_of is not None:
+            self._eids = self._placed_like_indices(_reverse_positions(self._reverse_of), self.placement,
+                                                   self.indptr.device if self.placement != "cpu" else None)
+        return self._eids
+
+    def csc(self) -> "CSRGraph":
+        """The transpose: row ``v`` lists the sources of ``v``'s in-edges, ``eids`` their edge ids
+        in this graph. Computed once (on the host, O(edges log edges)) and kept; placed like this
+        graph. Weights travel with their edges."""
+        if self._csc is None:
+            self._csc = self._transpose()
+        return self._csc
+
+    def _transpose(self) -> "CSRGraph":
+        if self.symmetric:
+            t = self._like(self.indptr, self.indices, self.weights, self.placement)
+            t._reverse_of = self
+            return t
+        indptr, indices = _host(self.indptr), _host(self.indices)
+        n = self.num_nodes
+        src = torch.repeat_interleave(torch.arange(n, dtype=indices.dtype), indptr[1:] - indptr[:-1])
+        order = torch.argsort(indices, stable=True)
+        t_indptr = torch.zeros(n + 1, dtype=torch.int64)
+        if self.num_edges:
+            torch.cumsum(torch.bincount(indices.long(), minlength=n), 0, out=t_indptr[1:])
+        eids = order if self._eids is None else _host(self._eids)[order]
+        weights = None if self.weights is None else _host(self.weights)[order]
+        host = CSRGraph(t_indptr, src[order].contiguous(), weights, placement="cpu", validate=False,
+                        min_weight=self.min_weight, mean_weight=self.mean_weight, eids=eids)
+        if self.placement == "cpu":
+            return host
+        device = self.indptr.device if self.indptr.device.type == "cuda" else None
+        placed = host.to(self.placement, device)
+        placed._eids = self._placed_like_indices(eids, self.placement, device)
+        return placed
 
     def to(self, placement: str, device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
         """The graph with its edge list in ``placement`` (see the module docstring).
@@ -282,23 +352,24 @@ class CSRGraph:
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        eids = self._placed_like_indices(self._eids, placement, device)
         if placement == "cpu":
             return self._like(_host(self.indptr), _host(self.indices),
-                              None if self.weights is None else _host(self.weights), "cpu")
+                              None if self.weights is None else _host(self.weights), "cpu", eids)
         if placement == "cuda":
             dev = _cuda_device(device)
             return self._like(self.indptr.to(dev), _to_cuda(self.indices, dev),
-                              None if self.weights is None else _to_cuda(self.weights, dev), "cuda")
+                              None if self.weights is None else _to_cuda(self.weights, dev), "cuda", eids)
         if placement == "unified":
             gpu = _unified.gpu_backed()
             dev = _cuda_device(device) if gpu else torch.device("cpu")
             udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{dev.index}"
             return self._like(self.indptr.to(dev), _to_unified(self.indices, udev),
-                              None if self.weights is None else _to_unified(self.weights, udev), "unified")
+                              None if self.weights is None else _to_unified(self.weights, udev), "unified", eids)
         dev = _managed_device(device)
         indices = _managed_copy(_host(self.indices), dev)
         weights = None if self.weights is None else _managed_copy(_host(self.weights), dev)
-        return self._like(self.indptr.to(dev), indices, weights, "managed")
+        return self._like(self.indptr.to(dev), indices, weights, "managed", eids)
 
     def cpu(self) -> "CSRGraph":
         return self.to("cpu")
@@ -322,6 +393,23 @@ class CSRGraph:
         return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"ids={str(self.indices.dtype).replace('torch.', '')}, weights={w}, "
                 f"symmetric={self.symmetric}, placement={self.placement!r}, device={self.device})")
+
+
+def _reverse_positions(g: "CSRGraph") -> torch.Tensor:
+    """For a symmetric graph: the position of each edge's reverse (``u -> v`` at position ``p``
+    gives the position of ``v -> u``), int64 on the host. Rows need not be sorted.
+
+    The k-th edge in (row, column) order and the k-th in (column, row) order are reverses of
+    each other, because a symmetric graph's edge multiset equals its reverse's."""
+    indptr, indices = _host(g.indptr), _host(g.indices)
+    rows = torch.repeat_interleave(torch.arange(g.num_nodes, dtype=indices.dtype), indptr[1:] - indptr[:-1])
+    by_row_col = torch.argsort(indices, stable=True)
+    by_row_col = by_row_col[torch.argsort(rows[by_row_col], stable=True)]
+    by_col_row = torch.argsort(rows, stable=True)
+    by_col_row = by_col_row[torch.argsort(indices[by_col_row], stable=True)]
+    rev = torch.empty(g.num_edges, dtype=torch.int64)
+    rev[by_col_row] = by_row_col
+    return rev
 
 
 def _cuda_device(device) -> torch.device:
