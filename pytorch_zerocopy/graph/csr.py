@@ -26,9 +26,9 @@ at position ``p`` has id ``eids[p]`` (``eids is None``: the position is the id).
 
 In-neighbours. :meth:`CSRGraph.csc` is the transpose (row ``v`` lists ``v``'s in-neighbours),
 computed once on the host and kept, in the graph's placement. For a symmetric graph the
-in-neighbour lists are the out-neighbour lists, so the transpose shares ``indptr``/``indices``
-with the graph and only its ``eids`` (the position of each edge's reverse) are computed, on
-first use.
+in-neighbour lists are the out-neighbour lists, so the transpose of an unweighted symmetric
+graph shares ``indptr``/``indices`` with it and only its ``eids`` (the position of each edge's
+reverse) are computed, on first use.
 
 Validation. Built from CSR arrays the graph checks, once, that offsets start at 0, never
 decrease and end at the number of edges, that ids are in range and that dtypes are as above;
@@ -321,8 +321,8 @@ class CSRGraph:
         return self._csc
 
     def _transpose(self) -> "CSRGraph":
-        if self.symmetric:
-            t = self._like(self.indptr, self.indices, self.weights, self.placement)
+        if self.symmetric and self.weights is None:
+            t = self._like(self.indptr, self.indices, None, self.placement)
             t._reverse_of = self
             return t
         indptr, indices = _host(self.indptr), _host(self.indices)
