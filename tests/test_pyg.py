@@ -22,25 +22,21 @@ from torch_geometric.sampler import BaseSampler, SamplerOutput  # noqa: E402
 import pytorch_zerocopy as zc  # noqa: E402
 from pytorch_zerocopy.datasets import community_graph  # noqa: E402
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
-from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader,  # noqa: E402
+from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader, data_from_dataset,  # noqa: E402
                                   sample_hops, stores_from_data)
 
 PYG_CAN_SAMPLE = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
 
 
 def to_data(ds, gen=None) -> Data:
-    """A PyG Data from a NodeDataset (whose CSR lists in-neighbours), edge columns shuffled so
-    that edge ids differ from any sorted order."""
-    dst = torch.repeat_interleave(torch.arange(ds.num_nodes), ds.indptr[1:] - ds.indptr[:-1])
-    edge_index = torch.stack([ds.indices.long(), dst])
-    perm = torch.randperm(edge_index.shape[1], generator=gen)
-    edge_index = edge_index[:, perm]
-    n = ds.num_nodes
-    masks = {name: torch.zeros(n, dtype=torch.bool).index_fill_(0, idx, True)
-             for name, idx in (("train_mask", ds.train_idx), ("val_mask", ds.val_idx), ("test_mask", ds.test_idx))}
-    return Data(x=ds.features.clone(), y=ds.labels.clone(), edge_index=edge_index,
-                edge_attr=torch.randn(edge_index.shape[1], 3, generator=gen), num_classes=ds.num_classes,
-                **masks)
+    """A PyG Data over a NodeDataset, features copied (tests write nothing into the dataset),
+    edge columns shuffled so that edge ids differ from any sorted order, and edge features."""
+    data = data_from_dataset(ds)
+    perm = torch.randperm(data.num_edges, generator=gen)
+    data.edge_index = data.edge_index[:, perm]
+    data.x = data.x.clone()
+    data.edge_attr = torch.randn(data.num_edges, 3, generator=gen)
+    return data
 
 
 @pytest.fixture(scope="module")

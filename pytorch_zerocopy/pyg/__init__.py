@@ -18,7 +18,8 @@ The pieces, usable on their own:
 * :class:`GraphStore`: PyG's ``GraphStore`` over a :class:`pytorch_zerocopy.graph.CSRGraph`
   (the in-neighbour lists, host-resident).
 * :class:`NeighborSampler`: a PyG ``BaseSampler`` over this package's sampling op.
-* :func:`stores_from_data`: a PyG ``Data`` as such a ``(FeatureStore, GraphStore)`` pair.
+* :func:`stores_from_data`: a PyG ``Data`` as such a ``(FeatureStore, GraphStore)`` pair;
+  :func:`data_from_dataset`: a :mod:`pytorch_zerocopy.datasets` dataset as a PyG ``Data``.
 
 PyG is needed by this subpackage only; ``import pytorch_zerocopy`` never imports it.
 """
@@ -36,7 +37,7 @@ from .feature_store import FeatureStore
 from .graph_store import GraphStore
 from .loader import NeighborLoader
 from .sampler import NeighborSampler, SampledHops, sample_hops
-from .data import DataExtras, stores_from_data
+from .data import DataExtras, data_from_dataset, stores_from_data
 
 __all__ = [
     "DataExtras",
@@ -44,6 +45,7 @@ __all__ = [
     "GraphStore",
     "NeighborLoader",
     "NeighborSampler",
+    "data_from_dataset",
     "SampledHops",
     "sample_hops",
     "stores_from_data",

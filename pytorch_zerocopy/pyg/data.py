@@ -50,6 +50,23 @@ class DataExtras:
         return batch
 
 
+def data_from_dataset(dataset) -> Data:
+    """A PyG ``Data`` over a :class:`pytorch_zerocopy.datasets.NodeDataset`, without copying its
+    tables: ``x`` is the dataset's (shared-memory) feature table itself, ``y`` its labels,
+    ``edge_index`` its edges (source -> target; the dataset lists in-neighbours) and
+    ``train_mask``/``val_mask``/``test_mask`` its splits."""
+    n = dataset.num_nodes
+    indptr = dataset.indptr
+    dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+    edge_index = torch.stack([dataset.indices.long(), dst])
+    masks = {}
+    for name, idx in (("train_mask", dataset.train_idx), ("val_mask", dataset.val_idx),
+                      ("test_mask", dataset.test_idx)):
+        masks[name] = torch.zeros(n, dtype=torch.bool).index_fill_(0, idx, True)
+    return Data(x=dataset.features, y=dataset.labels, edge_index=edge_index, num_classes=dataset.num_classes,
+                **masks)
+
+
 def stores_from_data(data: Data, placement: Optional[str] = None
                      ) -> Tuple[FeatureStore, GraphStore, DataExtras]:
     """The stores a ``NeighborLoader`` reads for ``data`` (see the module docstring).
