@@ -493,3 +493,20 @@ def test_gpu_samples_and_gathers_from_host_memory(small):
     out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                 num_sampled_edges_per_hop=batch.num_sampled_edges)
     F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size]).backward()
+
+
+def test_benchmark_quick_mode(tmp_path):
+    """benchmarks/pyg_loader.py --quick: the GPU benchmark's code path, small, on this machine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "pyg_loader.py"), "--quick", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((tmp_path / "pyg_loader.json").read_text())
+    assert result["bars"]["pyg_own_loader_measured"] == PYG_CAN_SAMPLE
+    assert result["bars"]["epoch_s_zerocopy"] > 0 and set(result["modes"]) >= {"zerocopy", "cpu_dma"}
+    assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG NeighborLoader epoch time")
