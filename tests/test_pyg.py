@@ -140,6 +140,7 @@ def test_graph_store_layouts_and_edge_ids(gen):
     (attr,) = store.get_all_edge_attrs()
     assert attr.layout.value == "csc" and attr.size == (n, n)
     row, colptr = store.get_edge_index(None, "csc", size=(n, n))
+    assert row.dtype == colptr.dtype == torch.int64  # what PyG's own samplers take
     eids = store.edge_ids()
     col = torch.repeat_interleave(torch.arange(n), colptr[1:] - colptr[:-1])
     # position p of the CSC is edge eids[p] of the edge_index it was built from

@@ -9,8 +9,8 @@ what a neighbour sampler reads, and what :meth:`CSRGraph.csc` returns.
 Placement: ``"unified"`` (default where a GPU serves unified tensors: the lists stay in host
 memory, mapped for the GPU, which samples them in place), ``"cpu"`` (sampled on the CPU) or
 ``"cuda"`` (copied into GPU memory). Whatever the placement, :meth:`get_edge_index` and the
-layout conversions return host tensors, as PyG's own samplers expect; for a ``"unified"``
-or ``"cpu"`` store they are views of the stored arrays, not copies.
+layout conversions return int64 host tensors, as PyG's own samplers expect (views of the
+stored arrays where those are int64 host arrays, copies otherwise).
 """
 
 from __future__ import annotations
@@ -142,12 +142,11 @@ class GraphStore(_PygGraphStore):
         if self._csc is None or edge_attr.edge_type is not None:
             return None
         csc = self._csc
+        row, colptr = csc.indices.cpu().long(), csc.indptr.cpu()
         if edge_attr.layout == EdgeLayout.CSC:
-            return csc.indices.cpu(), csc.indptr.cpu()
+            return row, colptr
         if edge_attr.layout == EdgeLayout.COO:  # sorted by target, CSC order
-            indptr = csc.indptr.cpu()
-            col = torch.repeat_interleave(torch.arange(csc.num_nodes), indptr[1:] - indptr[:-1])
-            return csc.indices.cpu(), col
+            return row, torch.repeat_interleave(torch.arange(csc.num_nodes), colptr[1:] - colptr[:-1])
         return None
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
