@@ -111,15 +111,19 @@ def check_host() -> List[Check]:
 
 
 def check_partitioning() -> List[Check]:
+    if not torch.cuda.is_available():
+        # MPS and green contexts split a GPU's SMs; with no GPU there is nothing to recommend.
+        return [Check("OK", "GPU partitioning", "not applicable: no CUDA GPU visible (partition='none')")]
     checks = []
     control = shutil.which("nvidia-cuda-mps-control")
     server = shutil.which("nvidia-cuda-mps-server")
+    green = getattr(getattr(torch.cuda, "green_contexts", None), "GreenContext", None)
     if control and server:
         checks.append(Check("OK", "CUDA MPS", f"{control}"))
     else:
         checks.append(Check("WARN", "CUDA MPS", "nvidia-cuda-mps-control not on PATH: partition='mps' is unavailable; "
-                            "install the CUDA driver utilities or use partition='green'"))
-    green = getattr(getattr(torch.cuda, "green_contexts", None), "GreenContext", None)
+                            "install the CUDA driver utilities"
+                            + (" or use partition='green'" if green is not None else "")))
     if green is not None:
         checks.append(Check("OK", "green contexts", "torch.cuda.green_contexts.GreenContext available"))
     else:

@@ -4,6 +4,8 @@ and CUDA cases are skipped cleanly on a machine without a GPU."""
 import pytest
 import torch
 
+from skip_summary import pytest_terminal_summary  # noqa: F401  (a count of skip reasons)
+
 
 def cuda_available() -> bool:
     return torch.cuda.is_available()

@@ -1,0 +1,160 @@
+"""``NeighborLoader``: PyG's loader, same arguments and same minibatches, sampling and gathering
+zero-copy from host memory.
+
+It is PyG's own :class:`torch_geometric.loader.NodeLoader` driving this package's
+:class:`~pytorch_zerocopy.pyg.NeighborSampler` over this package's stores, so every minibatch is
+assembled by PyG's code (``n_id``, ``e_id``, ``input_id``, ``batch_size``,
+``num_sampled_nodes``/``num_sampled_edges``, ``transform``, ``custom_cls``). What differs is
+where the work runs: the sampler reads the host-resident graph and the feature store gathers the
+host-resident rows, both on the GPU where one serves unified tensors, without a CPU-side copy of
+any row; the minibatch is then already on that GPU (``batch.to(device)`` costs nothing).
+
+Differences from PyG's loader, all reported when asked for:
+
+* sampling runs in the calling process (on the GPU, or on every CPU core): ``num_workers`` is
+  accepted and ignored with a warning, and with it the worker-only options; ``pin_memory`` is
+  dropped when minibatches are built on the GPU;
+* temporal (``input_time``, ``time_attr``), weighted (``weight_attr``), ``disjoint`` and
+  ``subgraph_type='induced'`` sampling and heterogeneous graphs raise ``NotImplementedError``;
+* a ``(FeatureStore, GraphStore)`` pair need not be this package's: a PyG graph store is read
+  once through its ``csc()`` into a host-resident :class:`~pytorch_zerocopy.pyg.GraphStore`;
+  a foreign feature store receives node ids on the sampling device.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.data import FeatureStore as _PygFeatureStore
+from torch_geometric.data import GraphStore as _PygGraphStore
+from torch_geometric.loader import NodeLoader
+
+from ..graph import CSRGraph
+from .data import DataExtras, stores_from_data
+from .graph_store import GraphStore
+from .sampler import NeighborSampler
+
+_WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "worker_init_fn", "multiprocessing_context")
+
+
+def _graph_store_from_pyg(graph_store: _PygGraphStore) -> GraphStore:
+    """A host-resident copy of another graph store's (homogeneous) edges, read through PyG's
+    ``csc()``: its ``perm`` gives the edge ids."""
+    attrs = graph_store.get_all_edge_attrs()
+    if any(a.edge_type is not None for a in attrs) and len({a.edge_type for a in attrs}) > 1:
+        raise NotImplementedError("heterogeneous graph stores are not supported")
+    row, colptr, perm = graph_store.csc()
+    if isinstance(row, dict):
+        if len(row) != 1:
+            raise NotImplementedError("heterogeneous graph stores are not supported")
+        (key,) = row
+        row, colptr, perm = row[key], colptr[key], perm[key]
+    colptr, row = colptr.cpu().long(), row.cpu()
+    eids = None if perm is None else perm.cpu().long()
+    csc = CSRGraph(colptr.contiguous(), row.contiguous(), eids=eids)
+    return GraphStore.from_csc(csc)
+
+
+def _as_stores(data: Any):
+    """``(feature_store, graph_store, extras)`` for a ``Data`` or a store pair."""
+    if isinstance(data, Data):
+        return stores_from_data(data)
+    if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], _PygFeatureStore) \
+            and isinstance(data[1], _PygGraphStore):
+        feature_store, graph_store = data
+        if not isinstance(graph_store, GraphStore):
+            graph_store = _graph_store_from_pyg(graph_store)
+        return feature_store, graph_store, None
+    raise TypeError("data must be a torch_geometric.data.Data or a (FeatureStore, GraphStore) pair, got "
+                    f"{type(data).__name__} (HeteroData is not supported)")
+
+
+class NeighborLoader(NodeLoader):
+    """PyG's ``NeighborLoader`` (same signature, same minibatches; see the module docstring).
+
+    ``data``: a PyG ``Data`` (its tables are used in place, see
+    :func:`~pytorch_zerocopy.pyg.stores_from_data`) or a ``(FeatureStore, GraphStore)`` pair.
+    ``num_neighbors[h]``: neighbours sampled per node in hop ``h`` (``-1``: all).
+    ``input_nodes``: seed node ids or a boolean mask (default: every node). ``**kwargs``:
+    ``batch_size``, ``shuffle``, ``drop_last``, ... of ``torch.utils.data.DataLoader``.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        num_neighbors,
+        input_nodes=None,
+        input_time: Optional[torch.Tensor] = None,
+        replace: bool = False,
+        subgraph_type="directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: Optional[str] = None,
+        weight_attr: Optional[str] = None,
+        transform: Optional[Callable] = None,
+        transform_sampler_output: Optional[Callable] = None,
+        is_sorted: bool = False,
+        filter_per_worker: Optional[bool] = None,
+        neighbor_sampler: Optional[NeighborSampler] = None,
+        directed: bool = True,
+        **kwargs,
+    ):
+        if input_time is not None or time_attr is not None:
+            raise NotImplementedError("temporal sampling (input_time, time_attr) is not supported by "
+                                      "pytorch_zerocopy.pyg.NeighborLoader")
+        if weight_attr is not None:
+            raise NotImplementedError("weighted sampling (weight_attr) is not supported by "
+                                      "pytorch_zerocopy.pyg.NeighborLoader")
+        if disjoint:
+            raise NotImplementedError("disjoint=True is not supported by pytorch_zerocopy.pyg.NeighborLoader")
+        if not directed:
+            warnings.warn("The usage of the 'directed' argument in 'NeighborLoader' is deprecated. Use "
+                          "`subgraph_type='induced'` instead.", stacklevel=2)
+            subgraph_type = "induced"
+        if isinstance(input_nodes, (str, tuple)):
+            raise NotImplementedError("input_nodes with a node type is for heterogeneous graphs, "
+                                      "which are not supported")
+
+        feature_store, graph_store, extras = _as_stores(data)
+        if neighbor_sampler is None:
+            neighbor_sampler = NeighborSampler((feature_store, graph_store), num_neighbors, replace=replace,
+                                               subgraph_type=subgraph_type)
+        self.feature_store = feature_store
+        self.graph_store = graph_store
+        self.extras: Optional[DataExtras] = extras
+        self.user_transform = transform
+
+        on_gpu = graph_store.csc_graph.indptr.device.type == "cuda"
+        if kwargs.get("num_workers", 0):
+            warnings.warn("pytorch_zerocopy.pyg.NeighborLoader samples in the calling process (on the GPU, "
+                          "or on every CPU core); num_workers is ignored", stacklevel=2)
+            kwargs["num_workers"] = 0
+            for name in _WORKER_ONLY_OPTIONS:
+                kwargs.pop(name, None)
+        if on_gpu and kwargs.pop("pin_memory", False):
+            warnings.warn("minibatches are built on the GPU: pin_memory is ignored", stacklevel=2)
+        if input_nodes is None:
+            input_nodes = torch.arange(graph_store.num_nodes)
+
+        super().__init__(
+            data=(feature_store, graph_store),
+            node_sampler=neighbor_sampler,
+            input_nodes=input_nodes,
+            transform=self._complete,
+            transform_sampler_output=transform_sampler_output,
+            filter_per_worker=filter_per_worker,
+            **kwargs,
+        )
+
+    def _complete(self, batch: Data) -> Data:
+        """What PyG's loader adds for a ``Data`` and a store pair lacks, then the user's
+        transform."""
+        if self.extras is not None:
+            batch = self.extras.complete(batch)
+        return batch if self.user_transform is None else self.user_transform(batch)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(sampling on {self.graph_store.csc_graph.indptr.device})"

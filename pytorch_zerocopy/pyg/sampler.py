@@ -1,0 +1,157 @@
+"""Neighbour sampling with PyG's conventions, over this package's sampling op.
+
+PyG's ``NeighborLoader`` returns one subgraph per minibatch, not one block per layer:
+
+* nodes: the seeds first (in input order), then the nodes first reached in hop 1, then those
+  first reached in hop 2, ...; ``num_sampled_nodes`` counts them per hop (seeds included);
+* edges: hop 1's edges first, then hop 2's, ...; ``num_sampled_edges`` counts them per hop;
+  hop ``h`` samples in-neighbours of the nodes first reached in hop ``h - 1`` only (each node's
+  neighbourhood is sampled once), and every sampled edge is kept, also into a node already
+  reached; ``edge_index = [row, col]`` runs from the sampled neighbour (``row``) to the node
+  that sampled it (``col``), so messages flow towards the seeds;
+* ``e_id``: the edge's id (its column in the ``edge_index`` the graph was built from).
+
+:func:`sample_hops` produces that with one call of
+:func:`pytorch_zerocopy.sampling.sample_layers` per hop (seeded by the hop's frontier) and one
+compaction into the minibatch's node list. It runs where the graph lives: on the GPU for a
+unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists in place; on the
+CPU for a CPU graph. Its outputs live there too.
+
+Randomness: each hop's draw takes a seed from torch's default CPU generator, so
+``torch.manual_seed`` makes a run repeatable. ``fanout = -1`` takes every neighbour and is
+deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import torch
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler.base import NumNeighbors, SubgraphType
+
+from ..graph import CSRGraph
+from ..sampling import compact, sample_layers
+
+
+@dataclass(frozen=True)
+class SampledHops:
+    """One minibatch's subgraph in PyG's layout (see the module docstring).
+
+    ``node``: global ids (int64); ``row``/``col``: local edge endpoints (int64, indices into
+    ``node``); ``edge``: the edges' ids (int64); ``num_sampled_nodes``: ``len(fanouts) + 1``
+    counts (seeds first); ``num_sampled_edges``: ``len(fanouts)`` counts.
+    """
+
+    node: torch.Tensor
+    row: torch.Tensor
+    col: torch.Tensor
+    edge: torch.Tensor
+    num_sampled_nodes: List[int]
+    num_sampled_edges: List[int]
+
+
+def _check_fanouts(fanouts: Sequence[int]) -> List[int]:
+    values = list(fanouts)
+    if not values:
+        raise ValueError("num_neighbors must hold one fanout per hop, got an empty list")
+    for f in values:
+        if isinstance(f, bool) or not isinstance(f, int) or f < -1:
+            raise ValueError(f"num_neighbors must be ints >= 0 or -1 (every neighbour), got {values}")
+    return values
+
+
+def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
+                replace: bool = False) -> SampledHops:
+    """Samples ``fanouts[h]`` in-neighbours per node in hop ``h`` (PyG's order: the first
+    fanout applies to the seeds) from ``csc``, a ``CSRGraph`` whose row ``v`` lists the sources
+    of ``v``'s in-edges and whose ``eids`` give the edges' ids. ``seeds`` must be distinct.
+    """
+    fanouts = _check_fanouts(fanouts)
+    nodes = seeds.reshape(-1).long()
+    rows: List[torch.Tensor] = []
+    cols: List[torch.Tensor] = []
+    edges: List[torch.Tensor] = []
+    num_nodes = [int(nodes.numel())]
+    num_edges: List[int] = []
+    start = 0  # nodes[start:] is the frontier: the nodes first reached in the previous hop
+    for fanout in fanouts:
+        frontier = nodes[start:]
+        (block,) = sample_layers(csc, frontier, [fanout], edge_dir="out", replace=replace)
+        if not rows:  # the first hop moved the seeds to where sampling runs
+            nodes = block.nodes[: block.num_dst]
+        width = block.num_dst
+        # block.nodes = frontier, then its neighbours not in the frontier; place those in the
+        # minibatch's list (appending the ones not reached before) and map block ids to it.
+        reached, position = compact(nodes, block.nodes[width:])
+        local = torch.cat([torch.arange(start, start + width, device=position.device), position])
+        rows.append(local[block.src])
+        cols.append(block.dst + start)
+        edges.append(block.eids)
+        num_nodes.append(int(reached.numel()) - int(nodes.numel()))
+        num_edges.append(int(block.src.numel()))
+        start, nodes = int(nodes.numel()), reached
+    return SampledHops(nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges).long(), num_nodes, num_edges)
+
+
+def _fanout_list(num_neighbors) -> List[int]:
+    values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
+    if isinstance(values, dict):
+        raise NotImplementedError("num_neighbors per edge type is for heterogeneous graphs, which are not supported")
+    return _check_fanouts(values)
+
+
+class NeighborSampler(BaseSampler):
+    """PyG's ``BaseSampler`` over this package's sampling op (see the module docstring).
+
+    ``data``: a ``(FeatureStore, GraphStore)`` pair whose graph store is this package's
+    :class:`~pytorch_zerocopy.pyg.GraphStore` (:func:`~pytorch_zerocopy.pyg.stores_from_data`
+    makes one from a PyG ``Data``). ``subgraph_type``: ``"directional"`` (PyG's default: the
+    sampled edges only) or ``"bidirectional"`` (each sampled edge also reversed, PyG's
+    conversion). Sampling runs where the graph store's lists live (see :func:`sample_hops`).
+    """
+
+    def __init__(self, data, num_neighbors, replace: bool = False, subgraph_type="directional"):
+        from .graph_store import GraphStore
+
+        if not (isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[1], GraphStore)):
+            raise TypeError("NeighborSampler needs a (FeatureStore, pytorch_zerocopy.pyg.GraphStore) pair; "
+                            "build one from a PyG Data with pytorch_zerocopy.pyg.stores_from_data")
+        self.graph_store: GraphStore = data[1]
+        self.fanouts = _fanout_list(num_neighbors)
+        self.replace = bool(replace)
+        self.subgraph_type = SubgraphType(subgraph_type)
+        if self.subgraph_type == SubgraphType.induced:
+            raise NotImplementedError("subgraph_type='induced' is not supported by this sampler; "
+                                      "use 'directional' or 'bidirectional'")
+
+    @property
+    def num_neighbors(self) -> NumNeighbors:
+        return NumNeighbors(self.fanouts)
+
+    @property
+    def device(self) -> torch.device:
+        """Where sampling runs and minibatches are built."""
+        indptr = self.graph_store.csc_graph.indptr
+        return indptr.device
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        if index.input_type is not None:
+            raise NotImplementedError("heterogeneous sampling (an input node type) is not supported")
+        if index.time is not None:
+            raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
+        hops = sample_hops(self.graph_store.csc_graph, index.node, self.fanouts, replace=self.replace)
+        input_id = index.input_id
+        if input_id is not None:
+            input_id = input_id.to(hops.node.device)
+        out = SamplerOutput(node=hops.node, row=hops.row, col=hops.col, edge=hops.edge,
+                            num_sampled_nodes=hops.num_sampled_nodes,
+                            num_sampled_edges=hops.num_sampled_edges,
+                            metadata=(input_id, None))
+        if self.subgraph_type == SubgraphType.bidirectional:
+            out = out.to_bidirectional()
+        return out
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise NotImplementedError("link-level sampling (LinkNeighborLoader) is not supported by this sampler")
