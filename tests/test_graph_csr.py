@@ -173,3 +173,13 @@ def test_csc_is_the_transpose_with_edge_ids(gen, symmetrize, weighted):
     assert torch.equal(torch.sort(e).values, torch.arange(g.num_edges))
     if weighted:
         assert torch.equal(t.weights, g.weights[e])
+
+
+def test_csc_of_a_symmetric_graph_keeps_the_ids_it_carries(gen):
+    n = 40
+    g = CSRGraph.from_coo(torch.randint(0, n, (300,), generator=gen), torch.randint(0, n, (300,), generator=gen),
+                          n, symmetrize=True, drop_duplicates=True)
+    ids = torch.randperm(g.num_edges, generator=gen)
+    carried = CSRGraph(g.indptr, g.indices, symmetric=True, eids=ids)
+    plain = g.csc().eids
+    assert torch.equal(carried.csc().eids, ids[plain])

@@ -308,7 +308,11 @@ class CSRGraph:
     def eids(self) -> Optional[torch.Tensor]:
         """Edge ids of the positions (None: the position is the id); see the module docstring."""
         if self._eids is None and self._reverse_of is not None:
-            self._eids = self._placed_like_indices(_reverse_positions(self._reverse_of), self.placement,
+            source = self._reverse_of
+            rev = _reverse_positions(source)
+            if source.eids is not None:  # a derived graph: ids of the graph it came from
+                rev = _host(source.eids)[rev]
+            self._eids = self._placed_like_indices(rev, self.placement,
                                                    self.indptr.device if self.placement != "cpu" else None)
         return self._eids
 
