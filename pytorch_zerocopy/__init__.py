@@ -18,6 +18,7 @@ from .unified import (
 )
 from ._build import build_info
 from .ops import block_mean, gather_rows
+from .feature_table import CacheConfig, CachePolicy, FeatureTable, gather_rows_cached
 
 __version__ = build_info()["version"]
 
@@ -26,6 +27,10 @@ __all__ = [
     "UNIFIED_NAME",
     "block_mean",
     "build_info",
+    "CacheConfig",
+    "CachePolicy",
+    "FeatureTable",
+    "gather_rows_cached",
     "empty_shared",
     "empty_unified",
     "gather_rows",
