@@ -211,6 +211,9 @@ class DriverMemory:
         desc = _AccessDesc(_Location(LOC_DEVICE, self.device), 3)
         self._check(self.cuda.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(desc), ctypes.c_size_t(1)),
                     "cuMemSetAccess")
+        host = _AccessDesc(_Location(LOC_HOST_NUMA, 0), 3)
+        rc = self.cuda.cuMemSetAccess(self.ptr, ctypes.c_size_t(size), ctypes.byref(host), ctypes.c_size_t(1))
+        self.info["host_access_granted"] = rc == 0  # the CPU may then use the same address
 
     def _managed(self) -> None:
         self.size = self.nbytes
@@ -249,6 +252,35 @@ class DriverMemory:
             self.cuda.cuMemAddressFree(self.ptr, ctypes.c_size_t(self.size))
         else:
             self.cuda.cuMemFree_v2(self.ptr)
+
+
+CPU_ACCESS_PROBE = """
+import ctypes, sys, torch
+sys.path.insert(0, sys.argv[1])
+from benchmarks.gather_sweep import DriverMemory
+torch.zeros(1, device="cuda")
+mem = DriverMemory("vmm_host", 2 << 20, torch.cuda.current_device())
+if not mem.info.get("host_access_granted"):
+    print("no-host-access")
+    sys.exit(0)
+buf = mem.tensor()
+buf[:64].copy_(torch.arange(64, dtype=torch.uint8, device="cuda"))
+torch.cuda.synchronize()
+print("cpu-read-ok" if ctypes.string_at(mem.ptr.value, 64) == bytes(range(64)) else "cpu-read-mismatch")
+"""
+
+
+def vmm_cpu_access() -> str:
+    """Whether the CPU can read a cuMemCreate host allocation at its device address, probed in a
+    child process (a mapping the CPU cannot use would kill the process that touches it)."""
+    import subprocess
+
+    try:
+        r = subprocess.run([sys.executable, "-c", CPU_ACCESS_PROBE, ROOT], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "probe timed out"
+    lines = r.stdout.strip().splitlines()
+    return lines[-1] if r.returncode == 0 and lines else f"probe died (exit {r.returncode}): {r.stderr.strip()[-300:]}"
 
 
 # --- the sweep -------------------------------------------------------------------------------
@@ -468,6 +500,10 @@ def main() -> int:
                     mem.close()
         del out
 
+    if args.alloc_gib > 0:
+        results["alloc"].append({"name": "vmm_host cpu access", "result": vmm_cpu_access()})
+        print(f"[alloc] vmm_host cpu access: {results['alloc'][-1]['result']}", flush=True)
+
     report = {"benchmark": "gather_sweep", "machine": environment(), "sms": sms, "table_bytes": table_bytes,
               "rows_per_call": n, "iters": args.iters, "pinned_memcpy_gbps": ceiling, "results": results,
               "wall_s": time.perf_counter() - t_start}
@@ -480,8 +516,8 @@ def main() -> int:
              "| section | measurement | GB/s | x memcpy | M rows/s | ms | extra |", "|---|---|---:|---:|---:|---:|---|"]
     for section, recs in results.items():
         for r in recs:
-            if "error" in r:
-                lines.append(f"| {section} | {r['name']} | - | - | - | - | {r['error']} |")
+            if "error" in r or "result" in r:
+                lines.append(f"| {section} | {r['name']} | - | - | - | - | {r.get('error') or r.get('result')} |")
                 continue
             extra = ", ".join(f"{k}={v if not isinstance(v, float) else round(v, 1)}" for k, v in r.items()
                               if k not in ("name", "bytes", "rows", "ms", "gbps", "mrows_per_s", "vs_memcpy"))

@@ -229,6 +229,8 @@ class FeatureTable:
         map_bytes = self.num_rows * 4 if count else 0
         if self.device.type == "cuda" and count:
             free, total = torch.cuda.mem_get_info(self.device)
+            # Blocks torch's caching allocator holds but does not use are free to this process too.
+            free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
             if cache_bytes + map_bytes > free:
                 raise torch.cuda.OutOfMemoryError(
                     f"FeatureTable: a cache of {count} rows x {self.row_bytes} B = {_format_bytes(cache_bytes)} plus "

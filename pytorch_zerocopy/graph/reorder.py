@@ -67,7 +67,7 @@ class NodeOrder:
         """Hottest node first (descending ``score``); ties keep their old relative order."""
         if score.dim() != 1:
             raise ValueError(f"score must be 1-D (one value per node), got shape {tuple(score.shape)}")
-        return cls.from_permutation(torch.sort(score.cpu(), descending=True, stable=True).indices)
+        return cls.from_permutation(torch.sort(score, descending=True, stable=True).indices.cpu())
 
     @property
     def num_nodes(self) -> int:
