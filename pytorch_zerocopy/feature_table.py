@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
 
@@ -39,7 +39,7 @@ from . import hotness as _hotness
 from . import unified as _unified
 from ._compat import register_fake
 
-__all__ = ["CacheConfig", "CachePolicy", "FeatureTable", "gather_rows_cached"]
+__all__ = ["CacheConfig", "CachePolicy", "FeatureTable", "cached_rows_for", "gather_rows_cached", "node_cache_configs"]
 
 DeviceLike = Union[str, int, torch.device, None]
 
@@ -132,6 +132,45 @@ def _gather_rows_cached_out_fake(table, cache, slot_of, index, *, check_bounds=T
     torch._check(table.dim() == 2, lambda: f"gather_rows_cached: table must be 2-D, got {table.dim()}-D")
 
 
+def cached_rows_for(graph: Any, config: CacheConfig, num_rows: int, row_bytes: int, *,
+                    seeds: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The ids (int64, CPU) of the rows ``config`` caches for a table of ``num_rows`` rows of
+    ``row_bytes`` whose rows are the nodes of ``graph`` (anything
+    :func:`pytorch_zerocopy.sampling.adjacency_of` accepts). ``seeds`` (the training nodes) are
+    needed by ``CachePolicy.PRESAMPLE``. Runs where sampling runs: a CPU graph keeps this
+    process free of a GPU context, so a parent can choose the rows and hand ``(table, ids)``
+    to the processes that build FeatureTables on their GPUs."""
+    if not isinstance(config, CacheConfig):
+        raise TypeError(f"config must be a CacheConfig, got {type(config).__name__}")
+    if config.policy is CachePolicy.DEGREE:
+        score = _hotness.degree_hotness(graph, config.edge_dir)
+    else:
+        if seeds is None:
+            raise ValueError("CachePolicy.PRESAMPLE needs seeds (the training nodes) to pre-sample from")
+        score = _hotness.presample_hotness(graph, seeds, config.fanouts, batch_size=config.batch_size,
+                                           num_batches=config.presample_batches, edge_dir=config.edge_dir,
+                                           seed=config.seed)
+    if score.numel() != num_rows:
+        raise ValueError(f"the graph has {score.numel()} nodes but the table {num_rows} rows")
+    return _hotness.hottest(score, config.rows_for(num_rows, row_bytes))
+
+
+def node_cache_configs(gpu_cache: Any, policy: CachePolicy = CachePolicy.DEGREE) -> Dict[str, CacheConfig]:
+    """DGL's ``DataLoader(gpu_cache=...)`` argument, ``{"node": {feature name: rows}}``, as one
+    CacheConfig per node feature (``{}`` for None). Edge-feature caches are not supported."""
+    if gpu_cache is None:
+        return {}
+    if not isinstance(gpu_cache, dict) or set(gpu_cache) - {"node", "edge"}:
+        raise ValueError("gpu_cache must be a dict like {'node': {'feat': rows_to_cache}}, got "
+                         f"{gpu_cache!r}")
+    if gpu_cache.get("edge"):
+        raise NotImplementedError("gpu_cache: edge-feature caches are not supported; cache node features")
+    nodes = gpu_cache.get("node") or {}
+    if not isinstance(nodes, dict):
+        raise ValueError(f"gpu_cache['node'] must map feature names to row counts, got {nodes!r}")
+    return {name: CacheConfig(policy=policy, rows=rows) for name, rows in nodes.items()}
+
+
 def _cache_device(device: DeviceLike) -> torch.device:
     """The device a cache lives on: the named GPU, else the current one; the CPU without a GPU."""
     if not _unified.gpu_backed():
@@ -189,23 +228,10 @@ class FeatureTable:
     @classmethod
     def for_graph(cls, table: torch.Tensor, graph: Any, config: CacheConfig, *,
                   seeds: Optional[torch.Tensor] = None, device: DeviceLike = None) -> "FeatureTable":
-        """A FeatureTable caching the rows ``config`` picks for ``graph`` (anything
-        :func:`pytorch_zerocopy.sampling.adjacency_of` accepts; rows are node ids). ``seeds``
-        (the training nodes) are needed by ``CachePolicy.PRESAMPLE``."""
-        if not isinstance(config, CacheConfig):
-            raise TypeError(f"config must be a CacheConfig, got {type(config).__name__}")
-        count = config.rows_for(table.shape[0], table.shape[1] * table.element_size())
-        if config.policy is CachePolicy.DEGREE:
-            score = _hotness.degree_hotness(graph, config.edge_dir)
-        else:
-            if seeds is None:
-                raise ValueError("CachePolicy.PRESAMPLE needs seeds (the training nodes) to pre-sample from")
-            score = _hotness.presample_hotness(graph, seeds, config.fanouts, batch_size=config.batch_size,
-                                               num_batches=config.presample_batches, edge_dir=config.edge_dir,
-                                               seed=config.seed)
-        if score.numel() != table.shape[0]:
-            raise ValueError(f"the graph has {score.numel()} nodes but the table {table.shape[0]} rows")
-        return cls(table, _hotness.hottest(score, count), device=device)
+        """A FeatureTable caching the rows :func:`cached_rows_for` picks (rows are node ids of
+        ``graph``)."""
+        ids = cached_rows_for(graph, config, table.shape[0], table.shape[1] * table.element_size(), seeds=seeds)
+        return cls(table, ids, device=device)
 
     def _check_ids(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:

@@ -12,7 +12,8 @@ import torch.multiprocessing as mp
 import pytorch_zerocopy as zc
 from pytorch_zerocopy import hotness
 from pytorch_zerocopy._compat import has_opcheck
-from pytorch_zerocopy.feature_table import CacheConfig, CachePolicy, FeatureTable, gather_rows_cached
+from pytorch_zerocopy.feature_table import (CacheConfig, CachePolicy, FeatureTable, cached_rows_for, gather_rows_cached,
+                                            node_cache_configs)
 from pytorch_zerocopy.graph import CSRGraph
 from pytorch_zerocopy.sampling import Adjacency
 
@@ -342,3 +343,25 @@ def test_cache_config_sizes_and_policies(gen):
         FeatureTable.for_graph(table, g, CacheConfig(policy=CachePolicy.PRESAMPLE, rows=2))
     with pytest.raises(ValueError, match="the graph has 6 nodes but the table 5 rows"):
         FeatureTable.for_graph(table[:5], g, CacheConfig(rows=2))
+
+
+def test_rows_chosen_without_a_gpu_then_built(gen):
+    """A parent picks the rows on the CPU; a FeatureTable is built from (table, ids) elsewhere."""
+    g = small_graph()
+    table = random_rows(6, 4, torch.float32, gen)
+    ids = cached_rows_for(g, CacheConfig(cache_bytes=3 * 16), 6, 16)
+    assert ids.device.type == "cpu" and ids.tolist() == [0, 1, 2]
+    ft = FeatureTable(table, ids)
+    torch.testing.assert_close(ft[torch.tensor([2, 5, 0])].cpu(), table[[2, 5, 0]], rtol=0, atol=0)
+
+
+def test_dgl_gpu_cache_argument():
+    assert node_cache_configs(None) == {}
+    cfg = node_cache_configs({"node": {"feat": 500}})
+    assert cfg["feat"].rows == 500 and cfg["feat"].policy is CachePolicy.DEGREE
+    with pytest.raises(NotImplementedError, match="edge-feature caches"):
+        node_cache_configs({"edge": {"w": 10}})
+    with pytest.raises(ValueError, match="gpu_cache must be a dict"):
+        node_cache_configs({"nodes": {"feat": 1}})
+    with pytest.raises(ValueError, match="rows must be an int >= 0"):
+        node_cache_configs({"node": {"feat": -3}})
