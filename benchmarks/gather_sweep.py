@@ -43,7 +43,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import time
 from typing import Callable, Dict, List, Optional
@@ -55,6 +54,7 @@ sys.path.insert(0, ROOT)
 
 import pytorch_zerocopy as zc  # noqa: E402
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
+from benchmarks.gather_minibatch import Clock  # noqa: E402
 from pytorch_zerocopy import unified as _unified  # noqa: E402
 
 GiB = 1 << 30
@@ -76,38 +76,20 @@ STRIDES = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524
 
 
 class Timer:
-    """Median seconds of fn(index) over fresh indices, CUDA events around each call."""
+    """Median seconds of fn(index) over fresh indices ``make_index(k)`` (warm-up ones first):
+    :class:`benchmarks.gather_minibatch.Clock` over a list of them."""
 
     def __init__(self, iters: int, warmup: int):
-        self.iters, self.warmup = iters, warmup
+        self.iters, self.clock = iters, Clock(gpu=True, warmup=warmup)
+
+    def _inputs(self, make_index: Callable[[int], torch.Tensor]) -> List[torch.Tensor]:
+        return [make_index(10_000 + k) for k in range(self.clock.warmup)] + [make_index(k) for k in range(self.iters)]
 
     def fresh(self, fn: Callable[[torch.Tensor], object], make_index: Callable[[int], torch.Tensor]) -> float:
-        for k in range(self.warmup):
-            fn(make_index(10_000 + k))
-        indices = [make_index(k) for k in range(self.iters)]
-        torch.cuda.synchronize()
-        times = []
-        for idx in indices:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn(idx)
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        return statistics.median(times)
+        return self.clock.events(fn, self._inputs(make_index))
 
     def wall(self, fn: Callable[[torch.Tensor], object], make_index: Callable[[int], torch.Tensor]) -> float:
-        for k in range(self.warmup):
-            fn(make_index(10_000 + k))
-        indices = [make_index(k) for k in range(self.iters)]
-        torch.cuda.synchronize()
-        times = []
-        for idx in indices:
-            t0 = time.perf_counter()
-            fn(idx)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return self.clock.wall(fn, self._inputs(make_index))
 
 
 class EnvKnobs:
