@@ -214,8 +214,12 @@ class FeatureTable:
         if self.device.type == "cuda":
             self.table = table if _unified.is_unified(table) else _unified.to_unified(self.host,
                                                                                        f"unified:{self.device.index}")
+            # The mapping as a CUDA tensor: gathers reach the CUDA kernel without the unified
+            # device's fallback. It keeps the mapping alive as long as this object.
+            self._read = _unified._C.device_alias(self.table, self.device)
         else:
             self.table = self.host
+            self._read = self.host
         ids = torch.zeros(0, dtype=torch.int64) if cached_rows is None else torch.as_tensor(cached_rows)
         self.cached_ids = self._check_ids(ids)
         self.cache: torch.Tensor
@@ -275,7 +279,7 @@ class FeatureTable:
             from .ops import gather_rows
 
             ids = self.cached_ids.to(self.device) if self.device.type == "cuda" else self.cached_ids
-            gather_rows(self.table, ids, out=self.cache, index_sorted=True, check_bounds=False)
+            gather_rows(self._read, ids, out=self.cache, index_sorted=True, check_bounds=False)
         self._version = self._given._version
 
     # --- reading ------------------------------------------------------------------------------
@@ -296,8 +300,8 @@ class FeatureTable:
 
             if self.device.type == "cuda" and index.device.type == "cpu":
                 index = index.to(self.device)
-            return gather_rows(self.table, index, out, check_bounds=check_bounds)
-        return gather_rows_cached(self.table, self.cache, self.slot_of, index, out, check_bounds=check_bounds)
+            return gather_rows(self._read, index, out, check_bounds=check_bounds)
+        return gather_rows_cached(self._read, self.cache, self.slot_of, index, out, check_bounds=check_bounds)
 
     def __getitem__(self, key) -> torch.Tensor:
         """``ft[idx]``: rows for an integer tensor, list or int, as indexing a tensor would
