@@ -199,7 +199,8 @@ def main() -> int:
     report["table_bytes"] = n * wmax * 4
     print(f"table: {n * wmax * 4 / GiB:.1f} GiB filled in {report['timing_s']['table']:.1f} s", flush=True)
 
-    train = torch.randperm(n, generator=torch.Generator().manual_seed(5))[: max(args.batch_size, int(n * args.train_fraction))]
+    num_train = max(args.batch_size, int(n * args.train_fraction))
+    train = torch.randperm(n, generator=torch.Generator().manual_seed(5))[:num_train]
     scores = {"degree": hotness.degree_hotness(adj)}
     orders: Dict[str, NodeOrder] = {}
 
@@ -329,8 +330,8 @@ def check_reorder_equivalence(host_u8: torch.Tensor, n: int, width: int, order: 
 def markdown(report: Dict, ceiling: float) -> List[str]:
     lines = [f"# Minibatch gathers: {report['nodes']:,}-node power-law graph, {report['table_bytes'] / GiB:.0f} GiB "
              "float32 table", "",
-             f"{report['machine'].get('gpu') or 'CPU only (quick)'}; {'pinned memcpy H2D' if report['gpu'] else 'host memcpy'} "
-             f"{ceiling:.1f} GB/s; batch {report['batch_size']}; every timed call gathers a fresh minibatch; "
+             f"{report['machine'].get('gpu') or 'CPU only (quick)'}; "
+             f"{'pinned memcpy H2D' if report['gpu'] else 'host memcpy'} {ceiling:.1f} GB/s; batch {report['batch_size']}; every timed call gathers a fresh minibatch; "
              f"median of the timed minibatches.", "", "## Bars", ""]
     for k, v in report["bars"].items():
         lines.append(f"- {k}: {v:.2f}" if isinstance(v, float) else f"- {k}: {v}")

@@ -302,9 +302,20 @@ def main() -> int:
     results: Dict[str, List[Dict]] = {"ceiling": [], "knobs": [], "rows": [], "cache": [], "stride": [],
                                       "alloc": []}
 
-    def emit(section: str, name: str, nbytes: int, rows: int, seconds: float, **extra) -> Dict:
-        rec = {"name": name, "bytes": nbytes, "rows": rows, "ms": seconds * 1e3, "gbps": nbytes / seconds / 1e9,
-               "mrows_per_s": rows / seconds / 1e6, **extra}
+    def measure(section: str, name: str, nbytes: int, rows: int, seconds: Callable[[], float],
+                check: Optional[Callable[[], None]] = None, **extra) -> Dict:
+        """Runs check() and times seconds(); a failure is recorded and the sweep goes on."""
+        try:
+            if check is not None:
+                check()
+            t = seconds()
+        except Exception as e:  # noqa: BLE001 - one broken variant must not cost the whole run
+            rec = {"name": name, "error": f"{type(e).__name__}: {e}"[:500]}
+            results[section].append(rec)
+            print(f"[{section}] {name:<44} FAILED {rec['error']}", flush=True)
+            return rec
+        rec = {"name": name, "bytes": nbytes, "rows": rows, "ms": t * 1e3, "gbps": nbytes / t / 1e9,
+               "mrows_per_s": rows / t / 1e6, **extra}
         rec["vs_memcpy"] = rec["gbps"] / ceiling
         results[section].append(rec)
         tail = " ".join(f"{k}={v}" for k, v in extra.items())
@@ -350,7 +361,7 @@ def main() -> int:
         presorted = random_index(rows, n, sort=True)
         tag = f"{row_bytes}B"
 
-        def check(what: str) -> None:
+        def verify(what: str) -> None:
             """The op under the current knobs returns the right rows (bitwise, sampled)."""
             idx = fresh(99)
             got = zc.gather_rows(u, idx, check_bounds=False)
@@ -360,35 +371,37 @@ def main() -> int:
 
         out = torch.empty(n, row_bytes // 4, device=dev)
         pinned = torch.empty(n, row_bytes // 4, pin_memory=True)
-        emit("ceiling", f"{tag} gpu-memory table", nbytes, n,
-             timer.fresh(lambda i: zc.gather_rows(gpu, i, out=out, check_bounds=False), fresh))
+        measure("ceiling", f"{tag} gpu-memory table", nbytes, n,
+             lambda: timer.fresh(lambda i: zc.gather_rows(gpu, i, out=out, check_bounds=False), fresh))
 
         def dma(i: torch.Tensor) -> None:
             torch.index_select(host, 0, i, out=pinned)
             out.copy_(pinned, non_blocking=True)
 
-        emit("ceiling", f"{tag} DMA path (CPU index_select + copy)", nbytes, n,
-             timer.wall(dma, lambda k: fresh(k).cpu()))
+        measure("ceiling", f"{tag} DMA path (CPU index_select + copy)", nbytes, n,
+             lambda: timer.wall(dma, lambda k: fresh(k).cpu()))
         for knobs in KNOBS:
             with EnvKnobs(knobs):
-                check(knob_name(knobs))
-                emit("knobs", f"{tag} op {knob_name(knobs)}", nbytes, n,
-                     timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), fresh))
+                measure("knobs", f"{tag} op {knob_name(knobs)}", nbytes, n,
+                        lambda: timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), fresh),
+                        check=lambda: verify(knob_name(knobs)))
         for frac in GRID_FRACTIONS:
             blocks = max(1, int(round(sms * frac)))
             with EnvKnobs({"GRID_BLOCKS": str(blocks)}):
-                check(f"GRID_BLOCKS={blocks}")
-                emit("knobs", f"{tag} op GRID_BLOCKS={blocks} ({frac:g}/SM)", nbytes, n,
-                     timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), fresh))
+                measure("knobs", f"{tag} op GRID_BLOCKS={blocks} ({frac:g}/SM)", nbytes, n,
+                        lambda: timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), fresh),
+                        check=lambda: verify(f"GRID_BLOCKS={blocks}"))
         fixed = fresh(7)
-        emit("knobs", f"{tag} op, one index repeated", nbytes, n,
-             timer.fresh(lambda i: zc.gather_rows(u, fixed, out=out, check_bounds=False), fresh))
-        emit("knobs", f"{tag} kernel alone (presorted index)", nbytes, n,
-             timer.fresh(lambda i: zc.gather_rows(u, i, out=out, index_sorted=True, check_bounds=False), presorted))
-        emit("knobs", f"{tag} random order, no sort", nbytes, n,
-             timer.fresh(lambda i: zc.gather_rows(u, i, out=out, index_sorted=True, check_bounds=False), fresh))
-        emit("knobs", f"{tag} torch index_select, presorted", nbytes, n,
-             timer.fresh(lambda i: torch.index_select(alias, 0, i, out=out), presorted))
+        measure("knobs", f"{tag} op, one index repeated", nbytes, n,
+             lambda: timer.fresh(lambda i: zc.gather_rows(u, fixed, out=out, check_bounds=False), fresh))
+
+        def trusted(i: torch.Tensor) -> None:
+            zc.gather_rows(u, i, out=out, index_sorted=True, check_bounds=False)
+
+        measure("knobs", f"{tag} kernel alone (presorted index)", nbytes, n, lambda: timer.fresh(trusted, presorted))
+        measure("knobs", f"{tag} random order, no sort", nbytes, n, lambda: timer.fresh(trusted, fresh))
+        measure("knobs", f"{tag} torch index_select, presorted", nbytes, n,
+             lambda: timer.fresh(lambda i: torch.index_select(alias, 0, i, out=out), presorted))
         del out, pinned
 
     # --- rows per call -------------------------------------------------------------------
@@ -400,10 +413,12 @@ def main() -> int:
         regions = {f"regions_{name}": distinct_regions(sample, row_bytes, shift)
                    for name, shift in (("4k", 12), ("64k", 16), ("2m", 21))}
         out = torch.empty(count, row_bytes // 4, device=dev)
-        rec = emit("rows", f"512B op, {count} rows/call", count * row_bytes, count,
-                   timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), make), **regions)
-        for name in ("4k", "64k", "2m"):
-            rec[f"m_{name}_regions_per_s"] = rec[f"regions_{name}"] / (rec["ms"] / 1e3) / 1e6
+        rec = measure("rows", f"512B op, {count} rows/call", count * row_bytes, count,
+                      lambda: timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), make),
+                      **regions)
+        if "error" not in rec:
+            for name in ("4k", "64k", "2m"):
+                rec[f"m_{name}_regions_per_s"] = rec[f"regions_{name}"] / (rec["ms"] / 1e3) / 1e6
         del out
 
     # --- the cached gather: one kernel for cache hits (GPU memory) and misses (host) ---------
@@ -412,30 +427,38 @@ def main() -> int:
     slot_of[:cache_rows] = torch.arange(cache_rows, dtype=torch.int32, device=dev)
     cache = gpu[:cache_rows]
     out = torch.empty(n, row_bytes // 4, device=dev)
-    plain = random_index(rows, n)
-    emit("cache", "512B op, no cache (same rows as hit 0)", n * row_bytes, n,
-         timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), plain))
+    measure("cache", "512B op, no cache (same rows as hit 0)", n * row_bytes, n,
+            lambda: timer.fresh(lambda i: zc.gather_rows(u, i, out=out, check_bounds=False), random_index(rows, n)))
+
+    def cached(i: torch.Tensor) -> None:
+        torch.ops.zerocopy.gather_rows_cached.out(u, cache, slot_of, i, check_bounds=False, out=out)
+
     for hit in (0.0, 0.25, 0.5, 0.75, 0.9, 1.0):
         def make(k: int, hit=hit) -> torch.Tensor:
             g = torch.Generator(device=dev).manual_seed(77 + k)
             hits = torch.rand(n, device=dev, generator=g) < hit
-            cached = torch.randint(0, cache_rows, (n,), device=dev, generator=g)
+            in_cache = torch.randint(0, cache_rows, (n,), device=dev, generator=g)
             other = torch.randint(cache_rows, rows, (n,), device=dev, generator=g)
-            return torch.where(hits, cached, other)
+            return torch.where(hits, in_cache, other)
 
-        idx = make(5)
-        got = torch.ops.zerocopy.gather_rows_cached(u, cache, slot_of, idx, check_bounds=False)
-        probe = torch.randint(0, n, (4096,), device=dev)
-        if not torch.equal(got[probe].cpu().view(torch.int32), host[idx[probe].cpu()].view(torch.int32)):
-            raise RuntimeError(f"gather_rows_cached returned wrong rows (hit rate {hit})")
-        emit("cache", f"512B cached op, hit rate {hit:.2f}", n * row_bytes, n,
-             timer.fresh(lambda i: torch.ops.zerocopy.gather_rows_cached.out(u, cache, slot_of, i, check_bounds=False,
-                                                                             out=out), make), hit_rate=hit)
+        def verify_cached(make=make, hit=hit) -> None:
+            idx = make(5)
+            got = torch.ops.zerocopy.gather_rows_cached(u, cache, slot_of, idx, check_bounds=False)
+            probe = torch.randint(0, n, (4096,), device=dev)
+            if not torch.equal(got[probe].cpu().view(torch.int32), host[idx[probe].cpu()].view(torch.int32)):
+                raise RuntimeError(f"gather_rows_cached returned wrong rows (hit rate {hit})")
+
+        measure("cache", f"512B cached op, hit rate {hit:.2f}", n * row_bytes, n,
+                lambda: timer.fresh(cached, make), check=verify_cached, hit_rate=hit)
     del out, slot_of, cache
 
     # --- stride probe --------------------------------------------------------------------
     count = 32768
     out = torch.empty(count, row_bytes // 4, device=dev)
+
+    def trusted(i: torch.Tensor) -> None:
+        zc.gather_rows(u, i, out=out, index_sorted=True, check_bounds=False)
+
     for stride in STRIDES:
         step = stride // row_bytes
         span = count * step
@@ -447,9 +470,8 @@ def main() -> int:
             base = (k * 7919 % windows) * span + (k * 13) % step
             return base + torch.arange(count, device=dev) * step
 
-        emit("stride", f"512B rows, one every {stride} B", count * row_bytes, count,
-             timer.fresh(lambda i: zc.gather_rows(u, i, out=out, index_sorted=True, check_bounds=False), make),
-             stride=stride)
+        measure("stride", f"512B rows, one every {stride} B", count * row_bytes, count,
+                lambda: timer.fresh(trusted, make), stride=stride)
     del out
 
     # --- host allocations ---------------------------------------------------------------
@@ -459,8 +481,9 @@ def main() -> int:
         out = torch.empty(n, row_bytes // 4, device=dev)
         make = random_index(arows, n, sort=True)
         shm = table_u8[: arows * row_bytes].view(torch.float32).view(arows, row_bytes // 4)
-        emit("alloc", f"shm+cudaHostRegister {args.alloc_gib:g} GiB", n * row_bytes, n,
-             timer.fresh(lambda i: zc.gather_rows(shm, i, out=out, index_sorted=True, check_bounds=False), make))
+        measure("alloc", f"shm+cudaHostRegister {args.alloc_gib:g} GiB", n * row_bytes, n,
+                lambda: timer.fresh(lambda i: zc.gather_rows(shm, i, out=out, index_sorted=True, check_bounds=False),
+                                    make))
         for kind in ("vmm_host", "managed_host"):
             t0 = time.perf_counter()
             mem = None
@@ -470,10 +493,14 @@ def main() -> int:
                 fill_random(buf, 3)
                 setup = time.perf_counter() - t0
                 table = buf.view(torch.float32).view(arows, row_bytes // 4)
-                emit("alloc", f"{kind} {args.alloc_gib:g} GiB", n * row_bytes, n,
-                     timer.fresh(lambda i: zc.gather_rows(table, i, out=out, index_sorted=True, check_bounds=False),
-                                 make), setup_s=round(setup, 2), **{k: v for k, v in mem.info.items() if k != "kind"})
-                del buf, table
+
+                def driver_table(i: torch.Tensor, table=table) -> None:
+                    zc.gather_rows(table, i, out=out, index_sorted=True, check_bounds=False)
+
+                info = {k: v for k, v in mem.info.items() if k != "kind"}
+                measure("alloc", f"{kind} {args.alloc_gib:g} GiB", n * row_bytes, n,
+                        lambda: timer.fresh(driver_table, make), setup_s=round(setup, 2), **info)
+                del buf, table, driver_table
             except Exception as e:  # noqa: BLE001 - record why a kind is unavailable and go on
                 results["alloc"].append({"name": kind, "error": f"{type(e).__name__}: {e}"})
                 print(f"[alloc] {kind}: unavailable: {type(e).__name__}: {e}", flush=True)

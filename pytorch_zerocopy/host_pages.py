@@ -93,7 +93,8 @@ class HugePageSupport:
         need = math.ceil(nbytes / max(1, self.hugetlb_page_bytes))
         if self.hugetlb_free_pages < need:
             return (f"the hugetlbfs pool has {self.hugetlb_free_pages} free {self.hugetlb_page_bytes >> 20} MiB pages, "
-                    f"the table needs {need}; as root, raise /proc/sys/vm/nr_hugepages by {need - self.hugetlb_free_pages}")
+                    f"the table needs {need}; as root, raise /proc/sys/vm/nr_hugepages by "
+                    f"{need - self.hugetlb_free_pages}")
         return None
 
 
