@@ -249,6 +249,8 @@ def test_feature_table_detects_writes_and_refreshes(gen):
 def test_feature_table_cache_larger_than_free_memory(gen, monkeypatch):
     host = random_rows(1000, 8, torch.float32, gen)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1024, 80 << 30))
+    allocated = torch.cuda.memory_allocated
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: allocated(device))  # no cached blocks
     before = torch.cuda.memory_allocated()
     with pytest.raises(torch.cuda.OutOfMemoryError,
                        match=r"cache of 500 rows x 32 B = 15.6 KiB plus its slot map \(3.9 KiB\).*1.0 KiB free"):
