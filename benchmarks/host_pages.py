@@ -64,6 +64,21 @@ def placed(src: torch.Tensor, pages: HostPages, shared: bool) -> torch.Tensor:
     return dst
 
 
+def bars(kinds: List[Dict]) -> Dict[str, float]:
+    """Each huge-page kind against 4 KiB pages: speed-ups of the CPU gather, sampler and BFS."""
+    base = next((k for k in kinds if k["pages"] == "small" and "cpu_gather_gbps" in k), None)
+    out: Dict[str, float] = {}
+    for k in kinds:
+        if base is None or k is base or "cpu_gather_gbps" not in k:
+            continue
+        out[f"{k['pages']}_cpu_gather_speedup"] = k["cpu_gather_gbps"] / base["cpu_gather_gbps"]
+        out[f"{k['pages']}_cpu_sampler_speedup"] = base["cpu_sampler_ms"] / k["cpu_sampler_ms"]
+        out[f"{k['pages']}_cpu_bfs_speedup"] = base["cpu_bfs_ms"] / k["cpu_bfs_ms"]
+        if "gpu_zero_copy_gbps" in k and "gpu_zero_copy_gbps" in base:
+            out[f"{k['pages']}_gpu_zero_copy_speedup"] = k["gpu_zero_copy_gbps"] / base["gpu_zero_copy_gbps"]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table-gib", type=float, default=8.0)
@@ -132,6 +147,7 @@ def main() -> int:
         del table, indices, adj, g
 
     base = next((k for k in report["kinds"] if k["pages"] == "small" and "cpu_gather_gbps" in k), None)
+    report["bars"] = bars(report["kinds"])
     md = [f"# Host page size: {report['table_bytes'] / GiB:.2f} GiB table, {graph.num_nodes:,}-node power-law graph",
           "", f"{report['machine'].get('gpu') or 'no GPU'}; {report['machine']['cpus']} CPUs; {support}", "",
           "| pages | shared | table huge MiB | lists huge MiB | CPU gather GB/s | CPU sampler ms | CPU BFS ms | "
