@@ -185,10 +185,6 @@ def _cache_device(device: DeviceLike) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
 
 
-def _format_bytes(n: int) -> str:
-    return _unified.format_bytes(n)
-
-
 class FeatureTable:
     """A host feature table with a GPU cache of chosen rows (see the module docstring).
 
@@ -210,6 +206,8 @@ class FeatureTable:
                              f"on {table.device}; a table in GPU memory needs no cache")
         self._given = table
         self.host = table.cpu() if _unified.is_unified(table) else table
+        self.cached_ids = self._check_ids(torch.zeros(0, dtype=torch.int64) if cached_rows is None
+                                          else torch.as_tensor(cached_rows))
         self.device = _cache_device(device)
         if self.device.type == "cuda":
             self.table = table if _unified.is_unified(table) else _unified.to_unified(self.host,
@@ -220,8 +218,6 @@ class FeatureTable:
         else:
             self.table = self.host
             self._read = self.host
-        ids = torch.zeros(0, dtype=torch.int64) if cached_rows is None else torch.as_tensor(cached_rows)
-        self.cached_ids = self._check_ids(ids)
         self.cache: torch.Tensor
         self.slot_of: Optional[torch.Tensor] = None
         self._allocate()
@@ -263,9 +259,9 @@ class FeatureTable:
             free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
             if cache_bytes + map_bytes > free:
                 raise torch.cuda.OutOfMemoryError(
-                    f"FeatureTable: a cache of {count} rows x {self.row_bytes} B = {_format_bytes(cache_bytes)} plus "
-                    f"its slot map ({_format_bytes(map_bytes)}) needs {_format_bytes(cache_bytes + map_bytes)} on "
-                    f"{self.device}, which has {_format_bytes(free)} free of {_format_bytes(total)}; choose a smaller "
+                    f"FeatureTable: a cache of {count} rows x {self.row_bytes} B = {_unified.format_bytes(cache_bytes)} plus "
+                    f"its slot map ({_unified.format_bytes(map_bytes)}) needs {_unified.format_bytes(cache_bytes + map_bytes)} on "
+                    f"{self.device}, which has {_unified.format_bytes(free)} free of {_unified.format_bytes(total)}; choose a smaller "
                     "cache (rows, cache_bytes or fraction)")
         self.cache = torch.empty((count, self.width), dtype=self.dtype, device=self.device)
         if count:
@@ -393,7 +389,7 @@ class FeatureTable:
 
     def __repr__(self) -> str:
         return (f"FeatureTable(rows={self.num_rows}, width={self.width}, dtype={self.dtype}, cached={self.cache_rows} "
-                f"rows ({_format_bytes(self.cache_bytes)}) on {self.device})")
+                f"rows ({_unified.format_bytes(self.cache_bytes)}) on {self.device})")
 
     # --- processes ------------------------------------------------------------------------------
 

@@ -5,8 +5,9 @@
 // prefetching a few rows ahead: random rows of a large table are bound by memory latency, so
 // keeping several misses in flight per core is what matters. Indices are checked in the same
 // pass; a bad index never reads memory, its output row is zero-filled, and with check_bounds
-// the first bad one (in caller order) raises IndexError after the pass. zerocopy::gather_rows_cached
-// runs the same loop, taking a row from the cache where slot_of names one.
+// the first bad one (in caller order) raises IndexError after the pass.
+// zerocopy::gather_rows_cached runs the same loop, taking a row from the cache where slot_of
+// names one.
 
 #include "gather_rows.h"
 #include "gather_rows_cached.h"
