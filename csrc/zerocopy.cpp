@@ -19,6 +19,18 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("gather_rows(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True) -> Tensor");
   m.def("gather_rows.out(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True, "
         "Tensor(a!) out) -> ()");
+  // Row gather through a cache of rows: out[i] = cache[slot_of[index[i]]] where that slot lies
+  // in [0, cache rows), else table[index[i]]. cache: [cache rows, width], the table's dtype
+  // (GPU memory, with the table unified or in GPU memory; or all on the CPU); slot_of: int32,
+  // one entry per table row (-1: not cached). The caller guarantees each cached row equals its
+  // table row; a slot outside the cache reads the table. Output in index order, on the cache's
+  // device. Index bounds are the table's, checked as gather_rows checks them; the CUDA kernel
+  // reads cached and table rows in one sort and one gather, without host synchronisation
+  // unless check_bounds.
+  m.def("gather_rows_cached(Tensor table, Tensor cache, Tensor slot_of, Tensor index, *, bool check_bounds=True) "
+        "-> Tensor");
+  m.def("gather_rows_cached.out(Tensor table, Tensor cache, Tensor slot_of, Tensor index, *, "
+        "bool check_bounds=True, Tensor(a!) out) -> ()");
 
   // Graph traversal over a CSR graph (pytorch_zerocopy/graph). `indptr` is int64 row offsets
   // (length num_nodes + 1), `indices` int32/int64 column ids, `weights` float32/int32 edge

@@ -18,17 +18,25 @@ from .unified import (
 )
 from ._build import build_info
 from .ops import block_mean, gather_rows
+from .feature_table import CacheConfig, CachePolicy, FeatureTable, gather_rows_cached
+from .host_pages import HostPages, empty_host
 
 __version__ = build_info()["version"]
 
 __all__ = [
     "DEVICE_TYPE",
     "UNIFIED_NAME",
+    "CacheConfig",
+    "CachePolicy",
+    "FeatureTable",
+    "HostPages",
     "block_mean",
     "build_info",
+    "empty_host",
     "empty_shared",
     "empty_unified",
     "gather_rows",
+    "gather_rows_cached",
     "gpu_backed",
     "is_unified",
     "load_unified",

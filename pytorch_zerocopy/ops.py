@@ -77,7 +77,8 @@ def gather_rows(
 
     Args:
         table: ``[rows, width]`` tensor of any dtype: unified (host memory read in place by the
-            GPU), CUDA, or CPU. Rows may have any pitch; elements within a row must be
+            GPU), CUDA, or CPU; or a :class:`pytorch_zerocopy.FeatureTable` (a host table with a
+            GPU cache of hot rows), which gathers through its cache. Rows may have any pitch; elements within a row must be
             contiguous, or the table is copied to make them so.
         index: int32 or int64, 1-D, any length (0 included), duplicates allowed; on the CPU or
             on the table's GPU.
@@ -96,6 +97,10 @@ def gather_rows(
         tensor, else the unified table's GPU (the CPU when no GPU serves unified tensors), else
         the table's device.
     """
+    if not isinstance(table, torch.Tensor) and torch.overrides.has_torch_function((table,)):
+        # A tensor-like table (pytorch_zerocopy.FeatureTable) gathers its own rows.
+        return torch.overrides.handle_torch_function(gather_rows, (table,), table, index, out,
+                                                     index_sorted=index_sorted, check_bounds=check_bounds)
     _check_gather_args(table, index, out)
     if out is None:
         return torch.ops.zerocopy.gather_rows.default(

@@ -1,41 +1,53 @@
-// CUDA kernel of zerocopy::gather_rows, written for tables whose bytes are host memory mapped
-// into the GPU's address space (unified tensors); it serves tables in GPU memory as well.
+// CUDA kernels of zerocopy::gather_rows and zerocopy::gather_rows_cached, written for tables
+// whose bytes are host memory mapped into the GPU's address space (unified tensors); they
+// serve tables in GPU memory as well.
 //
 // What decides zero-copy throughput (see MEASUREMENTS.md):
-// 1. Order of visits. Random rows of a large host table are bound by address translation
-//    (~30 M rows/s). Unless the caller says the index is sorted, the index is sorted on the GPU
-//    together with each entry's position (radix sort on the fewest key bits that hold the
-//    table's row count), rows are read in address order and each is written to its caller-order
-//    position. Tables in GPU memory, and short indices, skip the sort. Order inside a granule
-//    of PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes of the table (default 1: a full sort) is
-//    left as it comes: the sort then skips the key bits below the granule, one radix pass per
-//    8 bits fewer (benchmarks/gather_bandwidth.py --granules measures what it buys).
+// 1. Order of visits. Random rows of a large host table are bound by address translation.
+//    Unless the caller says the index is sorted, the index is sorted on the GPU together with
+//    each entry's position (radix sort on the fewest key bits that hold the keys), rows are
+//    read in address order and each is written to its caller-order position. Tables in GPU
+//    memory, and short indices, skip the sort. Order inside a granule of
+//    PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes of the table (default 1: a full sort) is left
+//    as it comes: the sort then skips the key bits below the granule.
 // 2. Whole cache lines. Each row is read by a group of lanes (a power of two, up to a warp)
 //    with the widest vector loads (16/8/4/2/1 bytes) that the row size, row pitch and the base
 //    addresses allow. Lanes start at the row's first 128 B boundary and wrap around to the head
 //    of the row (the circular shift of PyTorch-Direct, Listing 2), so each group-wide load
 //    covers whole lines instead of straddling two.
-// 3. Requests in flight. Each lane issues kUnroll independent loads before it stores, across
-//    rows for short rows and across a row's chunks for long rows, so short rows keep many PCIe
-//    reads outstanding per SM.
+// 3. Requests in flight. Each lane issues Unroll independent loads before it stores, across
+//    rows for short rows and across a row's chunks for long rows.
 //
-// Bounds: an index outside [0, rows) is never read; its output row is zero-filled and its
-// position is recorded with atomicMin in a device word. With check_bounds that word is read
-// back after the kernel (the op's only host synchronisation) and the first bad index, in
+// The cached gather reads rows held in a GPU-memory cache from there and the others from the
+// table, in one sort and one gather kernel: a key encodes where its row comes from (see
+// RowSources), so cache rows sort after table rows and the table rows keep address order.
+//
+// Bounds: an index outside [0, table rows) is never read; its output row is zero-filled and
+// its position is recorded with atomicMin in a device word. With check_bounds that word is
+// read back after the kernel (the op's only host synchronisation) and the first bad index, in
 // caller order, raises IndexError. Work is queued on the current stream.
+//
+// Tuning knobs (PYTORCH_ZEROCOPY_GATHER_UNROLL, _STEPS, _GRID_BLOCKS, _LOAD, _SPLIT) are read
+// per call; benchmarks/gather_sweep.py measures them.
 
 #include "gather_rows.h"
+#include "gather_rows_cached.h"
 
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cub/device/device_radix_sort.cuh>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace zerocopy {
 
@@ -43,9 +55,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kLineBytes = 128;
-constexpr int kUnroll = 8;             // independent loads per lane before its stores
-constexpr int kStepsPerGroup = 16;     // (row, chunk-iteration) steps per lane group
-constexpr int64_t kSortMinRows = 1024; // shorter indices are gathered in caller order
+constexpr int64_t kSortMinRows = 1024;  // shorter indices are gathered in caller order
+
+enum LoadKind : int { kLoadPlain = 0, kLoadNc = 1, kLoadL2x128 = 2, kLoadL2x256 = 3 };
 
 template <int Bytes>
 struct VecOf;
@@ -60,9 +72,19 @@ struct VecOf<2> { using type = uint16_t; };
 template <>
 struct VecOf<1> { using type = uint8_t; };
 
+// Where a key's row comes from: a key k in [0, table_rows) is table row k; k in
+// [table_rows + 1, table_rows + 1 + cache_rows) is cache row k - table_rows - 1; any other key
+// (table_rows itself marks a bad index) is a bad index. Without a cache, cache_rows is 0.
+struct RowSources {
+  const char* table;
+  int64_t table_rows;
+  int64_t table_pitch;  // bytes between consecutive table rows
+  const char* cache;
+  int64_t cache_rows;
+  int64_t cache_pitch;
+};
+
 struct GatherShape {
-  int64_t table_rows;  // rows of the table: valid keys are [0, table_rows)
-  int64_t pitch;       // bytes between consecutive table rows
   int64_t n;           // output rows (slots)
   int chunks;          // vectors per row
   int group;           // lanes per row: a power of two, at most 32
@@ -71,14 +93,87 @@ struct GatherShape {
   int rows_per_group;  // consecutive slots handled by one group
 };
 
-// Slot s (0 <= s < n) gathers table row keys[s] into output row positions[s] (s when positions
-// is null). Keys in [0, table_rows) are read; any other key zero-fills its output row and, when
-// first_bad is given, lowers *first_bad to its position.
-template <typename Vec, typename key_t>
+// Per-call launch choices (see the file comment).
+struct GatherTuning {
+  int unroll = 8;          // independent loads per lane before its stores: 4, 8 or 16
+  int steps = 16;          // (row, chunk-iteration) steps per lane group
+  int grid_blocks = 0;     // > 0: a grid of this many blocks, each group a long stretch of slots
+  int load = kLoadPlain;   // load instruction for 16-byte vectors
+  int split = 1;           // kernels (on as many streams) the sorted slots are cut into
+};
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  TORCH_CHECK_VALUE(end != nullptr && *end == '\0' && v >= lo && v <= hi, name, " must be an integer in [", lo,
+                    ", ", hi, "], got '", env, "'");
+  return static_cast<int>(v);
+}
+
+GatherTuning tuning_from_env() {
+  GatherTuning t;
+  t.unroll = env_int("PYTORCH_ZEROCOPY_GATHER_UNROLL", t.unroll, 4, 16);
+  TORCH_CHECK_VALUE(t.unroll == 4 || t.unroll == 8 || t.unroll == 16,
+                    "PYTORCH_ZEROCOPY_GATHER_UNROLL must be 4, 8 or 16, got ", t.unroll);
+  t.steps = env_int("PYTORCH_ZEROCOPY_GATHER_STEPS", t.steps, 1, 1 << 20);
+  t.grid_blocks = env_int("PYTORCH_ZEROCOPY_GATHER_GRID_BLOCKS", t.grid_blocks, 0, 1 << 20);
+  t.split = env_int("PYTORCH_ZEROCOPY_GATHER_SPLIT", t.split, 1, 16);
+  if (const char* env = std::getenv("PYTORCH_ZEROCOPY_GATHER_LOAD"); env != nullptr && *env != '\0') {
+    const std::string v(env);
+    if (v == "plain") {
+      t.load = kLoadPlain;
+    } else if (v == "nc") {
+      t.load = kLoadNc;
+    } else if (v == "l2_128") {
+      t.load = kLoadL2x128;
+    } else if (v == "l2_256") {
+      t.load = kLoadL2x256;
+    } else {
+      TORCH_CHECK_VALUE(false, "PYTORCH_ZEROCOPY_GATHER_LOAD must be plain, nc, l2_128 or l2_256, got '", v, "'");
+    }
+  }
+  return t;
+}
+
+template <typename Vec, int Load>
+__device__ __forceinline__ Vec load_vec(const char* p) {
+  if constexpr (sizeof(Vec) == 16 && Load == kLoadNc) {
+    uint4 v;
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+  } else if constexpr (sizeof(Vec) == 16 && Load == kLoadL2x128) {
+    uint4 v;
+    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+  } else if constexpr (sizeof(Vec) == 16 && Load == kLoadL2x256) {
+    uint4 v;
+    asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+  } else {
+    return *reinterpret_cast<const Vec*>(p);
+  }
+}
+
+__device__ __forceinline__ const char* row_address(const RowSources& src, int64_t key) {
+  if (key >= 0 && key < src.table_rows) return src.table + key * src.table_pitch;
+  const int64_t c = key - src.table_rows - 1;
+  if (c >= 0 && c < src.cache_rows) return src.cache + c * src.cache_pitch;
+  return nullptr;
+}
+
+// Slot s (0 <= s < n) gathers the row of keys[s] into output row positions[s] (s when
+// positions is null). A bad key zero-fills its output row and, when first_bad is given,
+// lowers *first_bad to its position.
+template <typename Vec, typename key_t, int Unroll, int Load>
 __global__ void __launch_bounds__(kThreads)
-    gather_rows_kernel(const char* __restrict__ table, const key_t* __restrict__ keys,
-                       const int32_t* __restrict__ positions, char* __restrict__ out, GatherShape s,
-                       unsigned long long* __restrict__ first_bad) {
+    gather_rows_kernel(RowSources src, const key_t* __restrict__ keys, const int32_t* __restrict__ positions,
+                       char* __restrict__ out, GatherShape s, unsigned long long* __restrict__ first_bad) {
   constexpr int V = sizeof(Vec);
   const int lane = static_cast<int>(threadIdx.x) & (s.group - 1);
   const int64_t group_id = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> s.log_group;
@@ -88,11 +183,11 @@ __global__ void __launch_bounds__(kThreads)
   const int steps = slots * s.iters;
   const int64_t row_bytes = static_cast<int64_t>(s.chunks) * V;
 
-  for (int step0 = 0; step0 < steps; step0 += kUnroll) {
-    Vec buf[kUnroll];
-    char* dst[kUnroll];
+  for (int step0 = 0; step0 < steps; step0 += Unroll) {
+    Vec buf[Unroll];
+    char* dst[Unroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
       dst[u] = nullptr;
       const int step = step0 + u;
       if (step >= steps) continue;
@@ -100,46 +195,50 @@ __global__ void __launch_bounds__(kThreads)
       const int it = step - row_in_group * s.iters;
       const int chunk = it * s.group + lane;
       const int64_t slot = slot0 + row_in_group;
-      const int64_t row = static_cast<int64_t>(keys[slot]);
       const int64_t pos = positions != nullptr ? static_cast<int64_t>(positions[slot]) : slot;
-      const bool valid = row >= 0 && row < s.table_rows;
-      if (!valid && first_bad != nullptr && chunk == 0) {
+      const char* src_row = row_address(src, static_cast<int64_t>(keys[slot]));
+      if (src_row == nullptr && first_bad != nullptr && chunk == 0) {
         atomicMin(first_bad, static_cast<unsigned long long>(pos));
       }
       if (chunk >= s.chunks) continue;
       char* out_row = out + pos * row_bytes;
-      if (!valid) {
+      if (src_row == nullptr) {
         buf[u] = Vec{};
         dst[u] = out_row + static_cast<int64_t>(chunk) * V;
         continue;
       }
-      const char* src_row = table + row * s.pitch;
       // Circular shift: start at the row's first 128 B boundary, wrap to its head.
       int shift = static_cast<int>(((kLineBytes - (reinterpret_cast<uintptr_t>(src_row) & (kLineBytes - 1))) &
                                     (kLineBytes - 1)) / V);
       if (shift >= s.chunks) shift = 0;
       int j = chunk + shift;
       if (j >= s.chunks) j -= s.chunks;
-      buf[u] = *reinterpret_cast<const Vec*>(src_row + static_cast<int64_t>(j) * V);
+      buf[u] = load_vec<Vec, Load>(src_row + static_cast<int64_t>(j) * V);
       dst[u] = out_row + static_cast<int64_t>(j) * V;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
       if (dst[u] != nullptr) *reinterpret_cast<Vec*>(dst[u]) = buf[u];
     }
   }
 }
 
-// keys[i] = index[i] when it is a valid row, else table_rows (sorts last, never read);
-// positions[i] = i.
+// keys[i]: the RowSources key of index[i] (table_rows for an index outside [0, table_rows); a
+// cache key where slot_of names a cache row); positions[i] = i when positions is given.
 template <typename in_t, typename key_t>
-__global__ void prepare_sort_kernel(const in_t* __restrict__ index, int64_t n, int64_t table_rows,
+__global__ void prepare_keys_kernel(const in_t* __restrict__ index, int64_t n, int64_t table_rows,
+                                    const int32_t* __restrict__ slot_of, int64_t cache_rows,
                                     key_t* __restrict__ keys, int32_t* __restrict__ positions) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t v = static_cast<int64_t>(index[i]);
-    keys[i] = static_cast<key_t>(v >= 0 && v < table_rows ? v : table_rows);
-    positions[i] = static_cast<int32_t>(i);
+    int64_t key = table_rows;
+    if (v >= 0 && v < table_rows) {
+      const int64_t slot = slot_of != nullptr ? static_cast<int64_t>(slot_of[v]) : -1;
+      key = slot >= 0 && slot < cache_rows ? table_rows + 1 + slot : v;
+    }
+    keys[i] = static_cast<key_t>(key);
+    if (positions != nullptr) positions[i] = static_cast<int32_t>(i);
   }
 }
 
@@ -166,12 +265,17 @@ int sort_begin_bit(int64_t pitch, int end_bit) {
   return bits;
 }
 
-// Vector width: the widest of 16/8/4/2/1 bytes dividing the row size, the pitch and both bases.
-int vector_bytes(int64_t row_bytes, int64_t pitch, const void* table, const void* out) {
+// Vector width: the widest of 16/8/4/2/1 bytes dividing the row size and every pitch and base.
+int vector_bytes(int64_t row_bytes, const RowSources& src, const void* out) {
   int v = 16;
-  const auto t = reinterpret_cast<uintptr_t>(table);
-  const auto o = reinterpret_cast<uintptr_t>(out);
-  while (v > 1 && (row_bytes % v != 0 || pitch % v != 0 || t % v != 0 || o % v != 0)) v /= 2;
+  const auto fits = [&](int w) {
+    if (row_bytes % w != 0 || src.table_pitch % w != 0 || reinterpret_cast<uintptr_t>(src.table) % w != 0 ||
+        reinterpret_cast<uintptr_t>(out) % w != 0) {
+      return false;
+    }
+    return src.cache_rows == 0 || (src.cache_pitch % w == 0 && reinterpret_cast<uintptr_t>(src.cache) % w == 0);
+  };
+  while (v > 1 && !fits(v)) v /= 2;
   return v;
 }
 
@@ -185,26 +289,87 @@ bool is_device_memory(const void* p) {
   return attr.type == cudaMemoryTypeDevice;
 }
 
-template <typename Vec, typename key_t>
-void launch_gather(const char* table, const key_t* keys, const int32_t* positions, char* out,
+template <typename Vec, typename key_t, int Unroll, int Load>
+void launch_gather(const RowSources& src, const key_t* keys, const int32_t* positions, char* out,
                    const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
   const int64_t groups = (s.n + s.rows_per_group - 1) / s.rows_per_group;
   const int64_t blocks = (groups * s.group + kThreads - 1) / kThreads;
   TORCH_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "gather_rows: index too long (", s.n, " rows)");
-  gather_rows_kernel<Vec, key_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, keys, positions, out,
-                                                                                        s, first_bad);
+  gather_rows_kernel<Vec, key_t, Unroll, Load>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, keys, positions, out, s, first_bad);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename key_t>
-void launch_gather_vec(int vec, const char* table, const key_t* keys, const int32_t* positions, char* out,
-                       const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
+template <typename key_t, int Unroll, int Load>
+void launch_vec(int vec, const RowSources& src, const key_t* keys, const int32_t* positions, char* out,
+                const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
   switch (vec) {
-    case 16: return launch_gather<VecOf<16>::type>(table, keys, positions, out, s, first_bad, stream);
-    case 8: return launch_gather<VecOf<8>::type>(table, keys, positions, out, s, first_bad, stream);
-    case 4: return launch_gather<VecOf<4>::type>(table, keys, positions, out, s, first_bad, stream);
-    case 2: return launch_gather<VecOf<2>::type>(table, keys, positions, out, s, first_bad, stream);
-    default: return launch_gather<VecOf<1>::type>(table, keys, positions, out, s, first_bad, stream);
+    case 16: return launch_gather<uint4, key_t, Unroll, Load>(src, keys, positions, out, s, first_bad, stream);
+    case 8: return launch_gather<uint2, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
+    case 4: return launch_gather<uint32_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
+    case 2: return launch_gather<uint16_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
+    default: return launch_gather<uint8_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
+  }
+}
+
+template <typename key_t, int Unroll>
+void launch_load(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys, const int32_t* positions,
+                 char* out, const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
+  switch (t.load) {
+    case kLoadNc: return launch_vec<key_t, Unroll, kLoadNc>(vec, src, keys, positions, out, s, first_bad, stream);
+    case kLoadL2x128:
+      return launch_vec<key_t, Unroll, kLoadL2x128>(vec, src, keys, positions, out, s, first_bad, stream);
+    case kLoadL2x256:
+      return launch_vec<key_t, Unroll, kLoadL2x256>(vec, src, keys, positions, out, s, first_bad, stream);
+    default: return launch_vec<key_t, Unroll, kLoadPlain>(vec, src, keys, positions, out, s, first_bad, stream);
+  }
+}
+
+template <typename key_t>
+void launch_tuned(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys, const int32_t* positions,
+                  char* out, const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
+  switch (t.unroll) {
+    case 4: return launch_load<key_t, 4>(t, vec, src, keys, positions, out, s, first_bad, stream);
+    case 16: return launch_load<key_t, 16>(t, vec, src, keys, positions, out, s, first_bad, stream);
+    default: return launch_load<key_t, 8>(t, vec, src, keys, positions, out, s, first_bad, stream);
+  }
+}
+
+// An event on `stream` that `waiter` waits for.
+void stream_wait(cudaStream_t waiter, cudaStream_t stream) {
+  cudaEvent_t ev = nullptr;
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(ev, stream));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(waiter, ev, 0));
+  C10_CUDA_CHECK(cudaEventDestroy(ev));  // released once recorded work completes
+}
+
+// Launches the gather of s.n slots, cut into t.split kernels on pool streams when positions
+// are given (sorted slots); the current stream waits for all of them. The tensors in
+// keep_alive are marked as used on those streams.
+template <typename key_t>
+void launch_gather_slots(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys,
+                         const int32_t* positions, char* out, const GatherShape& s, unsigned long long* first_bad,
+                         cudaStream_t stream, const std::vector<at::Tensor>& keep_alive) {
+  if (t.split <= 1 || positions == nullptr || s.n < 2 * t.split) {
+    launch_tuned<key_t>(t, vec, src, keys, positions, out, s, first_bad, stream);
+    return;
+  }
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
+  const int64_t per = (s.n + t.split - 1) / t.split;
+  for (int k = 0; k < t.split; ++k) {
+    const int64_t lo = k * per;
+    const int64_t hi = std::min(s.n, lo + per);
+    if (lo >= hi) break;
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, current.device_index());
+    stream_wait(side.stream(), current.stream());
+    for (const at::Tensor& held : keep_alive) {
+      if (held.defined()) c10::cuda::CUDACachingAllocator::recordStream(held.storage().data_ptr(), side);
+    }
+    GatherShape part = s;
+    part.n = hi - lo;
+    launch_tuned<key_t>(t, vec, src, keys + lo, positions + lo, out, part, first_bad, side.stream());
+    stream_wait(current.stream(), side.stream());
   }
 }
 
@@ -230,44 +395,37 @@ void sort_pairs(at::Tensor& keys, at::Tensor& positions, int begin_bit, int end_
   positions = positions_out;
 }
 
+// Keys (and, when `sort`, positions) for every index entry, in key_t; sorted by address when
+// `sort`. Returned tensors are on the index's device.
 template <typename key_t>
-void gather_sorted_by_address(const at::Tensor& index, const char* table, char* out, const GatherShape& s,
-                              int vec, unsigned long long* first_bad, cudaStream_t stream) {
+std::pair<at::Tensor, at::Tensor> prepare_keys(const at::Tensor& index, const RowSources& src,
+                                               const int32_t* slot_of, bool sort, cudaStream_t stream) {
+  const int64_t n = index.numel();
   const auto key_dtype = sizeof(key_t) == 4 ? at::kInt : at::kLong;
-  at::Tensor keys = at::empty({s.n}, index.options().dtype(key_dtype));
-  at::Tensor positions = at::empty({s.n}, index.options().dtype(at::kInt));
-  const int blocks = static_cast<int>(std::min<int64_t>((s.n + kThreads - 1) / kThreads, 65535));
+  at::Tensor keys = at::empty({n}, index.options().dtype(key_dtype));
+  at::Tensor positions;
+  if (sort) positions = at::empty({n}, index.options().dtype(at::kInt));
+  int32_t* pos = sort ? positions.mutable_data_ptr<int32_t>() : nullptr;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
   if (index.scalar_type() == at::kInt) {
-    prepare_sort_kernel<int32_t, key_t><<<blocks, kThreads, 0, stream>>>(
-        index.const_data_ptr<int32_t>(), s.n, s.table_rows, keys.mutable_data_ptr<key_t>(),
-        positions.mutable_data_ptr<int32_t>());
+    prepare_keys_kernel<int32_t, key_t><<<blocks, kThreads, 0, stream>>>(
+        index.const_data_ptr<int32_t>(), n, src.table_rows, slot_of, src.cache_rows, keys.mutable_data_ptr<key_t>(),
+        pos);
   } else {
-    prepare_sort_kernel<int64_t, key_t><<<blocks, kThreads, 0, stream>>>(
-        index.const_data_ptr<int64_t>(), s.n, s.table_rows, keys.mutable_data_ptr<key_t>(),
-        positions.mutable_data_ptr<int32_t>());
+    prepare_keys_kernel<int64_t, key_t><<<blocks, kThreads, 0, stream>>>(
+        index.const_data_ptr<int64_t>(), n, src.table_rows, slot_of, src.cache_rows, keys.mutable_data_ptr<key_t>(),
+        pos);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int end_bit = std::max(1, bit_width(static_cast<uint64_t>(s.table_rows)));
-  sort_pairs<key_t>(keys, positions, sort_begin_bit(s.pitch, end_bit), end_bit, stream);
-  launch_gather_vec<key_t>(vec, table, keys.const_data_ptr<key_t>(), positions.const_data_ptr<int32_t>(), out, s,
-                           first_bad, stream);
+  if (sort) {
+    const int end_bit = std::max(1, bit_width(static_cast<uint64_t>(src.table_rows + src.cache_rows)));
+    sort_pairs<key_t>(keys, positions, sort_begin_bit(src.table_pitch, end_bit), end_bit, stream);
+  }
+  return {keys, positions};
 }
 
-// Gathers into `out` (checked: CUDA, contiguous, right shape and dtype, table's device).
-void gather_rows_cuda_into(const at::Tensor& table, const at::Tensor& index, bool index_sorted, bool check_bounds,
-                           const at::Tensor& out) {
-  const int64_t n = index.numel();
-  const int64_t width = table.size(1);
-  const int64_t row_bytes = width * static_cast<int64_t>(table.itemsize());
-  if (n == 0) return;
-  const int64_t pitch = gather_rows_pitch_bytes(table);
-  const char* base = static_cast<const char*>(table.const_data_ptr());
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int vec = vector_bytes(row_bytes, pitch, base, dst);
-
+GatherShape shape_for(int64_t n, int64_t row_bytes, int vec, const GatherTuning& t) {
   GatherShape s{};
-  s.table_rows = table.size(0);
-  s.pitch = pitch;
   s.n = n;
   const int64_t chunks = row_bytes / vec;
   TORCH_CHECK(chunks <= (int64_t{1} << 30), "gather_rows: rows of ", row_bytes, " bytes are too wide");
@@ -279,7 +437,24 @@ void gather_rows_cuda_into(const at::Tensor& table, const at::Tensor& index, boo
     ++s.log_group;
   }
   s.iters = std::max(1, (s.chunks + s.group - 1) / s.group);  // 1 for empty rows: keys are still checked
-  s.rows_per_group = std::max(1, kStepsPerGroup / s.iters);
+  s.rows_per_group = std::max(1, t.steps / s.iters);
+  if (t.grid_blocks > 0) {
+    const int64_t groups = static_cast<int64_t>(t.grid_blocks) * (kThreads / s.group);
+    s.rows_per_group = static_cast<int>(std::max<int64_t>(1, (n + groups - 1) / groups));
+  }
+  return s;
+}
+
+// Gathers `index` into `out` (checked: CUDA, contiguous, right shape and dtype, the index's
+// device). `slot_of` is null without a cache.
+void gather_cuda_into(const RowSources& src, const at::Tensor& index, const int32_t* slot_of, bool index_sorted,
+                      bool check_bounds, int64_t row_bytes, const at::Tensor& out) {
+  const int64_t n = index.numel();
+  if (n == 0) return;
+  char* dst = static_cast<char*>(out.data_ptr());
+  const int vec = vector_bytes(row_bytes, src, dst);
+  const GatherTuning tuning = tuning_from_env();
+  const GatherShape s = shape_for(n, row_bytes, vec, tuning);
 
   at::Tensor bad;
   unsigned long long* first_bad = nullptr;
@@ -291,24 +466,41 @@ void gather_rows_cuda_into(const at::Tensor& table, const at::Tensor& index, boo
 
   // Address order pays off for host memory; the positions are int32, which bounds n.
   const bool sort = !index_sorted && n >= kSortMinRows && n <= std::numeric_limits<int32_t>::max() &&
-                    !is_device_memory(base);
-  if (sort) {
-    if (s.table_rows < std::numeric_limits<int32_t>::max()) {
-      gather_sorted_by_address<int32_t>(index, base, dst, s, vec, first_bad, stream);
+                    !is_device_memory(src.table);
+  const bool narrow_keys = src.table_rows + src.cache_rows < std::numeric_limits<int32_t>::max();
+  if (sort || slot_of != nullptr) {
+    if (narrow_keys) {
+      auto [keys, positions] = prepare_keys<int32_t>(index, src, slot_of, sort, stream);
+      launch_gather_slots<int32_t>(tuning, vec, src, keys.const_data_ptr<int32_t>(),
+                                   sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream,
+                                   {keys, positions, bad});
     } else {
-      gather_sorted_by_address<int64_t>(index, base, dst, s, vec, first_bad, stream);
+      auto [keys, positions] = prepare_keys<int64_t>(index, src, slot_of, sort, stream);
+      launch_gather_slots<int64_t>(tuning, vec, src, keys.const_data_ptr<int64_t>(),
+                                   sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream,
+                                   {keys, positions, bad});
     }
   } else if (index.scalar_type() == at::kInt) {
-    launch_gather_vec<int32_t>(vec, base, index.const_data_ptr<int32_t>(), nullptr, dst, s, first_bad, stream);
+    launch_tuned<int32_t>(tuning, vec, src, index.const_data_ptr<int32_t>(), nullptr, dst, s, first_bad, stream);
   } else {
-    launch_gather_vec<int64_t>(vec, base, index.const_data_ptr<int64_t>(), nullptr, dst, s, first_bad, stream);
+    launch_tuned<int64_t>(tuning, vec, src, index.const_data_ptr<int64_t>(), nullptr, dst, s, first_bad, stream);
   }
 
   if (check_bounds) {
     const int64_t first = bad.item<int64_t>();
-    if (first < n) throw_gather_rows_bad_index(index[first].item<int64_t>(), first, s.table_rows);
+    if (first < n) throw_gather_rows_bad_index(index[first].item<int64_t>(), first, src.table_rows);
   }
 }
+
+RowSources table_source(const at::Tensor& rows) {
+  RowSources src{};
+  src.table = static_cast<const char*>(rows.const_data_ptr());
+  src.table_rows = rows.size(0);
+  src.table_pitch = gather_rows_pitch_bytes(rows);
+  return src;
+}
+
+int64_t row_bytes_of(const at::Tensor& table) { return table.size(1) * static_cast<int64_t>(table.itemsize()); }
 
 // Checks devices and returns (table in kernel layout, index on the table's device).
 std::pair<at::Tensor, at::Tensor> cuda_args(const at::Tensor& table, const at::Tensor& index) {
@@ -325,7 +517,7 @@ at::Tensor gather_rows_cuda(const at::Tensor& table, const at::Tensor& index, bo
   auto [rows, idx] = cuda_args(table, index);
   const c10::cuda::CUDAGuard guard(rows.device());
   at::Tensor out = at::empty({idx.numel(), rows.size(1)}, rows.options().memory_format(at::MemoryFormat::Contiguous));
-  gather_rows_cuda_into(rows, idx, index_sorted, check_bounds, out);
+  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, row_bytes_of(rows), out);
   return out;
 }
 
@@ -336,7 +528,58 @@ void gather_rows_out_cuda(const at::Tensor& table, const at::Tensor& index, bool
   TORCH_CHECK_VALUE(out.device() == table.device(), "gather_rows: out must be on ", table.device(),
                     " (the table's device), got ", out.device());
   check_gather_rows_out(out, rows, idx.numel());
-  gather_rows_cuda_into(rows, idx, index_sorted, check_bounds, out);
+  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, row_bytes_of(rows), out);
+}
+
+// --- gather_rows_cached ---------------------------------------------------------------------
+
+struct CachedArgs {
+  at::Tensor rows;   // the table in kernel layout
+  at::Tensor cache;  // the cache in kernel layout
+  at::Tensor slot_of;
+  at::Tensor index;  // on the cache's device, contiguous
+};
+
+CachedArgs cached_cuda_args(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
+                            const at::Tensor& index) {
+  const CachedLayout layout = check_gather_rows_cached(table, cache, slot_of, index);
+  TORCH_CHECK_VALUE(cache.is_cuda(), "gather_rows_cached: cache must be a CUDA tensor, got a tensor on ",
+                    cache.device());
+  TORCH_CHECK_VALUE(table.is_cuda() && table.device() == cache.device(),
+                    "gather_rows_cached: table must be unified or on ", cache.device(),
+                    " (the cache's device), got a table on ", table.device());
+  check_same_device(slot_of, "gather_rows_cached: slot_of", cache, "cache");
+  TORCH_CHECK_VALUE(index.is_cpu() || index.device() == cache.device(), "gather_rows_cached: index must be on ",
+                    cache.device(), " (the cache's device) or the CPU, got ", index.device());
+  return {layout.table, layout.cache, slot_of.contiguous(), index.to(cache.device()).contiguous()};
+}
+
+void gather_cached_into(const CachedArgs& a, bool check_bounds, const at::Tensor& out) {
+  RowSources src = table_source(a.rows);
+  src.cache = static_cast<const char*>(a.cache.const_data_ptr());
+  src.cache_rows = a.cache.size(0);
+  src.cache_pitch = gather_rows_pitch_bytes(a.cache);
+  gather_cuda_into(src, a.index, a.slot_of.const_data_ptr<int32_t>(), /*index_sorted=*/false, check_bounds,
+                   row_bytes_of(a.rows), out);
+}
+
+at::Tensor gather_rows_cached_cuda(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
+                                   const at::Tensor& index, bool check_bounds) {
+  const CachedArgs a = cached_cuda_args(table, cache, slot_of, index);
+  const c10::cuda::CUDAGuard guard(a.cache.device());
+  at::Tensor out = at::empty({a.index.numel(), a.rows.size(1)}, a.cache.options());
+  gather_cached_into(a, check_bounds, out);
+  return out;
+}
+
+void gather_rows_cached_out_cuda(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
+                                 const at::Tensor& index, bool check_bounds, at::Tensor& out) {
+  const CachedArgs a = cached_cuda_args(table, cache, slot_of, index);
+  const c10::cuda::CUDAGuard guard(a.cache.device());
+  TORCH_CHECK_VALUE(out.device() == cache.device(), "gather_rows_cached: out must be on ", cache.device(),
+                    " (the cache's device), got ", out.device());
+  check_gather_rows_cached_out(out, a.rows, a.index.numel());
+  gather_cached_into(a, check_bounds, out);
 }
 
 }  // namespace
@@ -344,6 +587,8 @@ void gather_rows_out_cuda(const at::Tensor& table, const at::Tensor& index, bool
 TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("gather_rows", gather_rows_cuda);
   m.impl("gather_rows.out", gather_rows_out_cuda);
+  m.impl("gather_rows_cached", gather_rows_cached_cuda);
+  m.impl("gather_rows_cached.out", gather_rows_cached_out_cuda);
 }
 
 }  // namespace zerocopy

@@ -15,22 +15,27 @@ File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.
 """
 
 from .csr import PLACEMENTS, CSRGraph
-from .generators import grid_graph, kronecker_graph, uniform_random_graph
+from .generators import grid_graph, kronecker_graph, power_law_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
+from .reorder import NodeOrder, degree_order, presample_order
 from .traversal import VARIANTS, bfs, connected_components, pagerank, sssp
 
 __all__ = [
     "CSRGraph",
+    "NodeOrder",
     "PLACEMENTS",
     "VARIANTS",
     "bfs",
     "connected_components",
+    "degree_order",
     "grid_graph",
     "kronecker_graph",
     "load_bel",
     "load_edge_list",
     "load_npz",
     "pagerank",
+    "power_law_graph",
+    "presample_order",
     "save_bel",
     "save_edge_list",
     "save_npz",

@@ -1,4 +1,5 @@
-"""Synthetic graphs: Graph500/GAP Kronecker, GAP uniform random, and a 2-D grid.
+"""Synthetic graphs: Graph500/GAP Kronecker, GAP uniform random, a power-law (Chung-Lu-like)
+graph with papers100M-like skew, and a 2-D grid.
 
 Large graphs are built without ever holding the edge list twice. The edge stream is cut into
 chunks, each produced by its own generator seeded from ``(seed, chunk)``, so any chunk can be
@@ -275,6 +276,61 @@ def uniform_random_graph(
                              drop_duplicates=drop_duplicates, weights=weights, device=dev,
                              index_dtype=index_dtype, segment_edges=segment_edges, progress=progress,
                              desc=f"urand{scale}")
+
+
+def power_law_graph(
+    num_nodes: int,
+    avg_degree: float = 15.0,
+    *,
+    alpha: float = 2.2,
+    skew: float = 3.0,
+    max_degree: int = 200_000,
+    seed: int = 0,
+    device: DeviceLike = None,
+    index_dtype: Optional[torch.dtype] = None,
+    chunk_edges: int = 1 << 27,
+) -> CSRGraph:
+    """A power-law graph: row ``v`` lists ``deg(v)`` neighbours drawn with popularity skew.
+
+    List lengths are Pareto(``alpha``) draws scaled to mean ``avg_degree`` and capped at
+    ``max_degree``. Each entry is the node of rank ``floor(num_nodes * x ** skew)`` for a uniform
+    ``x``, so rank ``r`` is drawn with probability ~ ``r ** (1 / skew - 1)``: a few nodes sit in
+    very many lists (a heavy-tailed count with exponent ``1 + 1 / (1 - 1 / skew)``); ranks are
+    spread over node ids by a random permutation, so hot nodes are not clustered by id. Lists
+    may repeat a node and hold self loops, as Chung-Lu graphs do.
+
+    Read the rows as the lists a sampler draws from (a citation graph's in-neighbour lists):
+    ``sampling.Adjacency(g.indptr, g.indices)`` samples them as they are. Generated on
+    ``device`` (default: the GPU when there is one) ``chunk_edges`` entries at a time, straight
+    into host arrays (mapped for the GPU when generated there); the same arguments on the same
+    kind of device give the same graph.
+    """
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    if avg_degree <= 0 or alpha <= 1 or skew < 1 or max_degree < 1:
+        raise ValueError(f"need avg_degree > 0, alpha > 1, skew >= 1 and max_degree >= 1, got {avg_degree}, "
+                         f"{alpha}, {skew}, {max_degree}")
+    dev = _generation_device(device)
+    idx_dtype = _index_dtype(num_nodes, index_dtype)
+    g = _chunk_generator(seed, -2, dev)
+    u = torch.rand(num_nodes, generator=g, device=dev, dtype=torch.float64)
+    raw = u.clamp_min(1e-12).pow(-1.0 / alpha).clamp_(max=max_degree / avg_degree * 4)
+    deg = (raw * (avg_degree / float(raw.mean()))).floor_().clamp_(0, max_degree).long()
+    del u, raw
+    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(deg, 0).cpu()
+    del deg
+    total = int(indptr[-1])
+    perm = torch.randperm(num_nodes, generator=_chunk_generator(seed, -3, dev), device=dev)
+    indices = _host_buffer(total, idx_dtype, dev)
+    for chunk, start in enumerate(range(0, total, chunk_edges)):
+        count = min(chunk_edges, total - start)
+        x = torch.rand(count, generator=_chunk_generator(seed, chunk, dev), device=dev, dtype=torch.float64)
+        rank = (x.pow_(skew) * num_nodes).long().clamp_(max=num_nodes - 1)
+        indices[start:start + count].copy_(perm[rank].to(idx_dtype))
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return CSRGraph(indptr, indices, None, symmetric=False, validate=False)
 
 
 def grid_graph(

@@ -1,0 +1,116 @@
+"""How often a training run reads each node's feature row: the scores that decide which rows a
+GPU cache holds (:mod:`pytorch_zerocopy.feature_table`) and how nodes are renumbered so that
+hot rows sit together in host memory (:mod:`pytorch_zerocopy.graph.reorder`).
+
+Two scores, both one int64 count per node:
+
+* :func:`degree_hotness`: how many neighbour lists of the sampled adjacency hold the node. A
+  node in many lists is drawn as a neighbour often (PaGraph's and DGL's choice).
+* :func:`presample_hotness`: how often the node is among the input nodes of minibatches drawn
+  with the library's sampler from the training seeds (GNNLab's pre-sampling, which its authors
+  found the best predictor of the rows training reads).
+
+Both are deterministic for their arguments; counts live on the device where they are computed
+(the GPU for a unified or CUDA graph, else the CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from . import sampling as _sampling
+from . import unified as _unified
+
+__all__ = ["degree_hotness", "hottest", "presample_hotness"]
+
+_CHUNK = 1 << 26  # ids per bincount, so int32 lists are never widened whole
+
+
+def _count_ids(ids: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """int64 count of each id in ``ids`` (unified tensors are counted where they run)."""
+    device = _sampling._compute_device(ids)
+    if _unified.is_unified(ids):
+        ids = _unified._C.device_alias(ids, device) if device.type == "cuda" else ids.cpu()
+    counts = torch.zeros(num_nodes, dtype=torch.int64, device=ids.device)
+    for a in range(0, ids.numel(), _CHUNK):
+        counts += torch.bincount(ids[a:a + _CHUNK].long(), minlength=num_nodes)
+    return counts
+
+
+def degree_hotness(graph, edge_dir: str = "in") -> torch.Tensor:
+    """int64 per node: the number of neighbour lists holding it in the adjacency that sampling
+    with ``edge_dir`` reads (``'in'``: in-neighbour lists, so a node's out-degree; ``'out'``:
+    its in-degree). ``graph`` is anything :func:`pytorch_zerocopy.sampling.adjacency_of`
+    accepts; an :class:`~pytorch_zerocopy.sampling.Adjacency` or ``(indptr, indices)`` pair is
+    taken as the lists sampling reads, whatever ``edge_dir``."""
+    if edge_dir not in ("in", "out"):
+        raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
+    if isinstance(graph, _sampling.Adjacency) or isinstance(graph, (tuple, list)):
+        adj = _sampling.adjacency_of(graph, "out")
+        return _count_ids(adj.indices, adj.num_nodes)
+    if not (hasattr(graph, "indptr") and hasattr(graph, "indices")):
+        raise TypeError(f"graph must be an Adjacency, an (indptr, indices) pair or a CSR graph, got "
+                        f"{type(graph).__name__}")
+    num_nodes = int(graph.indptr.numel()) - 1
+    if edge_dir == "out":
+        return _count_ids(graph.indices, num_nodes)
+    # In-neighbour lists hold each node once per out-edge: its out-degree, no transpose needed.
+    indptr = graph.indptr.cpu() if _unified.is_unified(graph.indptr) else graph.indptr
+    return (indptr[1:] - indptr[:-1]).long()
+
+
+def presample_hotness(
+    graph,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    *,
+    batch_size: int = 1024,
+    num_batches: Optional[int] = None,
+    edge_dir: str = "in",
+    seed: int = 0,
+) -> torch.Tensor:
+    """int64 per node: how many of ``num_batches`` pre-sampled minibatches (default: one epoch
+    of ``seeds``, shuffled) read its feature row, i.e. hold it among their input nodes
+    (``blocks[0].nodes`` of :func:`pytorch_zerocopy.sampling.sample_layers` with ``fanouts``).
+    Deterministic for ``seed``. Runs where sampling runs (see :mod:`pytorch_zerocopy.sampling`)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    seeds = torch.as_tensor(seeds).reshape(-1)
+    if seeds.numel() == 0:
+        raise ValueError("presample_hotness needs at least one seed node")
+    adj = _sampling.adjacency_of(graph, edge_dir)
+    epoch = math.ceil(seeds.numel() / batch_size)
+    batches = epoch if num_batches is None else int(num_batches)
+    if batches < 1:
+        raise ValueError(f"num_batches must be >= 1, got {num_batches}")
+    gen = torch.Generator().manual_seed(seed)
+    counts: Optional[torch.Tensor] = None
+    host_seeds = seeds.cpu()
+    order = torch.randperm(host_seeds.numel(), generator=gen)
+    for b in range(batches):
+        k = b % epoch
+        if k == 0 and b > 0:
+            order = torch.randperm(host_seeds.numel(), generator=gen)
+        batch = host_seeds[order[k * batch_size:(k + 1) * batch_size]]
+        blocks = _sampling.sample_layers(adj, batch, fanouts, edge_dir="out", seed=seed * 1_000_003 + b)
+        nodes = blocks[0].nodes
+        if counts is None:
+            counts = torch.zeros(adj.num_nodes, dtype=torch.int64, device=nodes.device)
+        counts.index_add_(0, nodes, torch.ones_like(nodes))
+    return counts
+
+
+def hottest(hotness: torch.Tensor, count: int) -> torch.Tensor:
+    """The ids of the ``count`` hottest nodes with a positive score (fewer if fewer have one),
+    hottest first; ties keep the lower id first. int64, on the CPU."""
+    if hotness.dim() != 1:
+        raise ValueError(f"hotness must be 1-D (one score per node), got shape {tuple(hotness.shape)}")
+    count = max(0, min(int(count), hotness.numel()))
+    if count == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    order = torch.sort(hotness, descending=True, stable=True).indices[:count]
+    order = order[hotness[order] > 0]
+    return order.cpu()
