@@ -178,7 +178,7 @@ def main() -> int:
 
         for share in [None] + shares:
             kw = dict(fanouts=fanouts, batch_size=args.batch_size, epochs=2, max_batches=max_batches, quiet=True,
-                      replay=8, val_batches=1, hidden=args.hidden, num_samplers=2)
+                      replay=8, val_batches=1, hidden=args.hidden)
             try:
                 if share is None:
                     eps = train(ds, mode="zerocopy", partition="none", **kw)

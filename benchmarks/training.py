@@ -58,7 +58,10 @@ def _run(ds, label: str, mode: str, args, max_batches: int, ceiling_gbs: float, 
     settings.setdefault("partition", args.partition if mode == "zerocopy" else "auto")
     if mode == "zerocopy":
         settings.setdefault("producer_share", args.producer_share)
-    if args.samplers is not None:
+    from pytorch_zerocopy.pipeline.plan import gpu_available
+
+    cpu_sampling = mode in ("dma", "cpu") or settings.get("sample_on") == "cpu" or not gpu_available()
+    if args.samplers is not None and cpu_sampling:
         settings.setdefault("num_samplers", args.samplers)
     start = time.perf_counter()
     epochs = train(ds, mode=mode, fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
@@ -157,7 +160,8 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=None, help="default 256; quick 64")
     p.add_argument("--partition", default="auto", help="zerocopy's partition: auto, mps, green, none")
     p.add_argument("--producer-share", type=float, default=10.0, help="MPS share of the main zerocopy run")
-    p.add_argument("--shares", default="5,20", help="placement rows: zerocopy under MPS at these producer shares")
+    p.add_argument("--shares", default="5,20,30",
+                   help="placement rows: zerocopy under MPS at these producer shares (besides --producer-share)")
     p.add_argument("--extra-partitions", default="none", help="placement rows: zerocopy with these partitions")
     p.add_argument("--cpu-sampling", action="store_true",
                    help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")

@@ -34,14 +34,17 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
 
     per_rank = global_batches // gpus
     extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
-    extra["cuda_graph"] = not args.eager
+    if args.eager:
+        extra["cuda_graph"] = False
+    if args.samplers is not None and mode == "dma":
+        extra["num_samplers"] = args.samplers
     if args.trace:
         extra["trace"] = True
     start = time.perf_counter()
     results = train_data_parallel(ds, gpus, mode, args.partition if mode == "zerocopy" else "auto",
                                   fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
-                                  epochs=args.epochs, quiet=True, max_batches=per_rank, num_samplers=args.samplers,
-                                  replay=args.replay, val_batches=1, hidden=args.hidden, **extra)
+                                  epochs=args.epochs, quiet=True, max_batches=per_rank, replay=args.replay,
+                                  val_batches=1, hidden=args.hidden, **extra)
     wall = time.perf_counter() - start
     ranks = []
     for rank, epochs in sorted(results.items()):

@@ -1,6 +1,8 @@
 """The pipeline's minibatches: seeds, sampling with the library's op (CPU here; the GPU sampler
 beside it where a GPU exists), packing, and the GraphSAGE model over the blocks."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -146,3 +148,69 @@ def test_gpu_sampler_samples_on_the_gpu_as_the_cpu_does(directed):
         assert mb.layout == want.layout and torch.equal(mb.packed.cpu(), want.packed), (mb.phase, mb.epoch, mb.step)
         seen += 1
     assert seen == 2 * (3 + 2) and len(marks) == 4
+
+
+class _FakeEvent:
+    def __init__(self, *args, **kwargs):
+        self.recorded = False
+
+    def record(self, stream=None):
+        self.recorded = True
+
+    def synchronize(self):
+        pass
+
+
+class _FakeStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeypatch):
+    """The GPU sampler's bookkeeping, run on the CPU with stand-in streams and events: every
+    minibatch of the schedule once, in order, marks after their phase, ``ahead`` samples
+    issued before one is handed out, and the replay diagnostic sending kept samples again."""
+    import contextlib
+
+    from pytorch_zerocopy.pipeline import minibatches
+
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    issued, finished = [], []
+    real_start, real_finish = minibatches.GpuSampler._start, minibatches.GpuSampler._finish
+
+    def start(self, batch):
+        issued.append((batch.phase, batch.epoch, batch.index))
+        return real_start(self, batch)
+
+    def finish(self, batch, started):
+        finished.append((batch.phase, batch.epoch, batch.index))
+        return real_finish(self, batch, started)
+
+    monkeypatch.setattr(minibatches.GpuSampler, "_start", start)
+    monkeypatch.setattr(minibatches.GpuSampler, "_finish", finish)
+    plan = Plan(fanouts=(3, 3), batch_size=8, epochs=2, max_batches=4, val_batches=2)
+    expected = [x if isinstance(x, EpochMark) else (x.phase, x.epoch, x.index) for x in schedule(plan, directed)]
+    total = sum(not isinstance(x, EpochMark) for x in expected)
+    assert total == 2 * (4 + 1)  # the validation split holds one minibatch
+    items = []
+    for item in GpuSampler(plan, directed, torch.device("cpu"), ahead=3):
+        if not isinstance(item, EpochMark):
+            key = (item.batch.phase, item.batch.epoch, item.batch.step)
+            assert len(issued) - len(finished) == min(3, total - len(finished))  # samples in flight
+            want = sample_on_cpu(directed.graph, directed.labels, plan, SeedBatch(
+                key[0], key[1], key[2], epoch_batches(plan, directed, key[1], key[0])[key[2]]))
+            assert torch.equal(item.batch.packed, want.packed) and item.ready.recorded
+        items.append(item)
+    assert [x if isinstance(x, EpochMark) else (x.batch.phase, x.batch.epoch, x.batch.step) for x in items] == expected
+    assert issued == finished == [x for x in expected if not isinstance(x, EpochMark)]
+    # Replay: the first 2 samples of each phase are kept and sent again in turn.
+    issued.clear()
+    finished.clear()
+    replayed = [x for x in GpuSampler(replace(plan, replay=2), directed, torch.device("cpu"), ahead=1)
+                if not isinstance(x, EpochMark)]
+    assert len(issued) == 2 + 2 and len(replayed) == total  # 2 training samples kept; 1 per validation
+    train = [x for x in replayed if x.batch.phase is Phase.TRAIN]
+    assert [x.batch.step for x in train] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert train[2].batch.packed is train[0].batch.packed and train[2].batch.sample_ms == 0

@@ -17,7 +17,7 @@ GPU = dict(device="cuda:0")
 def test_vocabulary_is_one_word_per_thing():
     assert [m.value for m in Mode] == ["cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"]
     assert [p.value for p in Partition] == ["none", "mps", "green"]
-    p = Plan(mode="zerocopy-naive", partition="none", gather_in="trainer", sample_on="gpu", **GPU)
+    p = Plan(mode="zerocopy-naive", partition="none", gather_in="trainer", sample_on="gpu", num_samplers=0, **GPU)
     assert (p.mode, p.partition, p.gather_in, p.sample_on) == (Mode.ZEROCOPY_NAIVE, Partition.NONE, GatherIn.TRAINER,
                                                                SampleOn.GPU)
     with pytest.raises(PlanError, match="mode must be one of 'cpu', 'dma', 'zerocopy-naive', 'zerocopy', 'gpu', "
@@ -93,7 +93,8 @@ PLACEMENT = [
     (dict(mode=Mode.DMA, gather_in=GatherIn.TRAINER, **GPU), "gather_in must be 'producer'"),
     (dict(mode=Mode.ZEROCOPY_NAIVE, gather_in=GatherIn.PRODUCER, **GPU), "gather_in must be 'trainer'"),
     (dict(sample_on=SampleOn.GPU), "sample_on 'gpu' needs a CUDA device"),
-    (dict(mode=Mode.DMA, sample_on=SampleOn.GPU, **GPU), "sample_on must be 'cpu'"),
+    (dict(mode=Mode.DMA, sample_on=SampleOn.GPU, num_samplers=0, **GPU), "sample_on must be 'cpu'"),
+    (dict(sample_on=SampleOn.GPU, num_samplers=2, **GPU), "num_samplers applies to sample_on 'cpu'"),
 ]
 
 

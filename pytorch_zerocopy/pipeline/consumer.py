@@ -73,7 +73,7 @@ class InlineSource:
             feats = self.gather.gather(batch.input_nodes).to(self.device)
             if span is not None:
                 span[1].record(stream)
-                tracer.gpu("gather_ms", span)
+                tracer.gpu("gather_ms", [span])
             done = None
             if self.side is not None:
                 done = torch.cuda.Event()
@@ -84,8 +84,8 @@ class InlineSource:
         tracer = self.trace
         if tracer is not None:
             tracer.host("batch_wait_ms", sampled.waited)
-            if sampled.span is not None:
-                tracer.gpu("sample_ms", sampled.span)
+            if sampled.spans:
+                tracer.gpu("sample_ms", sampled.spans)
             elif batch.sample_ms:
                 tracer.value("sample_ms", batch.sample_ms)
         return SlotReady(-1, rows, batch, trace=tracer.take() if tracer is not None else None)

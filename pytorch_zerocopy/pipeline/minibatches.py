@@ -113,20 +113,21 @@ class Replay:
         return item
 
     def keep(self, phase: Phase, item) -> None:
-        if self.count is not None:
+        if self.count is not None and len(self.pool[phase]) < self.count:
             self.pool[phase].append(item)
 
 
 @dataclass
 class Sampled:
     """A minibatch ready for gathering. ``ready``: the event after which its packed tensor is
-    complete on the GPU (None when it was sampled on the CPU); ``span``: the GPU time its
-    sampling took (with ``Plan.trace``); ``waited``: host seconds the gathering side waited
-    for it."""
+    complete on the GPU (None when it was sampled on the CPU); ``spans``: the stretches of the
+    sampling stream's time its sampling took (with ``Plan.trace``: issue, then completion and
+    packing; the wait in between, while earlier minibatches are gathered, is not counted);
+    ``waited``: host seconds the gathering side waited for it."""
 
     batch: Minibatch
     ready: Optional["torch.cuda.Event"] = None
-    span: Optional[Span] = None
+    spans: Tuple[Span, ...] = ()
     waited: float = 0.0
 
 
@@ -188,29 +189,39 @@ class GpuSampler:
         self.trace = trace  # a ProducerTrace, or None
         self.replay = Replay(plan.replay)
 
-    def _start(self, batch: SeedBatch):
+    def _begin(self) -> Optional[Span]:
+        """A timed stretch of the sampling stream, begun (with a trace; else None)."""
         span = self.trace.span() if self.trace is not None else None
+        if span is not None:
+            span[0].record(self.stream)
+        return span
+
+    def _end(self, span: Optional[Span]) -> None:
+        if span is not None:
+            span[1].record(self.stream)
+
+    def _start(self, batch: SeedBatch):
         with torch.cuda.stream(self.stream):
-            if span is not None:
-                span[0].record(self.stream)
+            span = self._begin()
             # Seeds and their labels reach the GPU in one asynchronous copy.
             n = batch.seeds.numel()
             both = to_device_async(torch.cat([batch.seeds, self.labels[batch.seeds]]), self.device)
             pending = _sample_async(self.graph, both[:n], self.plan, batch)
+            self._end(span)
         return pending, both[n:], span
 
     def _finish(self, batch: SeedBatch, started) -> Sampled:
-        pending, labels, span = started
-        t = time.perf_counter()
+        pending, labels, issued = started
         with torch.cuda.stream(self.stream):
+            span = self._begin()
+            t = time.perf_counter()
             blocks = pending.result()  # the host waits for the sample's sizes, once
             waited = time.perf_counter() - t
             mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels)
             ready = torch.cuda.Event()
             ready.record(self.stream)
-            if span is not None:
-                span[1].record(self.stream)
-        return Sampled(mb, ready, span, waited)
+            self._end(span)
+        return Sampled(mb, ready, tuple(s for s in (issued, span) if s is not None), waited)
 
     def __iter__(self) -> Iterator[Union[Sampled, EpochMark]]:
         work = schedule(self.plan, self.ds)

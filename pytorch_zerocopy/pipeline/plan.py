@@ -314,6 +314,10 @@ class Plan:
             if mode is Mode.DMA:
                 raise PlanError("sample_on", "mode 'dma' is the CPU path (CPU sampling, CPU gather, copy): "
                                              "sample_on must be 'cpu'")
+            if self.num_samplers:
+                raise PlanError("num_samplers", "num_samplers applies to sample_on 'cpu' (sampler processes); "
+                                                "sampling on the GPU runs in the gathering process, got "
+                                                f"{self.num_samplers}")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")

@@ -94,15 +94,15 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q) -> None
         if tracer is not None:
             if span is not None:
                 span[1].record(stream)
-                tracer.gpu("gather_ms", span, len(group))
+                tracer.gpu("gather_ms", [span], len(group))
             else:
                 tracer.host("gather_ms", time.perf_counter() - t_gather, len(group))
             tracer.host("issue_ms", time.perf_counter() - t_issue, len(group))
             for sampled in group:
                 tracer.host("batch_wait_ms", sampled.waited)
                 tracer.host("slot_wait_ms", (t_issue - t_slot) / len(group))
-                if sampled.span is not None:
-                    tracer.gpu("sample_ms", sampled.span)
+                if sampled.spans:
+                    tracer.gpu("sample_ms", sampled.spans)
                 elif sampled.batch.sample_ms:
                     tracer.value("sample_ms", sampled.batch.sample_ms)
         for slot, batch in zip(slots, batches):

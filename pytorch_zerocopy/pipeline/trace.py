@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -69,15 +69,17 @@ class ProducerTrace:
             return None
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def gpu(self, key: str, span: Optional[Span], count: int = 1) -> None:
-        """``span`` timed GPU work of ``count`` minibatches (each is reported with its share)."""
-        if span is not None:
-            self.pending.append((key, span, count))
+    def gpu(self, key: str, spans: Sequence[Span], count: int = 1) -> None:
+        """``spans`` together timed GPU work of ``count`` minibatches (each is reported with its
+        share of their total)."""
+        if spans:
+            self.pending.append((key, tuple(spans), count))
 
     def take(self) -> Dict[str, List[float]]:
-        while self.pending and self.pending[0][1][1].query():
-            key, (start, end), count = self.pending.popleft()
-            self.done[key].extend([start.elapsed_time(end) / count] * count)
+        while self.pending and all(end.query() for _, end in self.pending[0][1]):
+            key, spans, count = self.pending.popleft()
+            total = sum(start.elapsed_time(end) for start, end in spans)
+            self.done[key].extend([total / count] * count)
         out, self.done = self.done, {k: [] for k in PRODUCER_KEYS}
         return out
 
