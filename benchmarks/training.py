@@ -15,9 +15,9 @@ Per run and minibatch: time (ms), and where it goes: sample (the GPU sampler's t
 to blocks ready, or a CPU sampler's host time), gather (GPU time of the producer's gather, or
 the CPU gather's host time), train (GPU time of the training step); the GPU busy share (train
 time / epoch time); the unique input rows and the link-bound floor (rows x row bytes / the
-pinned memcpy rate measured in this run). Placement rows: ``zerocopy`` under MPS at other
-producer shares (``--shares``) and unpartitioned (``--extra-partitions``), for the choice of
-where the producer's sampling and gathering run; ``--width-sweep`` adds Figure 12 (table size
+pinned memcpy rate measured in this run). Placement rows, for the choice of where sampling and
+gathering run: ``zerocopy`` under MPS at other producer shares (``--shares``), unpartitioned
+(``--extra-partitions``), and inside the trainer's process with no producer (``--in-trainer``); ``--width-sweep`` adds Figure 12 (table size
 fixed, feature width varied). Results: ``training.{json,md,png}`` (``training_quick`` with
 ``--quick``), with the bars of the issue in ``"bars"``.
 """
@@ -163,6 +163,8 @@ def main() -> int:
     p.add_argument("--shares", default="5,20,30",
                    help="placement rows: zerocopy under MPS at these producer shares (besides --producer-share)")
     p.add_argument("--extra-partitions", default="none", help="placement rows: zerocopy with these partitions")
+    p.add_argument("--in-trainer", action=argparse.BooleanOptionalAction, default=True,
+                   help="placement row: zerocopy sampled and gathered inside the trainer's process (no producer)")
     p.add_argument("--cpu-sampling", action="store_true",
                    help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")
     p.add_argument("--width-sweep", default="", help="Figure 12: feature widths at the same table size (e.g. 512,2048)")
@@ -236,6 +238,8 @@ def main() -> int:
         extra += [(f"zerocopy[mps {float(s):g}%]", dict(partition="mps", producer_share=float(s)))
                   for s in args.shares.split(",") if s.strip()]
         extra += [(f"zerocopy[{part}]", dict(partition=part)) for part in args.extra_partitions.split(",") if part]
+        if args.in_trainer:
+            extra.append(("zerocopy[in trainer]", dict(partition="none", gather_in="trainer")))
     if args.cpu_sampling and "zerocopy" in modes:
         extra.append(("zerocopy[cpu-sampling]", dict(sample_on="cpu", num_samplers=args.samplers or 4)))
     for label, settings in extra:

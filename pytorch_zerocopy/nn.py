@@ -124,8 +124,8 @@ class GraphSAGE(nn.Module):
     x)`` maps the input nodes' features ``x`` (rows of ``blocks[0]``'s source nodes) to one row
     of logits per output node (``blocks[-1]``'s destination nodes).
 
-    The layers start from torch's ``nn.Linear`` initialisation rather than DGL's Xavier one:
-    on the generated datasets it reaches a given accuracy in fewer minibatches."""
+    Its layers start from torch's ``nn.Linear`` initialisation (Kaiming-uniform weights,
+    uniform bias), not :class:`SAGEConv`'s DGL (Xavier) one."""
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.3):
         super().__init__()

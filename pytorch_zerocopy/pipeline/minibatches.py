@@ -63,8 +63,9 @@ def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List
 
 
 def minibatch_seed(seed: int, epoch: int, phase: Phase, index: int) -> int:
-    """The sampling seed of one minibatch, the same in every process, run and device."""
-    return ((seed * 1_000_003 + epoch) * 2 + (phase is Phase.VAL)) * 10_000_019 + index
+    """The sampling seed of one minibatch, the same in every process, run and device (a
+    non-negative int64)."""
+    return (((seed * 1_000_003 + epoch) * 2 + (phase is Phase.VAL)) * 10_000_019 + index) & ((1 << 63) - 1)
 
 
 def schedule(plan: Plan, ds: NodeDataset, worker: int = 0, workers: int = 1) -> Iterator[Union[SeedBatch, EpochMark]]:

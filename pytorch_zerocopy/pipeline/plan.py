@@ -122,13 +122,11 @@ def gpu_available() -> bool:
 
 
 def default_gather_batches(row_bytes: int) -> int:
-    """Minibatches the producer gathers per call into a GPU ring, for rows of ``row_bytes``.
-
-    Short rows are bound by rows per second, which rise with the rows per call (a minibatch's
-    ~113 K rows of 512 B: 3.3 ms a gather alone, 2.1 ms a minibatch eight at once, on an H200;
-    benchmarks/results/training_gather_groups.md): up to 8 for rows under 512 B, fewer as rows
-    widen, 1 from 4 KiB, where one minibatch already streams near the copy ceiling and more
-    slots would only hold more GPU memory (the ring needs 2 slots per minibatch of a group)."""
+    """Minibatches the producer gathers per call into a GPU ring, for rows of ``row_bytes``: 8 up
+    to 512 B, fewer as rows widen, 1 from 4 KiB. Short rows are bound by rows per second, which
+    rise with the rows per call (benchmarks/results/training_gather_groups.md); wide rows stream
+    near the copy ceiling one minibatch at a time, and every minibatch of a group costs the ring
+    two slots of GPU memory."""
     return max(1, min(8, 4096 // max(1, row_bytes)))
 
 
