@@ -92,7 +92,8 @@ def _free_port() -> int:
 
 def _minibatch(args, device: torch.device):
     """One sampled minibatch over a uniform random graph, its blocks and inputs on ``device``."""
-    from pytorch_zerocopy.pipeline.sampler import sample_blocks
+    from pytorch_zerocopy.graph import CSRGraph
+    from pytorch_zerocopy.sampling import sample_layers
 
     gen = torch.Generator().manual_seed(0)
     n, deg = args.nodes, args.degree
@@ -100,7 +101,8 @@ def _minibatch(args, device: torch.device):
     indices = torch.randint(0, n, (n * deg,), generator=gen)
     seeds = torch.randperm(n, generator=gen)[: args.batch_size]
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    input_nodes, _, blocks = sample_blocks(indptr, indices, seeds, fanouts, gen)
+    blocks = sample_layers(CSRGraph(indptr, indices, validate=False), seeds, fanouts, edge_dir="out", seed=0)
+    input_nodes = blocks[0].nodes
     blocks = [b.to(device) for b in blocks]
     for b in blocks:
         b.srcdata.clear()
@@ -129,8 +131,8 @@ def _wrap(variant: str, model, device, solo_group):
 
 def _rank_main(rank: int, world: int, port: int, args) -> Dict[str, Dict[str, float]]:
     import torch.distributed as dist
-    from pytorch_zerocopy.pipeline import model as sage
-    from pytorch_zerocopy.pipeline.model import GraphSAGE
+    from pytorch_zerocopy import nn as sage
+    from pytorch_zerocopy.nn import GraphSAGE
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
@@ -149,9 +151,9 @@ def _rank_main(rank: int, world: int, port: int, args) -> Dict[str, Dict[str, fl
             torch.cuda.synchronize(device)
 
     out: Dict[str, Dict[str, float]] = {}
-    fused_mean = sage.mean_aggregate
+    fused_mean = sage.block_mean
     for variant in args.variants.split(","):
-        sage.mean_aggregate = _aten_mean if variant.endswith("_aten") else fused_mean
+        sage.block_mean = _aten_mean if variant.endswith("_aten") else fused_mean
         torch.manual_seed(0)
         model = _wrap(variant, GraphSAGE(args.feature_dim, args.hidden, args.classes, layers, 0.3).to(device),
                       device, solo)

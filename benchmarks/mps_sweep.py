@@ -65,15 +65,15 @@ def consumer_bench(ds, fanouts, batch_size: int, hidden: int, seconds: float, ba
     import torch
     from torch.nn import functional as F
 
-    from pytorch_zerocopy.pipeline import GraphSAGE, sample_blocks
+    from pytorch_zerocopy.nn import GraphSAGE
+    from pytorch_zerocopy.sampling import sample_layers
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    gen = torch.Generator().manual_seed(0)
     seeds = ds.train_idx[:batch_size]
-    inp, out, blocks = sample_blocks(ds.indptr, ds.indices, seeds, fanouts, gen)
+    blocks = sample_layers(ds.graph, seeds, fanouts, edge_dir="out", seed=0)
+    x = ds.features[blocks[0].nodes].to("cuda").float()
     blocks = [b.to("cuda") for b in blocks]
-    x = ds.features[inp].to("cuda").float()
-    y = ds.labels[out].to("cuda")
+    y = ds.labels[seeds].to("cuda")
     model = GraphSAGE(ds.feature_dim, hidden, ds.num_classes, len(fanouts)).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
@@ -134,10 +134,9 @@ def main() -> int:
     ds = papers_like(nodes, feature_dim=args.width, train_fraction=0.01)
     print(f"{ds.describe()} in {time.perf_counter() - t0:.1f} s", flush=True)
     # A minibatch's input rows: as many as the consumer's minibatch has.
-    from pytorch_zerocopy.pipeline import sample_blocks
+    from pytorch_zerocopy.sampling import sample_layers
 
-    inp, _, _ = sample_blocks(ds.indptr, ds.indices, ds.train_idx[:args.batch_size], fanouts, torch.Generator())
-    rows = int(inp.numel())
+    rows = sample_layers(ds.graph, ds.train_idx[:args.batch_size], fanouts, edge_dir="out", seed=0)[0].num_src
     ceilings = measure_ceilings(ds.features, rows)
     print(f"ceilings: {ceilings}; {rows} rows per minibatch", flush=True)
 
@@ -179,16 +178,16 @@ def main() -> int:
 
         for share in [None] + shares:
             kw = dict(fanouts=fanouts, batch_size=args.batch_size, epochs=2, max_batches=max_batches, quiet=True,
-                      replay=8, val_batches=1, hidden=args.hidden, num_samplers=2)
+                      replay=8, val_batches=1, hidden=args.hidden)
             try:
                 if share is None:
                     eps = train(ds, mode="zerocopy", partition="none", **kw)
                 else:
                     eps = train(ds, mode="zerocopy", partition="mps", producer_share=share, **kw)
                 last = eps[-1]
-                secs, n, nbytes = ((last["steady_seconds"], last["steady_batches"], last["steady_bytes"])
-                                   if last["steady_batches"] >= 1 else
-                                   (last["train_seconds"], last["train_batches"], last["feature_bytes"]))
+                secs, n, nbytes = ((last.steady_seconds, last.steady_batches, last.steady_bytes)
+                                   if last.steady_batches >= 1 else
+                                   (last.train_seconds, last.train_batches, last.feature_bytes))
                 row = {"share": share, "ms_per_minibatch": secs / n * 1e3, "feature_gbs": nbytes / secs / 1e9}
             except Exception as e:  # noqa: BLE001
                 row = {"share": share, "error": str(e).splitlines()[-1][:300]}

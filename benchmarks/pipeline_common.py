@@ -192,17 +192,19 @@ def _fmt(summary: Optional[Dict[str, float]], *keys: str) -> str:
 
 
 def trace_lines(rows: List[Tuple[str, Optional[Dict[str, Any]]]]) -> List[str]:
-    """A Markdown table of per-minibatch pipeline timings (``PipelineConfig.trace``), one row per
+    """A Markdown table of per-minibatch pipeline timings (``Plan.trace``; a
+    :class:`~pytorch_zerocopy.pipeline.trace.TraceSummary` as a dict), one row per
     ``(label, trace)``; milliseconds, ``p50 / p90`` unless the header says otherwise."""
     lines = ["Per-minibatch timings (ms, p50 / p90 over the timed epoch's steady-state minibatches). "
-             "GPU gap: the trainer's stream idle between two steps, waiting for the producer's features "
-             "or for its host; blocks copy: the minibatch's blocks and labels reaching the GPU; GPU train: "
-             "forward, backward, gradient all-reduce (several GPUs) and optimiser step; host issue: the trainer's CPU "
-             "time to issue a step; input wait: its host blocked on the next minibatch (mean); producer "
-             "gather: GPU time of one gather; producer waits: for a sampled minibatch / a free slot.", "",
-             "| run | GPU gap | blocks copy | GPU train | host issue | input wait (mean) | producer gather | "
+             "GPU gap: the trainer's stream idle between two steps, waiting for its input or for its host; "
+             "blocks copy: the minibatch's blocks and labels reaching the trainer's stream; GPU train: forward, "
+             "backward, gradient all-reduce (several GPUs) and optimiser step; host issue: the trainer's CPU time "
+             "to issue a step; input wait: its host blocked on the next minibatch (mean); sample: the GPU "
+             "sampler's time from issue to blocks ready (or a CPU sampler's host time); gather: GPU time of a "
+             "gather (host time on the CPU); producer waits: for a sampled minibatch / a free slot.", "",
+             "| run | GPU gap | blocks copy | GPU train | host issue | input wait (mean) | sample | gather | "
              "producer batch wait | producer slot wait |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for label, tr in rows:
         if not tr:
             continue
@@ -210,6 +212,6 @@ def trace_lines(rows: List[Tuple[str, Optional[Dict[str, Any]]]]) -> List[str]:
         lines.append(f"| {label} | {_fmt(c.get('gpu_gap_ms'), 'p50', 'p90')} | "
                      f"{_fmt(c.get('gpu_copy_ms'), 'p50', 'p90')} | {_fmt(c.get('gpu_train_ms'), 'p50', 'p90')} | "
                      f"{_fmt(c.get('issue_ms'), 'p50', 'p90')} | {_fmt(c.get('input_wait_ms'), 'mean')} | "
-                     f"{_fmt(p.get('gather_gpu_ms'), 'p50', 'p90')} | {_fmt(p.get('batch_wait_ms'), 'p50', 'p90')} | "
-                     f"{_fmt(p.get('slot_wait_ms'), 'p50', 'p90')} |")
+                     f"{_fmt(p.get('sample_ms'), 'p50', 'p90')} | {_fmt(p.get('gather_ms'), 'p50', 'p90')} | "
+                     f"{_fmt(p.get('batch_wait_ms'), 'p50', 'p90')} | {_fmt(p.get('slot_wait_ms'), 'p50', 'p90')} |")
     return lines + [""]

@@ -1,18 +1,25 @@
-"""GraphSAGE epoch time per data path (the paper's Figure 11) and per feature width (Figure 12).
+"""GraphSAGE training time per data path (the paper's Figure 11), every minibatch freshly sampled.
 
-    python benchmarks/training.py            # full: >= 32 GiB feature tables, ~6-8 minutes
-    python benchmarks/training.py --quick    # seconds-scale smoke test, small tables
+    python benchmarks/training.py            # GPU: 16 GiB table, dma / zerocopy / gpu + producer placement
+    python benchmarks/training.py --quick    # CPU, seconds: the CPU pipeline on a small table
     python benchmarks/training.py --gpus 1,2 # data-parallel scaling per mode (training_gpus.*)
 
-Figure 11: one papers100M-like graph whose feature table holds ``--table-gib`` GiB of host
-memory; every mode (cpu, dma, zerocopy-naive, zerocopy, gpu) trains ``--epochs`` epochs of
-``--max-batches`` minibatches; the last epoch is timed (the first warms up). Figure 12: the same
-table size at each ``--widths`` feature width, dma vs zerocopy (and gpu when it fits).
+One papers100M-like graph (``papers_like``, 2^25 nodes, ~503 M edges) whose float32 feature
+table holds ``--table-gib`` GiB of host memory; batch 1024, fanouts 15,10. Every run samples
+every minibatch as a user's run does (``--replay N`` replays N pre-sampled minibatches instead:
+a diagnostic that leaves sampling out, labelled as such in every output). Each mode trains
+``--epochs`` epochs of ``--max-batches`` minibatches; the last epoch is timed at its steady-state
+rate (its first minibatch, which carries the pipeline's fill, left out).
 
-To fit the time limit, epochs are cut to ``--max-batches`` minibatches and the sampler replays
-``--replay`` pre-sampled minibatches (CPU sampling is the same for every mode and is not what
-the figures compare); the cpu mode runs ``--cpu-batches`` minibatches and its time is scaled to
-``--max-batches``. The output says so. Results: JSON + Markdown (+ PNG) in ``--out``.
+Per run and minibatch: time (ms), and where it goes: sample (the GPU sampler's time from issue
+to blocks ready, or a CPU sampler's host time), gather (GPU time of the producer's gather, or
+the CPU gather's host time), train (GPU time of the training step); the GPU busy share (train
+time / epoch time); the unique input rows and the link-bound floor (rows x row bytes / the
+pinned memcpy rate measured in this run). Placement rows, for the choice of where sampling and
+gathering run: ``zerocopy`` under MPS at other producer shares (``--shares``), unpartitioned
+(``--extra-partitions``), and inside the trainer's process with no producer (``--in-trainer``); ``--width-sweep`` adds Figure 12 (table size
+fixed, feature width varied). Results: ``training.{json,md,png}`` (``training_quick`` with
+``--quick``), with the bars of the issue in ``"bars"``.
 """
 
 from __future__ import annotations
@@ -20,75 +27,74 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import sys
 import time
+from dataclasses import asdict
+from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, trace_lines, write_report  # noqa: E402
 
-MODES = ("cpu", "dma", "zerocopy-naive", "zerocopy", "gpu")
+GPU_MODES = "dma,zerocopy,gpu"
+CPU_MODES = "zerocopy,cpu"
+BAR_MS = 2.5  # zerocopy ms per minibatch
+BAR_OVER_DMA = 3.0
 
 
-def _run_mode(ds, mode, args, max_batches, partition=None, ring=False, group=None):
-    """One training run; ``ring``: the ``gpu`` mode with a producer process gathering from the
-    GPU-memory table into the same ring the zerocopy mode uses (label ``gpu[ring]``);
-    ``group``: zerocopy with that many minibatches per gather (label ``zerocopy[xN]``)."""
+def _mean(summary: Optional[Dict[str, float]]) -> float:
+    return summary["mean"] if summary and summary.get("n") else float("nan")
+
+
+def _p50(summary: Optional[Dict[str, float]]) -> float:
+    return summary["p50"] if summary and summary.get("n") else float("nan")
+
+
+def _run(ds, label: str, mode: str, args, max_batches: int, ceiling_gbs: float, **settings) -> Dict:
+    """One training run; the row of its last (timed) epoch."""
     from pytorch_zerocopy.train import train
 
-    extra = {"trace": True} if args.trace else {}
-    extra["cuda_graph"] = not args.eager
+    settings.setdefault("partition", args.partition if mode == "zerocopy" else "auto")
     if mode == "zerocopy":
-        extra.update(producer_share=args.producer_share, producer_sms=args.producer_sms)
-    if ring:
-        extra["producer_process"] = True
-    if group is not None:
-        extra["gather_batches"] = group
+        settings.setdefault("producer_share", args.producer_share)
+    from pytorch_zerocopy.pipeline.plan import gpu_available
+
+    cpu_sampling = mode in ("dma", "cpu") or settings.get("sample_on") == "cpu" or not gpu_available()
+    if args.samplers is not None and cpu_sampling:
+        settings.setdefault("num_samplers", args.samplers)
     start = time.perf_counter()
-    epochs = train(ds, mode=mode, partition=(partition or args.partition) if mode == "zerocopy" else "auto",
-                   fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
-                   epochs=args.epochs, max_batches=max_batches, quiet=True, num_samplers=args.samplers,
-                   replay=args.replay, val_batches=1, hidden=args.hidden, **extra)
+    epochs = train(ds, mode=mode, fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
+                   epochs=args.epochs, max_batches=max_batches, val_batches=1, hidden=args.hidden, quiet=True,
+                   replay=args.replay, trace=True, cuda_graph=None if not args.eager else False, **settings)
     wall = time.perf_counter() - start
     last = epochs[-1]
-    label = mode if partition is None else f"{mode}[{partition}]"
-    if ring:
-        label = f"{mode}[ring]"
-    if group is not None:
-        label = f"{mode}[x{group}]"
-    # Epoch time at the steady-state rate: the first minibatch of an epoch carries the
-    # pipeline's fill in one mode and a head start in another, so it is left out of the rate.
-    if last["steady_batches"] >= 1:
-        per_mb = last["steady_seconds"] / last["steady_batches"]
-        gbs = last["steady_bytes"] / last["steady_seconds"] / 1e9
-    else:
-        per_mb = last["train_seconds"] / last["train_batches"]
-        gbs = last["feature_bytes"] / last["train_seconds"] / 1e9
-    return {"mode": label, "gather_batches": last["gather_batches"] if mode == "zerocopy" else None,
-            "epoch_seconds": per_mb * last["train_batches"], "minibatches": last["train_batches"],
-            "measured_epoch_seconds": last["train_seconds"], "ms_per_minibatch": per_mb * 1e3,
-            "minibatches_per_s": 1.0 / per_mb, "feature_gbs": gbs,
-            "loss": last["loss"], "val_acc": last["val_acc"], "wall_seconds": wall,
-            "input_wait_share": last.get("steady_wait_seconds", float("nan")) / last["steady_seconds"]
-            if last["steady_batches"] >= 1 else float("nan"),
-            "trace": last.get("trace"), "all_epochs": epochs}
-
-
-def _by_mode(runs):
-    """One row per mode for the bars: with repeats of a mode, the run with the median epoch
-    time (the lower middle one for an even count); ``gpu`` is the faster of ``gpu`` and
-    ``gpu[ring]`` when both ran."""
-    groups = {}
-    for r in runs:
-        if "error" not in r:
-            groups.setdefault(r["mode"], []).append(r)
-    out = {}
-    for mode, rs in groups.items():
-        rs = sorted(rs, key=lambda r: r["epoch_seconds"])
-        out[mode] = rs[(len(rs) - 1) // 2]
-    if "gpu[ring]" in out and ("gpu" not in out or out["gpu[ring]"]["epoch_seconds"] < out["gpu"]["epoch_seconds"]):
-        out["gpu"] = out["gpu[ring]"]
-    return out
+    ms = last.steady_ms_per_minibatch
+    batches = last.steady_batches if last.steady_batches >= 1 else last.train_batches
+    nbytes = last.steady_bytes if last.steady_batches >= 1 else last.feature_bytes
+    seconds = ms * batches / 1e3
+    rows = nbytes / max(1, batches) / ds.row_bytes
+    trace = last.trace
+    producer, consumer = trace.producer, trace.consumer
+    gpu = "gpu_train_ms" in trace.per_step
+    train_key = "gpu_train_ms" if gpu else "issue_ms"  # a CPU step runs while the host issues it
+    train_ms = trace.per_step.get(train_key, [])
+    floor_ms = rows * ds.row_bytes / (ceiling_gbs * 1e9) * 1e3 if ceiling_gbs == ceiling_gbs else float("nan")
+    return {"mode": label, "base_mode": mode, "settings": {k: v for k, v in settings.items()},
+            "ms_per_minibatch": ms, "epoch_seconds": ms * last.train_batches / 1e3,
+            "minibatches": last.train_batches, "measured_epoch_seconds": last.train_seconds,
+            "sample_ms": _mean(producer.get("sample_ms")), "sample_ms_p50": _p50(producer.get("sample_ms")),
+            "gather_ms": _mean(producer.get("gather_ms")), "gather_ms_p50": _p50(producer.get("gather_ms")),
+            "train_ms": statistics.fmean(train_ms) if train_ms else float("nan"),
+            "train_ms_p50": _p50(consumer.get(train_key)),
+            "gpu_busy_share": sum(train_ms) / (seconds * 1e3) if gpu and seconds > 0 else float("nan"),
+            "input_wait_share": last.input_wait_share,
+            "input_rows": rows, "link_floor_ms": floor_ms, "over_link_floor": ms / floor_ms if floor_ms else float("nan"),
+            "feature_gbs": nbytes / seconds / 1e9 if seconds > 0 else float("nan"),
+            "val_acc": last.val_acc, "loss": last.loss, "wall_seconds": wall,
+            "partition": {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(last.partition).items()
+                          if v is not None},
+            "gather_batches": last.gather_batches, "train_step": last.train_step, "trace": asdict(trace)}
 
 
 def _dataset(table_gib, width, args):
@@ -102,216 +108,209 @@ def _dataset(table_gib, width, args):
     return ds, gen_s
 
 
+def _line(r: Dict) -> str:
+    if "error" in r:
+        return f"  {r['mode']}: FAILED {r['error']}"
+    return (f"  {r['mode']}: {r['ms_per_minibatch']:.2f} ms/minibatch (sample {r['sample_ms']:.2f}, gather "
+            f"{r['gather_ms']:.2f}, train {r['train_ms']:.2f}; floor {r['link_floor_ms']:.2f}), GPU busy "
+            f"{r['gpu_busy_share']:.0%}, {r['feature_gbs']:.1f} GB/s, {r['wall_seconds']:.0f} s")
+
+
+def _table(runs: List[Dict], by: Dict[str, Dict], ceiling: float) -> List[str]:
+    lines = ["| run | ms / minibatch | sample ms | gather ms | train ms | GPU busy | input wait | input rows | "
+             "link floor ms | x floor | feature GB/s | x memcpy | vs dma | vs gpu | val acc |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| {r['mode']} | failed: {r['error']} |" + " |" * 14)
+            continue
+        vs_dma = f"{by['dma']['ms_per_minibatch'] / r['ms_per_minibatch']:.2f}x faster" if "dma" in by else "-"
+        vs_gpu = f"{r['ms_per_minibatch'] / by['gpu']['ms_per_minibatch']:.2f}x time" if "gpu" in by else "-"
+        lines.append(
+            f"| {r['mode']} | {r['ms_per_minibatch']:.2f} | {r['sample_ms']:.2f} | {r['gather_ms']:.2f} | "
+            f"{r['train_ms']:.2f} | {r['gpu_busy_share']:.0%} | {r['input_wait_share']:.0%} | {r['input_rows']:,.0f} | "
+            f"{r['link_floor_ms']:.2f} | {r['over_link_floor']:.2f} | {r['feature_gbs']:.1f} | "
+            f"{r['feature_gbs'] / ceiling:.2f} | {vs_dma} | {vs_gpu} | {r['val_acc']:.3f} |")
+    return lines
+
+
+def _attempt(fn, label):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - report and go on with the other runs
+        return {"mode": label, "error": str(e).strip().splitlines()[-1][:500]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--quick", action="store_true", help="CPU, seconds: the CPU pipeline on a small table")
     p.add_argument("--out", default=os.path.join("benchmarks", "results"))
-    p.add_argument("--table-gib", type=float, default=None, help="feature table size (default 32; quick 0.5)")
-    p.add_argument("--sweep-gib", type=float, default=None, help="table size of the width sweep (default 32; quick 0.5)")
-    p.add_argument("--widths", default=None, help="Figure 12 widths (default 128,512,1024,2048,4096)")
-    p.add_argument("--width", type=int, default=128, help="Figure 11 feature width")
-    p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--sweep-modes", default="dma,zerocopy,gpu")
+    p.add_argument("--name", default=None, help="base name of the result files (default training[_quick|_gpus])")
+    p.add_argument("--table-gib", type=float, default=None, help="feature table size (default 16; quick 0.1)")
+    p.add_argument("--width", type=int, default=128, help="feature width (float32)")
+    p.add_argument("--modes", default=None, help=f"modes (default {GPU_MODES}; quick {CPU_MODES})")
     p.add_argument("--epochs", type=int, default=2, help="epochs per run; the last is timed")
-    p.add_argument("--max-batches", type=int, default=None, help="minibatches per epoch (default 40; quick 6)")
-    p.add_argument("--cpu-batches", type=int, default=None, help="minibatches per epoch in cpu mode (default 8)")
-    p.add_argument("--replay", type=int, default=8, help="distinct pre-sampled minibatches (0: sample every one)")
-    p.add_argument("--samplers", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--fanouts", default="15,10")
+    p.add_argument("--max-batches", type=int, default=None, help="minibatches per epoch (default 100; quick 6)")
+    p.add_argument("--replay", type=int, default=None,
+                   help="DIAGNOSTIC: replay this many pre-sampled minibatches instead of sampling every one")
+    p.add_argument("--samplers", type=int, default=None, help="CPU sampler processes (default: the plan's)")
+    p.add_argument("--batch-size", type=int, default=None, help="seeds per minibatch (default 1024; quick 256)")
+    p.add_argument("--fanouts", default=None, help="default 15,10; quick 10,5")
     p.add_argument("--degree", type=int, default=15)
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--partition", default="auto", help="zerocopy mode's partition: auto, mps, green, none")
-    p.add_argument("--extra-partitions", default="green,none",
-                   help="extra Figure 11 rows: zerocopy with these partitions (besides --partition)")
-    p.add_argument("--producer-share", type=float, default=10.0)
-    p.add_argument("--producer-sms", type=int, default=16)
-    p.add_argument("--gather-batches", default="",
-                   help="extra Figure 11 rows: zerocopy gathering this many minibatches per call (e.g. 2,4,8)")
-    p.add_argument("--gpu-ring", action="store_true",
-                   help="also run the gpu mode through the producer/consumer ring (row gpu[ring]); the "
-                        "zerocopy-vs-gpu bar then uses the faster of the two gpu rows")
-    p.add_argument("--trace", action="store_true",
-                   help="record per-minibatch timings (GPU gaps, step and gather times) and tabulate them")
+    p.add_argument("--hidden", type=int, default=None, help="default 256; quick 64")
+    p.add_argument("--partition", default="auto", help="zerocopy's partition: auto, mps, green, none")
+    p.add_argument("--producer-share", type=float, default=10.0, help="MPS share of the main zerocopy run")
+    p.add_argument("--shares", default="5,20,30",
+                   help="placement rows: zerocopy under MPS at these producer shares (besides --producer-share)")
+    p.add_argument("--extra-partitions", default="none", help="placement rows: zerocopy with these partitions")
+    p.add_argument("--in-trainer", action=argparse.BooleanOptionalAction, default=True,
+                   help="placement row: zerocopy sampled and gathered inside the trainer's process (no producer)")
+    p.add_argument("--cpu-sampling", action="store_true",
+                   help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")
+    p.add_argument("--width-sweep", default="", help="Figure 12: feature widths at the same table size (e.g. 512,2048)")
     p.add_argument("--eager", action="store_true",
                    help="training steps issued op by op (DDP with several GPUs), not replayed from CUDA graphs")
-    p.add_argument("--name", default=None, help="base name of the result files (default training[_quick|_gpus])")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="with --gpus: run every (GPU count, mode) this many times, the GPU counts interleaved "
-                        "within each round; bars use the median epoch time")
-    p.add_argument("--gpus", default="1",
-                   help="'1': Figures 11 and 12 on one GPU; a list of GPU counts such as '1,2': data-parallel "
-                        "scaling per mode (training_gpus.*) instead")
+    p.add_argument("--trace", action="store_true", help="with --gpus: tabulate per-minibatch timings")
+    p.add_argument("--repeats", type=int, default=1, help="with --gpus: rounds of every (GPU count, mode)")
+    p.add_argument("--producer-sms", type=int, default=16)
+    p.add_argument("--gpus", default="1", help="'1': Figure 11 on one GPU; counts such as '1,2': data-parallel scaling")
     args = p.parse_args()
     if args.repeats < 1:
         p.error(f"--repeats must be a positive count, got {args.repeats}")
+    if args.replay is not None and args.replay < 1:
+        p.error(f"--replay must be a positive count, got {args.replay}")
     try:
         gpu_counts = sorted({int(g) for g in str(args.gpus).split(",") if g.strip()})
     except ValueError:
         p.error(f"--gpus must be GPU counts separated by commas, got {args.gpus!r}")
-    if not gpu_counts or gpu_counts[0] < 1:
-        p.error(f"--gpus must be positive GPU counts, got {args.gpus!r}")
     import torch
 
     if gpu_counts != [1]:
+        args.batch_size, args.fanouts, args.hidden = args.batch_size or 1024, args.fanouts or "15,10", args.hidden or 256
         if not torch.cuda.is_available():
             print("no CUDA GPU: the data-parallel scaling benchmark needs GPUs", file=sys.stderr)
             return 2
         from benchmarks.training_gpus import run_scaling
 
-        notes = [f"{args.epochs} epochs per run, the last timed; sampler replays {args.replay} pre-sampled "
-                 "minibatches" if args.replay else f"{args.epochs} epochs per run, the last timed"]
-        args.replay = args.replay or None
+        args.modes = args.modes or "dma,zerocopy-naive,zerocopy,gpu"
+        notes = [f"{args.epochs} epochs per run, the last timed; "
+                 + (f"DIAGNOSTIC: replays {args.replay} pre-sampled minibatches" if args.replay
+                    else "every minibatch sampled")]
         return run_scaling(args, gpu_counts, _dataset, notes)
 
     gpu = torch.cuda.is_available()
-    if not gpu and not set(args.modes.split(",")) | set(args.sweep_modes.split(",")) <= {"cpu", "zerocopy", ""}:
-        print("no CUDA GPU: this benchmark compares GPU data paths; without one only --modes cpu,zerocopy "
-              "--sweep-modes zerocopy run (a smoke test of the CPU pipeline)", file=sys.stderr)
+    q = args.quick or not gpu
+    modes = [m for m in (args.modes or (CPU_MODES if q else GPU_MODES)).split(",") if m]
+    if not gpu and not set(modes) <= {"cpu", "zerocopy"}:
+        print("no CUDA GPU: only --modes cpu,zerocopy run here (the CPU pipeline)", file=sys.stderr)
         return 2
-    q = args.quick
-    table_gib = args.table_gib or (0.5 if q else 32.0)
-    sweep_gib = args.sweep_gib or (0.5 if q else 32.0)
-    widths = [int(w) for w in (args.widths or ("128,1024" if q else "128,512,1024,2048,4096")).split(",")]
-    max_batches = args.max_batches or (6 if q else 40)
-    cpu_batches = args.cpu_batches or (2 if q else 8)
-    args.replay = args.replay or None
-    modes = [m for m in args.modes.split(",") if m]
+    table_gib = args.table_gib or (0.1 if q else 16.0)
+    max_batches = args.max_batches or (6 if q else 100)
+    args.batch_size = args.batch_size or (256 if q else 1024)
+    args.fanouts = args.fanouts or ("10,5" if q else "15,10")
+    args.hidden = args.hidden or (64 if q else 256)
     t_start = time.perf_counter()
     info = machine_info()
-    notes = [f"epochs cut to {max_batches} minibatches (cpu mode: {cpu_batches}, time scaled to {max_batches})",
-             "epoch time = steady-state time per minibatch (first minibatch of the epoch excluded) x minibatches",
-             f"{args.epochs} epochs per run, the last timed; sampler replays {args.replay} pre-sampled minibatches"
-             if args.replay else f"{args.epochs} epochs per run, the last timed; every minibatch sampled",
-             "bars and the vs columns use one run per mode: the median of its repeats; the gpu reference is the "
-             "faster of gpu and gpu[ring] when both ran",
-             "zerocopy: the producer gathers several minibatches per call (pytorch_zerocopy.train."
-             "default_gather_batches: 8 for rows up to 512 B, 1 from 4 KiB); zerocopy[xN]: N per call"]
-    print("\n".join(notes))
+    fresh = args.replay is None
+    notes = [f"batch {args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}; {args.epochs} epochs of "
+             f"{max_batches} minibatches per run, the last timed at its steady-state rate (its first minibatch left "
+             "out)",
+             "every minibatch freshly sampled" if fresh else
+             f"DIAGNOSTIC RUN: the samplers replay {args.replay} pre-sampled minibatches (sampling not measured)",
+             "sample: GPU time from issue to blocks ready (sampling on the GPU, in the process that gathers), or a "
+             "CPU sampler process's host time per minibatch (dma, cpu, CPU pipeline); gather: the producer's GPU "
+             "time per minibatch (or host time of a CPU gather); train: GPU time of a training step (host time on "
+             "the CPU); GPU busy: train time / epoch time",
+             "link floor: the minibatch's unique input rows x row bytes / the pinned memcpy rate of this run"]
+    print("\n".join(notes), flush=True)
 
-    print(f"Figure 11: table {table_gib:g} GiB, width {args.width}", flush=True)
-    if not modes and not args.gather_batches and not args.gpu_ring and not args.extra_partitions:
-        # Figure 12 only: its first width's table gives the ceilings.
-        ds, gen_s = _dataset(sweep_gib, widths[0], args)
-    else:
-        ds, gen_s = _dataset(table_gib, args.width, args)
+    print(f"table {table_gib:g} GiB, width {args.width}", flush=True)
+    ds, gen_s = _dataset(table_gib, args.width, args)
     ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100) if gpu else {}
+    ceiling = ceilings.get("pinned_memcpy_gbs", float("nan"))
     print(f"  ceilings: {ceilings}", flush=True)
-    fig11 = []
+    runs: List[Dict] = []
     for mode in modes:
-        mb = cpu_batches if mode == "cpu" else max_batches
-        try:
-            r = _run_mode(ds, mode, args, mb)
-            if mode == "cpu":
-                r["epoch_seconds_measured"] = r["epoch_seconds"]
-                r["epoch_seconds"] = r["epoch_seconds"] * max_batches / max(1, r["minibatches"])
-                r["scaled_to_minibatches"] = max_batches
-        except Exception as e:  # noqa: BLE001 - report and go on with the other modes
-            r = {"mode": mode, "error": str(e).splitlines()[-1][:500]}
-        print(f"  {mode}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                               if "error" not in r else f"FAILED {r['error']}"), flush=True)
-        fig11.append(r)
-    extra = [(f"zerocopy[{part}]", "zerocopy", {"partition": part}) for part in args.extra_partitions.split(",") if part]
-    extra += [(f"zerocopy[x{g}]", "zerocopy", {"group": int(g)}) for g in args.gather_batches.split(",") if g.strip()]
-    extra += [("gpu[ring]", "gpu", {"ring": True})] if args.gpu_ring else []
-    for label, mode, kw in extra:
-        try:
-            r = _run_mode(ds, mode, args, max_batches, **kw)
-        except Exception as e:  # noqa: BLE001 - report and go on with the other runs
-            r = {"mode": label, "error": str(e).splitlines()[-1][:500]}
-        print(f"  {r['mode']}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                                    if "error" not in r else f"FAILED {r['error']}"), flush=True)
-        fig11.append(r)
-    table_bytes = ds.features.numel() * ds.features.element_size()
-    fig11_ds = ds.describe()
+        runs.append(_attempt(lambda: _run(ds, mode, mode, args, max_batches, ceiling), mode))
+        print(_line(runs[-1]), flush=True)
+    extra = []
+    if "zerocopy" in modes and gpu and not q:
+        extra += [(f"zerocopy[mps {float(s):g}%]", dict(partition="mps", producer_share=float(s)))
+                  for s in args.shares.split(",") if s.strip()]
+        extra += [(f"zerocopy[{part}]", dict(partition=part)) for part in args.extra_partitions.split(",") if part]
+        if args.in_trainer:
+            extra.append(("zerocopy[in trainer]", dict(partition="none", gather_in="trainer")))
+    if args.cpu_sampling and "zerocopy" in modes:
+        extra.append(("zerocopy[cpu-sampling]", dict(sample_on="cpu", num_samplers=args.samplers or 4)))
+    for label, settings in extra:
+        runs.append(_attempt(lambda: _run(ds, label, "zerocopy", args, max_batches, ceiling, **settings), label))
+        print(_line(runs[-1]), flush=True)
+    described, table_bytes = ds.describe(), ds.features.numel() * ds.features.element_size()
     del ds
     gc.collect()
 
-    fig12 = []
-    fig11_modes = {r["mode"]: r for r in fig11 if "error" not in r}
-    sweep_modes = [m for m in args.sweep_modes.split(",") if m]
-    for w in widths:
-        print(f"Figure 12: width {w}, table {sweep_gib:g} GiB", flush=True)
-        if w == args.width and sweep_gib == table_gib and all(m in fig11_modes for m in sweep_modes):
-            # The Figure 11 runs are this point of the sweep: reuse them.
-            fig12 += [dict(fig11_modes[m], width=w) for m in sweep_modes]
-            print("  (same as Figure 11: reused)", flush=True)
-            continue
-        ds, _ = _dataset(sweep_gib, w, args)
-        for mode in sweep_modes:
-            try:
-                r = _run_mode(ds, mode, args, max_batches)
-            except Exception as e:  # noqa: BLE001
-                r = {"mode": mode, "error": str(e).splitlines()[-1][:500]}
+    sweep = []
+    for w in [int(x) for x in args.width_sweep.split(",") if x.strip()]:
+        print(f"Figure 12: width {w}, table {table_gib:g} GiB", flush=True)
+        wds, _ = _dataset(table_gib, w, args)
+        for mode in ("dma", "zerocopy", "gpu") if gpu else ("zerocopy",):
+            r = _attempt(lambda: _run(wds, mode, mode, args, max_batches, ceiling), mode)
             r["width"] = w
-            print(f"  {mode}: " + (f"{r['epoch_seconds']:.2f} s/epoch, {r['feature_gbs']:.1f} GB/s"
-                                   if "error" not in r else f"FAILED {r['error']}"), flush=True)
-            fig12.append(r)
-        del ds
+            print(_line(r), flush=True)
+            sweep.append(r)
+        del wds
         gc.collect()
 
-    by_mode = _by_mode(fig11)
-    bars = {}
-    if "zerocopy" in by_mode and "gpu" in by_mode:
-        bars["zerocopy_over_gpu_epoch_time"] = by_mode["zerocopy"]["epoch_seconds"] / by_mode["gpu"]["epoch_seconds"]
-        bars["zerocopy_within_10pct_of_gpu"] = bars["zerocopy_over_gpu_epoch_time"] <= 1.10
+    by = {r["mode"]: r for r in runs if "error" not in r}
+    bars: Dict[str, object] = {"fresh_sampling": fresh}
+    zc = by.get("zerocopy")
+    if zc is not None:
+        bars["zerocopy_ms_per_minibatch"] = zc["ms_per_minibatch"]
+        bars[f"zerocopy_at_most_{BAR_MS}ms"] = zc["ms_per_minibatch"] <= BAR_MS
+        bars["gpu_busy_share"] = zc["gpu_busy_share"]
+        bars["zerocopy_over_link_floor"] = zc["over_link_floor"]
+        if "dma" in by:
+            bars["zerocopy_speedup_over_dma"] = by["dma"]["ms_per_minibatch"] / zc["ms_per_minibatch"]
+            bars[f"zerocopy_at_least_{BAR_OVER_DMA:g}x_dma"] = bars["zerocopy_speedup_over_dma"] >= BAR_OVER_DMA
+        if "gpu" in by:
+            bars["zerocopy_over_gpu_epoch_time"] = zc["ms_per_minibatch"] / by["gpu"]["ms_per_minibatch"]
+    placement = [r for r in runs if "error" not in r and r["base_mode"] == "zerocopy"]
+    best = min(placement, key=lambda r: r["ms_per_minibatch"]) if placement else None
+    result = {"machine": info, "notes": notes, "ceilings": ceilings, "dataset": described, "table_bytes": table_bytes,
+              "generation_seconds": gen_s, "runs": runs, "width_sweep": sweep,
+              "best_zerocopy_placement": best["mode"] if best else None, "bars": bars, "config": vars(args),
+              "wall_seconds": time.perf_counter() - t_start}
 
-    if "zerocopy" in by_mode and "dma" in by_mode:
-        bars["zerocopy_speedup_over_dma"] = by_mode["dma"]["epoch_seconds"] / by_mode["zerocopy"]["epoch_seconds"]
-        bars["zerocopy_at_least_1.3x_dma"] = bars["zerocopy_speedup_over_dma"] >= 1.3
-    for w in widths:
-        rows = {r["mode"]: r for r in fig12 if r["width"] == w and "error" not in r}
-        if "dma" in rows and "zerocopy" in rows:
-            bars[f"width_{w}_zerocopy_speedup_over_dma"] = rows["dma"]["epoch_seconds"] / rows["zerocopy"]["epoch_seconds"]
-    result = {"machine": info, "notes": notes, "ceilings": ceilings, "figure11": {
-        "dataset": fig11_ds, "table_bytes": table_bytes, "generation_seconds": gen_s, "runs": fig11},
-        "figure12": {"table_gib": sweep_gib, "runs": fig12}, "bars": bars,
-        "config": vars(args), "wall_seconds": time.perf_counter() - t_start}
-
-    md = header_lines("GraphSAGE training: epoch time per data path (Figure 11) and width (Figure 12)", info, ceilings)
-    md += ["Notes: " + "; ".join(notes) + ".", "", f"Figure 11 dataset: {fig11_ds}", "",
-           "| mode | epoch s | minibatches/s | feature GB/s | x pinned memcpy | vs dma | vs gpu | val acc |",
-           "|---|---|---|---|---|---|---|---|"]
-    ceiling = ceilings.get("pinned_memcpy_gbs", float("nan"))
-    for r in fig11:
-        if "error" in r:
-            md.append(f"| {r['mode']} | failed: {r['error']} | | | | | | |")
-            continue
-        vs_dma = (f"{by_mode['dma']['epoch_seconds'] / r['epoch_seconds']:.2f}x faster" if "dma" in by_mode else "-")
-        vs_gpu = (f"{r['epoch_seconds'] / by_mode['gpu']['epoch_seconds']:.2f}x time" if "gpu" in by_mode else "-")
-        md.append(f"| {r['mode']} | {r['epoch_seconds']:.3f} | {r['minibatches_per_s']:.1f} | {r['feature_gbs']:.1f} | "
-                  f"{r['feature_gbs'] / ceiling:.2f} | {vs_dma} | {vs_gpu} | {r['val_acc']:.3f} |")
-    md += ["", "Figure 12 (table %g GiB per width):" % sweep_gib, "",
-           "| width | mode | epoch s | feature GB/s | speedup over dma |", "|---|---|---|---|---|"]
-    for r in fig12:
-        if "error" in r:
-            md.append(f"| {r['width']} | {r['mode']} | failed: {r['error']} | | |")
-            continue
-        dma = next((x for x in fig12 if x["width"] == r["width"] and x["mode"] == "dma" and "error" not in x), None)
-        sp = dma["epoch_seconds"] / r["epoch_seconds"] if dma else float("nan")
-        md.append(f"| {r['width']} | {r['mode']} | {r['epoch_seconds']:.3f} | {r['feature_gbs']:.1f} | {sp:.2f} |")
-    if args.trace:
-        md += [""] + trace_lines([(r["mode"], r.get("trace")) for r in fig11 if "error" not in r]
-                                 + [(f"{r['mode']}, width {r['width']}", r.get("trace")) for r in fig12
-                                    if "error" not in r])
-    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
+    md = header_lines("GraphSAGE training, every minibatch " + ("sampled" if fresh else "REPLAYED (diagnostic)"),
+                      info, ceilings)
+    md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described} (generated in {gen_s:.0f} s)", ""]
+    md += _table(runs, by, ceiling)
+    if best is not None and len(placement) > 1:
+        md += ["", "Producer placement (sampling and gathering in the producer process, on its own streams): "
+               + ", ".join(f"{r['mode']} {r['ms_per_minibatch']:.2f} ms" for r in placement)
+               + f"; fastest: {best['mode']}."]
+    if sweep:
+        md += ["", "Figure 12 (same table size, other widths):", ""] + _table(sweep, {}, ceiling)
+    md += ["", "Per-minibatch timings (trainer and producer):", ""]
+    md += trace_lines([(r["mode"], r.get("trace")) for r in runs if "error" not in r])
+    md += ["Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
            f"Wall time {result['wall_seconds']:.0f} s."]
 
     def plot(plt):
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-        ok = [r for r in fig11 if "error" not in r]
-        axes[0].bar([r["mode"] for r in ok], [r["epoch_seconds"] for r in ok], color="tab:blue")
-        axes[0].set_ylabel("epoch time (s)")
-        axes[0].set_title(f"Figure 11: {table_bytes / 2**30:.3g} GiB table, width {args.width}")
-        for mode in sweep_modes:
-            pts = [(r["width"], r["epoch_seconds"]) for r in fig12 if r["mode"] == mode and "error" not in r]
-            if pts:
-                axes[1].plot(*zip(*pts), marker="o", label=mode)
-        axes[1].set_xscale("log", base=2)
-        axes[1].set_xlabel("feature width")
-        axes[1].set_ylabel("epoch time (s)")
-        axes[1].set_title(f"Figure 12: {sweep_gib:g} GiB tables")
-        axes[1].legend()
+        ok = [r for r in runs if "error" not in r]
+        fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(ok)), 4.5))
+        xs = range(len(ok))
+        bottom = [0.0] * len(ok)
+        ax.bar(xs, [r["ms_per_minibatch"] for r in ok], color="tab:blue", label="ms / minibatch")
+        ax.bar(xs, [r["train_ms"] if r["train_ms"] == r["train_ms"] else 0 for r in ok], bottom=bottom,
+               color="tab:green", width=0.4, label="of which the GPU trains")
+        ax.scatter(xs, [r["link_floor_ms"] for r in ok], color="black", marker="_", s=400, label="link-bound floor")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["mode"] for r in ok], rotation=20)
+        ax.set_ylabel("ms per minibatch")
+        ax.set_title(f"GraphSAGE, {table_bytes / 2**30:.3g} GiB host feature table"
+                     + ("" if fresh else " (REPLAY DIAGNOSTIC)"))
+        ax.legend()
 
     write_report(args.out, args.name or ("training_quick" if q else "training"), result, md, plot)
     print("\n".join(md))

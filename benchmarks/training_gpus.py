@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from dataclasses import asdict
 from typing import Dict, List
 
 import torch
@@ -33,26 +34,29 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
 
     per_rank = global_batches // gpus
     extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
-    extra["cuda_graph"] = not args.eager
+    if args.eager:
+        extra["cuda_graph"] = False
+    if args.samplers is not None and mode == "dma":
+        extra["num_samplers"] = args.samplers
     if args.trace:
         extra["trace"] = True
     start = time.perf_counter()
     results = train_data_parallel(ds, gpus, mode, args.partition if mode == "zerocopy" else "auto",
-                                  [int(f) for f in args.fanouts.split(",")], args.batch_size, args.epochs,
-                                  quiet=True, max_batches=per_rank, num_samplers=args.samplers,
-                                  replay=args.replay, val_batches=1, hidden=args.hidden, **extra)
+                                  fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
+                                  epochs=args.epochs, quiet=True, max_batches=per_rank, replay=args.replay,
+                                  val_batches=1, hidden=args.hidden, **extra)
     wall = time.perf_counter() - start
     ranks = []
     for rank, epochs in sorted(results.items()):
         last = epochs[-1]
-        per_mb = last["steady_seconds"] / last["steady_batches"]
-        ranks.append({"rank": rank, "epoch_seconds": per_mb * last["train_batches"],
-                      "minibatches": last["train_batches"], "ms_per_minibatch": per_mb * 1e3,
-                      "feature_bytes_per_s": last["steady_bytes"] / last["steady_seconds"],
-                      "input_wait_share": last.get("steady_wait_seconds", float("nan")) / last["steady_seconds"],
-                      "val_acc": last["val_acc"], "loss": last["loss"], "partition": last.get("partition"),
-                      "param_checksum": last["param_checksum"], "trace": last.get("trace"),
-                      "train_step": last.get("train_step")})
+        per_mb = last.steady_seconds / last.steady_batches
+        ranks.append({"rank": rank, "epoch_seconds": per_mb * last.train_batches,
+                      "minibatches": last.train_batches, "ms_per_minibatch": per_mb * 1e3,
+                      "feature_bytes_per_s": last.steady_bytes / last.steady_seconds,
+                      "input_wait_share": last.input_wait_share,
+                      "val_acc": last.val_acc, "loss": last.loss, "partition": asdict(last.partition),
+                      "param_checksum": last.param_checksum, "trace": asdict(last.trace) if last.trace else None,
+                      "train_step": last.train_step})
     epoch = max(r["epoch_seconds"] for r in ranks)
     return {"gpus": gpus, "mode": mode, "epoch_seconds": epoch, "minibatches": sum(r["minibatches"] for r in ranks),
             "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,

@@ -1,28 +1,32 @@
 """GraphSAGE node classification through the zero-copy pipeline: ``zerocopy train``.
 
-Modes (the paper's Figure 11):
+Modes (the paper's Figure 11; :mod:`pytorch_zerocopy.pipeline.plan` has the vocabulary):
 
 ==================  ==========================================================================
 ``cpu``             sampling, gathering and training on the CPU
-``dma``             CPU gather (all threads) into pinned host slots in a producer process, async
-                    copy to the GPU overlapped with training
+``dma``             CPU sampling (the library's multithreaded op in sampler processes), CPU
+                    gather into pinned host slots in a producer process, async copy to the GPU
+                    overlapped with training: DGL's default path
 ``zerocopy-naive``  ``index_select`` on the table's CUDA alias inside the trainer: no reordering,
                     no separate producer, no partitioning
-``zerocopy``        routed zero-copy gather in a producer process writing a GPU ring shared with
-                    the consumer (several minibatches per gather, their blocks uploaded with
-                    them), with the GPU partitioned (``mps`` by default where available)
-``gpu``             the feature table copied into GPU memory first (the upper bound)
+``zerocopy``        a producer process samples each minibatch on the GPU (the graph read from
+                    host memory) and gathers its features with the routed zero-copy gather into a
+                    GPU ring shared with the trainer (several minibatches per gather), with the
+                    GPU partitioned (``mps`` by default where available)
+``gpu``             the feature table copied into GPU memory first (the upper bound), sampled on
+                    the GPU like ``zerocopy``
 ==================  ==========================================================================
 
-Without a GPU, ``zerocopy`` runs the same three-process pipeline on the CPU (CPU gather from
-the unified table, ring slots in shared memory, CPU training).
+Without a GPU, ``zerocopy`` runs the same three-process pipeline on the CPU (CPU sampling in a
+sampler process, CPU gather from the table in a producer, ring slots in shared memory, CPU
+training). Every setting is checked once, when the run's :class:`~pytorch_zerocopy.pipeline.Plan`
+is built: a bad one ends the command with one line and status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -30,73 +34,10 @@ from typing import Dict, List, Optional
 
 import torch
 
-MODES = ("cpu", "dma", "zerocopy-naive", "zerocopy", "gpu")
-PARTITIONS = ("auto", "none", "mps", "green")
+from .pipeline.plan import Mode, Partition, Plan, PlanError, gpu_available, make_plan
 
-
-def gpu_available() -> bool:
-    from .unified import gpu_backed
-
-    return torch.cuda.is_available() and gpu_backed()
-
-
-def dma_gather_threads(cores: Optional[int] = None) -> int:
-    """Threads of the DMA path's CPU gather: all of ``cores`` (default: this machine's) but two,
-    which stay free for the trainer's host (it issues every GPU launch of a step) and the
-    samplers. With every core gathering, the trainer's host was starved: 11 ms to issue a step
-    that runs in 2 ms on the GPU (H200, 16 cores); with two cores free it still took 9-10 ms,
-    so this is not the whole cause (benchmarks/results/training.md, dma row of the trace)."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, cores - 2)
-
-
-def default_gather_batches(row_bytes: int) -> int:
-    """Minibatches the zerocopy producer gathers per call, for rows of ``row_bytes``.
-
-    Short rows are bound by rows per second, which rise with the rows per call (one
-    minibatch's ~113 K rows of 512 B: 3.3 ms a gather; eight at once: 2.1 ms a minibatch, on an
-    H200; benchmarks/results/training_gather_groups.md): up to 8 for rows under 512 B, fewer as
-    rows widen, 1 from 4 KiB, where a single minibatch already streams near the copy ceiling and
-    more slots would only hold more GPU memory (the ring needs 2 slots per minibatch of a group)."""
-    return max(1, min(8, 4096 // max(1, row_bytes)))
-
-
-def pipeline_config(mode: str, partition: str = "auto", **overrides):
-    """The :class:`PipelineConfig` of a mode; ``partition='auto'`` picks MPS for ``zerocopy``
-    when its control binary exists, else none. Raises with a clear message when the mode needs
-    a GPU and there is none."""
-    from .pipeline import PipelineConfig
-
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if partition not in PARTITIONS:
-        raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-    gpu = gpu_available()
-    if mode in ("dma", "zerocopy-naive", "gpu") and not gpu:
-        raise RuntimeError(f"mode {mode!r} needs a CUDA GPU and a CUDA build of pytorch_zerocopy; "
-                           "on this machine use --mode zerocopy (the CPU pipeline) or --mode cpu")
-    if partition in ("mps", "green") and not gpu:
-        raise RuntimeError(f"partition={partition!r} needs a CUDA GPU")
-    if partition in ("mps", "green") and mode != "zerocopy":
-        raise ValueError(f"partition={partition!r} applies to --mode zerocopy only")
-    device = "cuda" if gpu and mode != "cpu" else "cpu"
-    cfg = PipelineConfig(device=device)
-    if mode == "cpu":
-        cfg = replace(cfg, gather="cpu")
-    elif mode == "dma":
-        cfg = replace(cfg, gather="dma", producer_process=True, producer_threads=dma_gather_threads())
-    elif mode == "zerocopy-naive":
-        cfg = replace(cfg, gather="naive")
-    elif mode == "gpu":
-        cfg = replace(cfg, gather="gpu")
-    else:
-        if partition == "auto":
-            partition = "mps" if gpu and shutil.which("nvidia-cuda-mps-control") else "none"
-        if partition == "green":
-            cfg = replace(cfg, gather="zerocopy", partition="green")
-        else:
-            cfg = replace(cfg, gather="zerocopy", producer_process=True, partition=partition)
-    return replace(cfg, **overrides)
+MODES = tuple(m.value for m in Mode)
+PARTITIONS = ("auto",) + tuple(p.value for p in Partition)
 
 
 class ProgressPrinter:
@@ -108,33 +49,32 @@ class ProgressPrinter:
         self.bar = None
         self.epoch = -1
 
-    def __call__(self, msg: tuple) -> None:
+    def __call__(self, message) -> None:
+        from .pipeline import EpochStats, PartitionInfo, StepDone
+
         if self.quiet:
             return
-        kind = msg[0]
-        if kind == "partition":
-            info = msg[1]
-            if info["kind"] == "mps":
-                print(f"GPU partition: MPS, producer {info['producer_share']:g}% / consumer "
-                      f"{info['consumer_share']:g}% of the threads")
-            else:
-                print(f"GPU partition: green contexts, producer {info['producer_sms']} SMs / consumer "
-                      f"{info['consumer_sms']} SMs of {info['total_sms']} (granularity {info['granularity']}, "
-                      f"requested {info['requested_producer_sms']}"
-                      + ("" if info.get("disjoint") else "; torch's green contexts: the SM sets may overlap") + ")")
-        elif kind == "step":
-            _, _, epoch, _ = msg
-            if epoch != self.epoch:
+        if isinstance(message, PartitionInfo):
+            if message.kind is Partition.MPS:
+                print(f"GPU partition: MPS, producer {message.producer_share:g}% / trainer "
+                      f"{message.consumer_share:g}% of the threads")
+            elif message.kind is Partition.GREEN:
+                print(f"GPU partition: green contexts, producer {message.producer_sms} SMs / trainer "
+                      f"{message.consumer_sms} SMs of {message.total_sms} (granularity {message.granularity}, "
+                      f"requested {message.requested_producer_sms}"
+                      + ("" if message.disjoint else "; torch's green contexts: the SM sets may overlap") + ")")
+        elif isinstance(message, StepDone):
+            if message.epoch != self.epoch:
                 self._close()
                 from tqdm import tqdm
 
-                self.epoch = epoch
-                self.bar = tqdm(total=self.per_epoch, desc=f"epoch {epoch}", unit="mb", leave=False,
+                self.epoch = message.epoch
+                self.bar = tqdm(total=self.per_epoch, desc=f"epoch {message.epoch}", unit="mb", leave=False,
                                 file=sys.stderr, dynamic_ncols=True)
             self.bar.update(1)
-        elif kind == "epoch":
+        elif isinstance(message, EpochStats):
             self._close()
-            print(format_epoch(msg[1]), flush=True)
+            print(format_epoch(message), flush=True)
 
     def _close(self) -> None:
         if self.bar is not None:
@@ -142,47 +82,50 @@ class ProgressPrinter:
             self.bar = None
 
 
-def format_epoch(s: dict) -> str:
-    secs = s["train_seconds"]
-    rate = s["train_batches"] / secs if secs > 0 else float("nan")
-    gbs = s["feature_bytes"] / secs / 1e9 if secs > 0 else float("nan")
-    return (f"epoch {s['epoch']}: {secs:.2f} s, {s['train_batches']} minibatches ({rate:.1f}/s), "
-            f"features {gbs:.2f} GB/s, loss {s['loss']:.4f}, val acc {s['val_acc']:.4f}")
+def format_epoch(s) -> str:
+    secs = s.train_seconds
+    rate = s.train_batches / secs if secs > 0 else float("nan")
+    gbs = s.feature_bytes / secs / 1e9 if secs > 0 else float("nan")
+    return (f"epoch {s.epoch}: {secs:.2f} s, {s.train_batches} minibatches ({rate:.1f}/s), "
+            f"features {gbs:.2f} GB/s, loss {s.loss:.4f}, val acc {s.val_acc:.4f}")
 
 
-def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", fanouts=(10, 10),
-          batch_size: int = 1024, epochs: int = 2, feature_dim: Optional[int] = None,
-          max_batches: Optional[int] = None, quiet: bool = False, **overrides) -> List[Dict]:
-    """Trains GraphSAGE on ``dataset`` (a :class:`NodeDataset` or a spec for ``load_dataset``)."""
-    from .datasets import NodeDataset, load_dataset
+def _printer(plan: Plan, ds, quiet: bool) -> ProgressPrinter:
+    n_train = -(-ds.train_idx.numel() // plan.world_size // plan.batch_size)
+    n_val = -(-ds.val_idx.numel() // plan.batch_size)
+    return ProgressPrinter(min(n_train, plan.max_batches or n_train), min(n_val, plan.val_batches or n_val), quiet)
+
+
+def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = False) -> List:
+    """Runs ``plan`` on ``dataset`` with a progress display. ``mps_fallback``: the MPS partition
+    was the package's choice, not the user's; where its daemon cannot start, run unpartitioned."""
     from .pipeline import run_pipeline
     from .pipeline.partition import MpsError
 
-    if not isinstance(dataset, NodeDataset):
-        dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
-    cfg = pipeline_config(mode, partition, fanouts=tuple(int(f) for f in fanouts), batch_size=batch_size,
-                          epochs=epochs, max_batches=max_batches, **overrides)
-    # Minibatches per gather: as asked, else the default for the zerocopy GPU ring; the ring
-    # then gets two slots per minibatch of a group unless num_slots is given too.
-    groups = overrides.get("gather_batches")
-    if groups is None and cfg.gather == "zerocopy" and cfg.producer_process and cfg.device.startswith("cuda"):
-        groups = default_gather_batches(dataset.feature_dim * dataset.features.element_size())
-    if groups is not None:
-        cfg = replace(cfg, gather_batches=groups)
-        if "num_slots" not in overrides:
-            cfg = replace(cfg, num_slots=max(cfg.num_slots, 2 * groups))
-    n_train = -(-dataset.train_idx.numel() // batch_size)
-    n_val = -(-dataset.val_idx.numel() // batch_size)
-    printer = ProgressPrinter(min(n_train, max_batches or n_train), min(n_val, cfg.val_batches or n_val), quiet)
+    printer = _printer(plan, dataset, quiet)
     try:
-        return run_pipeline(cfg, dataset, printer)
+        return run_pipeline(plan, dataset, printer)
     except MpsError as e:
-        if partition != "auto":
+        if not mps_fallback:
             raise
-        # MPS was only the default choice: without a working daemon, train unpartitioned.
         if not quiet:
             print(f"MPS is not usable here ({e}); running without a GPU partition")
-        return run_pipeline(replace(cfg, partition="none"), dataset, printer)
+        return run_pipeline(replace(plan, partition=Partition.NONE), dataset, printer)
+
+
+def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", *, feature_dim: Optional[int] = None,
+          quiet: bool = False, **settings) -> List:
+    """Trains GraphSAGE on ``dataset`` (a :class:`NodeDataset` or a spec for ``load_dataset``);
+    ``settings`` are :class:`~pytorch_zerocopy.pipeline.Plan` fields (``fanouts``,
+    ``batch_size``, ``epochs``, ``max_batches``, ...). Returns the per-epoch
+    :class:`~pytorch_zerocopy.pipeline.EpochStats`. Raises :class:`PlanError` for a bad
+    setting, before anything starts."""
+    from .datasets import NodeDataset, load_dataset
+
+    if not isinstance(dataset, NodeDataset):
+        dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
+    plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, **settings)
+    return run_plan(plan, dataset, mps_fallback=partition == "auto", quiet=quiet)
 
 
 PEER_FAILURE_GRACE_S = 5.0
@@ -196,36 +139,21 @@ def lost_a_peer(message: str) -> bool:
     return any(s in message for s in _PEER_LOST)
 
 
-def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epochs: int, kwargs: dict) -> List[Dict]:
+def _rank_main(dataset, plan: Plan) -> List:
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
     worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
 
     The worker only supervises its pipeline's processes and never opens a CUDA context itself
     (so under a shared MPS daemon every GPU client is a role with its thread share)."""
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    overrides = dict(kwargs)
-    use_gpu = overrides.pop("use_gpu", None)
-    if use_gpu is False:
-        overrides["device"] = "cpu"
-    elif gpu_available() and mode != "cpu":
-        if local_rank >= torch.cuda.device_count():
-            raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
-                               f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
-        overrides["device"] = f"cuda:{local_rank}"
-    # The machine's cores are split between its pipelines: the roles that use all of a
-    # process's threads (the DMA gather, CPU training) would otherwise oversubscribe them.
-    share = max(1, (os.cpu_count() or 1) // local_world)
-    if local_world > 1 and overrides.get("producer_threads") in (None, 0) and mode == "dma":
-        overrides["producer_threads"] = dma_gather_threads(share)
-    if local_world > 1 and overrides.get("consumer_threads") in (None, 0):
-        overrides["consumer_threads"] = share
+    plan = plan.for_rank(rank, int(os.environ["WORLD_SIZE"]), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if plan.on_gpu and local_rank >= torch.cuda.device_count():
+        raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
+                           f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
     from .pipeline import PipelineError
 
     try:
-        return train(dataset, mode, partition, fanouts, batch_size, epochs, quiet=rank != 0,
-                     rank=rank, world_size=world_size, **overrides)
+        return run_plan(plan, dataset, quiet=rank != 0)
     except PipelineError as e:
         if lost_a_peer(str(e)):
             # A consequence of another rank's failure, not a cause: give the failing rank time to
@@ -234,52 +162,32 @@ def _rank_main(dataset, mode: str, partition: str, fanouts, batch_size: int, epo
         raise
 
 
-def _resolve_parallel_partition(mode: str, partition: str) -> str:
-    if partition == "auto":
-        use_mps = mode == "zerocopy" and gpu_available() and shutil.which("nvidia-cuda-mps-control")
-        return "mps" if use_mps else "none"
-    if partition == "green":
-        return partition
-    if partition == "mps" and mode != "zerocopy":
-        raise ValueError("partition='mps' applies to --mode zerocopy only")
-    if partition == "mps" and not gpu_available():
-        raise RuntimeError("partition='mps' needs a CUDA GPU")
-    return partition
-
-
-def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", fanouts=(10, 10),
-                        batch_size: int = 1024, epochs: int = 2, launch_options=None, quiet: bool = False,
-                        use_gpu: Optional[bool] = None, **kwargs) -> Dict[int, List[Dict]]:
+def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", *,
+                        launch_options=None, quiet: bool = False, use_gpu: Optional[bool] = None,
+                        **settings) -> Dict[int, List]:
     """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
     gloo without a GPU), gradients averaged over NCCL (inside the step's CUDA graphs; with DDP
     when ``cuda_graph=False`` and on CPU workers), one shared copy of the dataset.
 
-    ``dataset`` must live in shared memory (every :mod:`pytorch_zerocopy.datasets` loader puts
-    it there): the workers map it, they do not copy it. ``use_gpu=False`` keeps every
-    pipeline on the CPU (gloo) even where GPUs exist (``zerocopy`` and ``cpu`` modes). With MPS
+    The plan is made once, here (``settings``: :class:`Plan` fields); each worker takes its
+    rank's share of it (:meth:`Plan.for_rank`). ``dataset`` must live in shared memory (every
+    :mod:`pytorch_zerocopy.datasets` loader puts it there): the workers map it, they do not copy
+    it. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
     partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
-    control daemon that serves every GPU of the machine, each pipeline's producer and consumer
+    control daemon that serves every GPU of the machine, each pipeline's producer and trainer
     connect to it with their thread shares, and it is stopped when the run ends, also when a
     worker fails. Returns each rank's epoch statistics.
     """
     from .launch import LaunchOptions, launch
     from .pipeline.partition import MpsDaemon, MpsError
 
-    if nproc < 1:
-        raise ValueError(f"nproc must be >= 1, got {nproc}")
-    if use_gpu is False:
-        if mode not in ("zerocopy", "cpu"):
-            raise ValueError(f"use_gpu=False runs the CPU pipeline: mode must be 'zerocopy' or 'cpu', got {mode!r}")
-        if partition in ("mps", "green"):
-            raise ValueError(f"partition={partition!r} partitions a GPU, but use_gpu=False")
-        resolved = "none"
-    else:
-        resolved = _resolve_parallel_partition(mode, partition)
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise PlanError("nproc", f"nproc must be >= 1, got {nproc!r}")
+    plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, gpu=use_gpu, **settings)
     options = launch_options or LaunchOptions()
     options.nproc_per_node = nproc
-    args = (dataset, mode, resolved, tuple(fanouts), batch_size, epochs, dict(kwargs, use_gpu=use_gpu))
-    if resolved != "mps":
-        return launch(_rank_main, args, options)
+    if plan.partition is not Partition.MPS:
+        return launch(_rank_main, (dataset, plan), options)
     daemon = MpsDaemon()
     try:
         daemon.start()
@@ -288,12 +196,12 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
             raise
         if not quiet:
             print(f"MPS is not usable here ({e}); running without a GPU partition")
-        return launch(_rank_main, (dataset, mode, "none") + args[3:], options)
+        return launch(_rank_main, (dataset, replace(plan, partition=Partition.NONE)), options)
     try:
         if not quiet:
             print(f"GPU partition: MPS, one daemon for all {nproc} pipelines of this machine")
         options.extra_env = {**options.extra_env, **daemon.shared_env()}
-        return launch(_rank_main, args, options)
+        return launch(_rank_main, (dataset, plan), options)
     finally:
         daemon.stop()
 
@@ -311,9 +219,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batches", type=int, default=None, help="training minibatches per epoch (default: all)")
     p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
-    p.add_argument("--samplers", type=int, default=1, help="sampler processes")
+    p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where minibatches are sampled (auto: on the GPU that gathers, except --mode dma and cpu)")
+    p.add_argument("--samplers", type=int, default=None, help="sampler processes, when sampling on the CPU")
     p.add_argument("--gather-batches", type=int, default=None,
-                   help="zerocopy: minibatches gathered per call by the producer (default: the mode's)")
+                   help="zerocopy: minibatches gathered per call by the producer (default: from the row width)")
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--eager", action="store_true",
                    help="issue each training step op by op (with DDP on several GPUs) instead of replaying it "
@@ -329,50 +239,83 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+# The command-line flag of each setting a bad value of which the plan reports.
+_FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--max-batches", "hidden": "--hidden",
+          "fanouts": "--fanouts", "num_samplers": "--samplers", "gather_batches": "--gather-batches",
+          "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
+          "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
+          "sample_on": "--sample-on"}
+
+
+def _one_line(error: Exception) -> str:
+    """The error's message with the setting named by its flag, on one line."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    for setting, flag in _FLAGS.items():
+        if message.startswith(setting + " "):
+            return flag + message[len(setting):]
+    return message
+
+
+def _parse_fanouts(text: str):
+    try:
+        return tuple(int(f) for f in str(text).split(",") if f.strip())
+    except ValueError:
+        raise PlanError("fanouts", f"fanouts must be comma-separated integers, got {text!r}") from None
+
+
 def run_from_args(args: argparse.Namespace) -> int:
+    from .datasets import parse_dataset
+    from .launch import WorkerFailed
     from .pipeline import PipelineError
 
-    if args.gpus < 1:
-        print(f"zerocopy train: --gpus must be >= 1, got {args.gpus}", file=sys.stderr)
-        return 2
-    distributed = args.gpus > 1 or args.nnodes not in ("1", "1:1")
+    settings = dict(batch_size=args.batch_size, epochs=args.epochs, max_batches=args.max_batches,
+                    producer_share=args.producer_share, producer_sms=args.producer_sms, hidden=args.hidden,
+                    seed=args.seed)
+    if args.samplers is not None:
+        settings["num_samplers"] = args.samplers
+    if args.gather_batches is not None:
+        settings["gather_batches"] = args.gather_batches
+    if args.eager:
+        settings["cuda_graph"] = False
+    if args.sample_on != "auto":
+        settings["sample_on"] = args.sample_on
+    distributed = args.gpus != 1 or args.nnodes not in ("1", "1:1")
     try:
-        fanouts = [int(f) for f in str(args.fanouts).split(",") if f.strip()]
-    except ValueError:
-        print(f"zerocopy train: --fanouts must be comma-separated integers, got {args.fanouts!r}", file=sys.stderr)
+        if args.gpus < 1:
+            raise PlanError("nproc", f"nproc must be >= 1, got {args.gpus}")
+        settings["fanouts"] = _parse_fanouts(args.fanouts)
+        spec = parse_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
+        plan = make_plan(args.mode, args.partition, row_bytes=spec.row_bytes, **settings)
+    except ValueError as e:
+        print(f"zerocopy train: {_one_line(e)}", file=sys.stderr)
         return 2
-    if args.mode in ("zerocopy", "cpu") and not gpu_available():
+    if plan.device == "cpu" and plan.mode in (Mode.ZEROCOPY, Mode.CPU):
         print("No CUDA GPU available: running the CPU path (CPU sampling, gathering and training"
-              + (", same sampler -> producer -> consumer pipeline" if args.mode == "zerocopy" else "") + ").")
-    from .datasets import load_dataset
+              + (", same sampler -> producer -> trainer pipeline" if plan.mode is Mode.ZEROCOPY else "") + ").")
 
     start = time.perf_counter()
-    ds = load_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
-    print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
-    print(f"mode {args.mode}, fanouts {fanouts}, batch size {args.batch_size}, epochs {args.epochs}")
-    kwargs = dict(max_batches=args.max_batches, producer_share=args.producer_share, producer_sms=args.producer_sms,
-                  num_samplers=args.samplers, hidden=args.hidden, seed=args.seed, cuda_graph=not args.eager)
-    if args.gather_batches is not None:
-        kwargs["gather_batches"] = args.gather_batches
     try:
+        ds = spec.load()
+        if spec.row_bytes is None:  # an OGB directory: its row width is known once it is read
+            plan = make_plan(args.mode, args.partition, row_bytes=ds.row_bytes, **settings)
+        print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
+        print(f"{plan.describe()}; fanouts {list(plan.fanouts)}, batch size {plan.batch_size}, epochs {plan.epochs}")
         if distributed:
             from .launch import LaunchOptions
 
-            where = f"{args.gpus} GPU(s)" if gpu_available() else f"{args.gpus} CPU worker(s) over gloo"
+            where = f"{args.gpus} GPU(s)" if plan.on_gpu else f"{args.gpus} CPU worker(s) over gloo"
             print(f"data-parallel: {where} per machine, {args.nnodes} machine(s)")
             options = LaunchOptions(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                                     rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
-            train_data_parallel(ds, args.gpus, args.mode, args.partition, fanouts, args.batch_size, args.epochs,
-                                launch_options=options, **kwargs)
+            train_data_parallel(ds, args.gpus, args.mode, args.partition, launch_options=options, quiet=False,
+                                **settings)
         else:
-            train(ds, args.mode, args.partition, fanouts, args.batch_size, args.epochs, **kwargs)
-    except (RuntimeError, ValueError) as e:
-        from .launch import WorkerFailed
-
-        if isinstance(e, (PipelineError, WorkerFailed)):
-            print(f"zerocopy train failed: {e}", file=sys.stderr)
-            return 1
-        print(f"zerocopy train: {e}", file=sys.stderr)
+            run_plan(plan, ds, mps_fallback=args.partition == "auto")
+    except (PipelineError, WorkerFailed) as e:
+        print(f"zerocopy train failed: {e}", file=sys.stderr)
+        return 1
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"zerocopy train: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\ninterrupted: all pipeline processes stopped", file=sys.stderr)

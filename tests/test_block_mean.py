@@ -139,7 +139,7 @@ def test_ids_out_of_range(device, gen):
 
 def test_model_step_gradients_match_the_aten_formulation(device, gen):
     """GraphSAGE through the fused op trains exactly as the same layer written in ATen ops."""
-    from pytorch_zerocopy.pipeline.model import SAGEConv
+    from pytorch_zerocopy.nn import SAGEConv
 
     class Block:
         def __init__(self, src, dst, n_src, n_dst):
@@ -151,9 +151,13 @@ def test_model_step_gradients_match_the_aten_formulation(device, gen):
         def num_dst_nodes(self):
             return self.n_dst
 
+        def num_src_nodes(self):
+            return self.n_src
+
     torch.manual_seed(gen.initial_seed() % (1 << 31))
     for in_dim, out_dim in ((16, 8), (8, 16)):  # narrowing projects first; widening aggregates first
         conv = SAGEConv(in_dim, out_dim).to(device).double()
+        torch.nn.init.normal_(conv.bias)
         src, dst = random_block(gen, 30, 10, 120)
         block = Block(src.to(device), dst.to(device), 30, 10)
         x = torch.randn(30, in_dim, generator=gen, dtype=torch.float64).to(device).requires_grad_(True)
@@ -169,9 +173,9 @@ def test_model_step_gradients_match_the_aten_formulation(device, gen):
 
         h_dst = x[:10]
         if conv.project_first:
-            y = conv.fc_self(h_dst) + aten_mean(conv.fc_neigh(x))
+            y = conv.fc_self(h_dst) + aten_mean(conv.fc_neigh(x)) + conv.bias
         else:
-            y = conv.fc_self(h_dst) + conv.fc_neigh(aten_mean(x))
+            y = conv.fc_self(h_dst) + conv.fc_neigh(aten_mean(x)) + conv.bias
         y.square().sum().backward()
         want = [x.grad] + [p.grad for p in conv.parameters()]
         for a, b in zip(got, want):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_zerocopy.datasets import community_graph, load_dataset, load_ogb, papers_like
+from pytorch_zerocopy.datasets import community_graph, load_dataset, load_ogb, papers_like, parse_dataset
 
 
 def _neighbour_sets(indptr, indices):
@@ -15,12 +15,12 @@ def _neighbour_sets(indptr, indices):
 
 
 def _check_csr(ds):
-    assert ds.indptr.dtype == torch.int64 and ds.indices.dtype == torch.int64
-    assert ds.indptr[0] == 0 and int(ds.indptr[-1]) == ds.indices.numel()
-    assert bool((ds.indptr[1:] >= ds.indptr[:-1]).all())
-    assert int(ds.indices.min()) >= 0 and int(ds.indices.max()) < ds.num_nodes
+    assert ds.graph.indptr.dtype == torch.int64 and ds.graph.indices.dtype == torch.int64
+    assert ds.graph.indptr[0] == 0 and int(ds.graph.indptr[-1]) == ds.graph.indices.numel()
+    assert bool((ds.graph.indptr[1:] >= ds.graph.indptr[:-1]).all())
+    assert int(ds.graph.indices.min()) >= 0 and int(ds.graph.indices.max()) < ds.num_nodes
     assert ds.features.shape[0] == ds.num_nodes and ds.labels.numel() == ds.num_nodes
-    assert ds.features.is_shared()
+    assert ds.features.is_shared() and ds.graph.indices.is_shared() and ds.graph.indptr.is_shared()
 
 
 def test_community_graph_is_deterministic_and_structured():
@@ -28,17 +28,21 @@ def test_community_graph_is_deterministic_and_structured():
     b = community_graph(num_nodes=6000, feature_dim=16, seed=3)
     c = community_graph(num_nodes=6000, feature_dim=16, seed=4)
     _check_csr(a)
-    for name in ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx"):
+    assert torch.equal(a.graph.indptr, b.graph.indptr) and torch.equal(a.graph.indices, b.graph.indices)
+    for name in ("features", "labels", "train_idx", "val_idx", "test_idx"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.graph.symmetric and a.graph.csc().indices is a.graph.indices  # in-lists are out-lists
+    src, dst = a.edges()
+    assert torch.equal(src, a.graph.indices) and dst.numel() == a.num_edges
     assert not torch.equal(a.features, c.features)
     # Undirected, no self loops, no duplicates.
-    nbrs = _neighbour_sets(a.indptr, a.indices)
+    nbrs = _neighbour_sets(a.graph.indptr, a.graph.indices)
     assert sum(len(s) for s in nbrs) == a.num_edges
     assert all(v not in s for v, s in enumerate(nbrs))
     assert all(v in nbrs[u] for v in range(0, a.num_nodes, 97) for u in nbrs[v])
     # Community structure: most edges join nodes of one class.
-    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.indptr[1:] - a.indptr[:-1])
-    same = (a.labels[dst] == a.labels[a.indices]).float().mean().item()
+    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.graph.indptr[1:] - a.graph.indptr[:-1])
+    same = (a.labels[dst] == a.labels[a.graph.indices]).float().mean().item()
     assert same > 0.6
     # Splits are disjoint.
     allsplit = torch.cat([a.train_idx, a.val_idx, a.test_idx])
@@ -49,9 +53,9 @@ def test_community_graph_is_learnable_from_neighbours_not_from_one_node():
     ds = community_graph(num_nodes=8000, feature_dim=64, seed=1)
     x, y = ds.features, ds.labels
     means = torch.zeros(ds.num_classes, x.shape[1]).index_add_(0, y, x) / torch.bincount(y).unsqueeze(1)
-    deg = ds.indptr[1:] - ds.indptr[:-1]
+    deg = ds.graph.indptr[1:] - ds.graph.indptr[:-1]
     dst = torch.repeat_interleave(torch.arange(ds.num_nodes), deg)
-    agg = torch.zeros_like(x).index_add_(0, dst, x[ds.indices]) / deg.clamp(min=1).unsqueeze(1)
+    agg = torch.zeros_like(x).index_add_(0, dst, x[ds.graph.indices]) / deg.clamp(min=1).unsqueeze(1)
     own = (torch.cdist(x, means).argmin(1) == y).float().mean().item()
     neigh = (torch.cdist(agg, means).argmin(1) == y).float().mean().item()
     assert own < 0.7  # a node alone is ambiguous...
@@ -66,11 +70,11 @@ def test_papers_like_generator():
     _check_csr(a)
     assert a.features.dtype == torch.float16
     # Chunking changes nothing about the graph or labels.
-    assert torch.equal(a.indptr, b.indptr) and torch.equal(a.labels, b.labels)
-    deg = (a.indptr[1:] - a.indptr[:-1]).float()
+    assert torch.equal(a.graph.indptr, b.graph.indptr) and torch.equal(a.labels, b.labels)
+    deg = (a.graph.indptr[1:] - a.graph.indptr[:-1]).float()
     assert 4.5 < deg.mean().item() < 7.5 and int(deg.min()) >= 1
-    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.indptr[1:] - a.indptr[:-1])
-    assert (a.labels[dst] == a.labels[a.indices]).float().mean().item() > 0.6
+    dst = torch.repeat_interleave(torch.arange(a.num_nodes), a.graph.indptr[1:] - a.graph.indptr[:-1])
+    assert (a.labels[dst] == a.labels[a.graph.indices]).float().mean().item() > 0.6
     # Features carry the class: class means differ far more than noise / sqrt(n).
     f = a.features.float()
     means = torch.zeros(10, 24).index_add_(0, a.labels, f) / torch.bincount(a.labels).unsqueeze(1)
@@ -78,7 +82,7 @@ def test_papers_like_generator():
     assert f.std().item() > 0.5  # not zeros
     again = papers_like(5000, avg_degree=6, feature_dim=24, dtype=torch.float16, num_classes=10, seed=2,
                         device="cpu", chunk_bytes=4096)
-    assert torch.equal(a.features, again.features) and torch.equal(a.indices, again.indices)
+    assert torch.equal(a.features, again.features) and torch.equal(a.graph.indices, again.graph.indices)
 
 
 def test_bucketed_csr_build_matches_the_direct_one():
@@ -96,13 +100,25 @@ def test_bucketed_csr_build_matches_the_direct_one():
         assert bucketed[1].is_shared()
 
 
-def test_load_dataset_specs_and_errors():
+def test_load_dataset_specs_and_errors(tmp_path):
     ds = load_dataset("papers-like:3k:4", feature_dim=8)
-    assert ds.num_nodes == 3000 and ds.feature_dim == 8
-    with pytest.raises(ValueError, match="unknown dataset"):
-        load_dataset("no-such-dataset")
-    with pytest.raises(ValueError, match="node count"):
-        load_dataset("papers-like")
+    assert ds.num_nodes == 3000 and ds.feature_dim == 8 and not ds.graph.symmetric
+    spec = parse_dataset("papers-like:2.5M")
+    assert (spec.kind, spec.nodes, spec.degree, spec.feature_dim, spec.row_bytes) == ("papers-like", 2_500_000, 15,
+                                                                                     128, 512)
+    assert parse_dataset("community").row_bytes == 256 and parse_dataset(str(tmp_path)).row_bytes is None
+    for bad, message in (("no-such-dataset", "unknown dataset"), ("papers-like", "NODES"),
+                         ("papers-like:abc", "NODES must be a positive whole number"),
+                         ("papers-like:1.5", "NODES must be"), ("papers-like:0", "NODES must be"),
+                         ("papers-like:5k:x", "DEGREE must be"), ("papers-like:5k:4:9", "NODES"),
+                         ("papers-like:100", "at least 172"), ("", "unknown dataset")):
+        with pytest.raises(ValueError, match=message):
+            parse_dataset(bad)
+    for width in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="feature_dim must be a positive int"):
+            parse_dataset("community", feature_dim=width)
+    with pytest.raises(ValueError, match="feature_dim applies to generated"):
+        parse_dataset(str(tmp_path), feature_dim=8)
     with pytest.raises(ValueError, match="num_classes"):
         papers_like(5, num_classes=10, device="cpu")
 
@@ -148,7 +164,7 @@ def test_load_ogb_csv_layout(tmp_path):
     assert torch.allclose(ds.features, torch.from_numpy(feats))
     assert torch.equal(ds.labels, torch.from_numpy(labels))
     assert torch.equal(ds.train_idx, torch.from_numpy(tr)) and torch.equal(ds.test_idx, torch.from_numpy(te))
-    assert _neighbour_sets(ds.indptr, ds.indices) == _expected_neighbours(n, edges, reverse=True)
+    assert _neighbour_sets(ds.graph.indptr, ds.graph.indices) == _expected_neighbours(n, edges, reverse=True)
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed], ids=["stored", "compressed"])
@@ -169,7 +185,7 @@ def test_load_ogb_binary_layout(tmp_path, save):
     assert torch.equal(ds.features, torch.from_numpy(feats.astype(np.float16)))
     assert int(ds.labels[3]) == -1 and int(ds.labels[4]) == labels[4]
     # papers100M is directed: no reverse edges are added.
-    assert _neighbour_sets(ds.indptr, ds.indices) == _expected_neighbours(n, edges, reverse=False)
+    assert _neighbour_sets(ds.graph.indptr, ds.graph.indices) == _expected_neighbours(n, edges, reverse=False)
 
 
 def test_load_ogb_errors(tmp_path):

@@ -1,5 +1,6 @@
-"""The DGL-compatible loader without DGL: batches, blocks, prefetching, bad input, and a
-GraphSAGE model built from pytorch_zerocopy.dgl.nn trained through it."""
+"""The DGL-compatible loader without DGL: the graph built as dgl.graph builds it, batches,
+blocks, prefetching, bad input, and a GraphSAGE model built from pytorch_zerocopy.dgl.nn trained
+through it."""
 
 import warnings
 
@@ -8,24 +9,65 @@ import torch
 import torch.nn.functional as F
 
 import pytorch_zerocopy as zc
-from pytorch_zerocopy.dgl import (NID, EID, Block, DataLoader, Graph, MultiLayerFullNeighborSampler,
-                                  NeighborSampler)
+from pytorch_zerocopy.datasets import community_graph
+from pytorch_zerocopy.dgl import (NID, EID, Block, CSRGraph, DataLoader, MultiLayerFullNeighborSampler,
+                                  NeighborSampler, graph as make_graph)
 from pytorch_zerocopy.dgl.nn import SAGEConv
-from pytorch_zerocopy.dgl.synthetic import community_graph
+
+
+class Data:
+    """A small learnable dataset as DGL users hold one: an edge list in its own order (edge
+    ``i`` is ``src[i] -> dst[i]``), features, labels, splits."""
+
+    def __init__(self, num_nodes, seed):
+        ds = community_graph(num_nodes=num_nodes, num_classes=4, feature_dim=16, mean_scale=0.35, seed=seed,
+                             splits=(0.6, 0.0, 0.4))
+        src, dst = ds.edges()
+        perm = torch.randperm(src.numel(), generator=torch.Generator().manual_seed(seed))
+        self.src, self.dst = src[perm], dst[perm]  # not in CSR order: edge ids must survive
+        self.feat, self.label = ds.features.clone(), ds.labels.clone()
+        self.train_idx, self.test_idx = ds.train_idx, ds.test_idx
+        self.num_nodes = ds.num_nodes
 
 
 @pytest.fixture(scope="module")
 def data():
-    cg = community_graph(num_nodes=1500, seed=3)
-    indptr, indices, order = cg.csr()
-    graph = Graph((indptr, indices), ndata={"feat": cg.feat.clone(), "label": cg.label.clone()},
-                  edata={"w": torch.rand(indices.numel()) + 0.1})
+    cg = Data(1500, seed=3)
+    graph = make_graph((cg.src, cg.dst), num_nodes=cg.num_nodes, ndata={"feat": cg.feat, "label": cg.label},
+                       edata={"w": torch.rand(cg.src.numel()) + 0.1})
     return cg, graph
 
 
-def edges_of(graph):
-    src = torch.repeat_interleave(torch.arange(graph.num_nodes()), graph.indptr[1:] - graph.indptr[:-1])
-    return src, graph.indices.long()
+def edges_of(data):
+    """``(src, dst)`` indexed by edge id (the input order, as in DGL)."""
+    return data[0].src, data[0].dst
+
+
+def test_graph_is_built_as_dgl_builds_it(data):
+    cg, g = data
+    assert isinstance(g, CSRGraph) and g.num_nodes == cg.num_nodes and g.num_edges == cg.src.numel()
+    # Row u lists u's out-neighbours; eids name each position by its edge's input position.
+    rows = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+    assert torch.equal(cg.src[g.eids], rows) and torch.equal(cg.dst[g.eids], g.indices.long())
+    # The transpose keeps the same edge ids.
+    t = g.csc()
+    cols = torch.repeat_interleave(torch.arange(g.num_nodes), t.indptr[1:] - t.indptr[:-1])
+    assert torch.equal(cg.dst[t.eids], cols) and torch.equal(cg.src[t.eids], t.indices.long())
+    # DGL's sparse form, and the refusals.
+    csr = make_graph(("csr", (g.indptr, g.indices, g.eids)))
+    assert torch.equal(csr.indices, g.indices) and torch.equal(csr.eids, g.eids)
+    with pytest.raises(ValueError, match="one node per edge.*'csr'"):
+        make_graph((g.indptr, g.indices))  # CSR arrays passed as (src, dst): refused, not misread
+    with pytest.raises(ValueError, match="out of range"):
+        make_graph((torch.tensor([0, 5]), torch.tensor([1, 2])), num_nodes=4)
+    with pytest.raises(TypeError, match="src and dst|data must be"):
+        make_graph(torch.tensor([[0, 1], [1, 0]]))
+    coo = make_graph(("coo", (cg.src, cg.dst)), num_nodes=cg.num_nodes)
+    assert torch.equal(coo.indices, g.indices) and torch.equal(coo.eids, g.eids)
+    with pytest.raises(ValueError, match="sparse form 'csc'"):
+        make_graph(("csc", (g.indptr, g.indices, g.eids)))
+    with pytest.raises(TypeError, match="CSRGraph"):
+        DataLoader((g.indptr, g.indices), cg.train_idx, NeighborSampler([2]))
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
@@ -58,7 +100,7 @@ def test_batches_cover_indices_once_per_epoch(data, shuffle, drop_last):
 @pytest.mark.parametrize("use_uva", [False, True])
 def test_block_attributes_and_prefetch(data, use_uva):
     cg, graph = data
-    src_all, dst_all = edges_of(graph)
+    src_all, dst_all = edges_of(data)
     sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"],
                               prefetch_edge_feats=["w"])
     loader = DataLoader(graph, cg.train_idx, sampler, batch_size=100, shuffle=True, use_uva=use_uva)
@@ -101,7 +143,7 @@ def test_uva_and_cpu_sampling_agree(data):
 
 def test_full_neighbour_sampler_takes_every_in_edge(data):
     cg, graph = data
-    _, dst_all = edges_of(graph)
+    _, dst_all = edges_of(data)
     loader = DataLoader(graph, cg.test_idx[:30], MultiLayerFullNeighborSampler(1), batch_size=30)
     _, out, (block,) = next(iter(loader))
     want = torch.isin(dst_all, out).nonzero().flatten()
@@ -110,8 +152,8 @@ def test_full_neighbour_sampler_takes_every_in_edge(data):
 
 def test_edge_probabilities_exclude_zero_weight_edges(data):
     cg, graph = data
-    keep = torch.rand(graph.num_edges()) < 0.5
-    g2 = Graph((graph.indptr, graph.indices), ndata=graph.ndata, edata={"p": keep.float()})
+    keep = torch.rand(graph.num_edges) < 0.5
+    g2 = make_graph((cg.src, cg.dst), num_nodes=cg.num_nodes, ndata=graph.ndata, edata={"p": keep.float()})
     loader = DataLoader(g2, cg.train_idx, NeighborSampler([3, 3], prob="p"), batch_size=200)
     n_edges = 0
     for _, _, blocks in loader:
@@ -123,7 +165,7 @@ def test_edge_probabilities_exclude_zero_weight_edges(data):
 
 def test_out_edges(data):
     cg, graph = data
-    src_all, dst_all = edges_of(graph)
+    src_all, dst_all = edges_of(data)
     loader = DataLoader(graph, cg.train_idx, NeighborSampler([3], edge_dir="out"), batch_size=40)
     _, out, (b,) = next(iter(loader))
     src, dst = b.edges()
@@ -153,7 +195,7 @@ def test_bad_input(data):
     with pytest.raises(NotImplementedError, match="heterogeneous"):
         DataLoader(graph, {"user": cg.train_idx}, s)
     with pytest.raises(IndexError, match="out of range"):
-        next(iter(DataLoader(graph, torch.tensor([0, graph.num_nodes()]), s, batch_size=2)))
+        next(iter(DataLoader(graph, torch.tensor([0, graph.num_nodes]), s, batch_size=2)))
     with pytest.raises(KeyError, match="no node feature 'nope'"):
         next(iter(DataLoader(graph, cg.train_idx, NeighborSampler([2], prefetch_node_feats=["nope"]))))
     with pytest.raises(KeyError, match="no edge feature 'nope'"):
@@ -186,10 +228,27 @@ def test_sage_conv_matches_dense_mean():
     dst = torch.tensor([0, 0, 1, 2, 2])
     block = Block(src, dst, num_src=4, num_dst=3)
     x = torch.randn(4, 5)
-    conv = SAGEConv(5, 2)
-    mean = torch.stack([(x[0] + x[2]) / 2, x[3], (x[3] + x[1]) / 2])
-    want = conv.fc_self(x[:3]) + conv.fc_neigh(mean) + conv.bias
-    assert torch.allclose(conv(block, x), want, atol=1e-6)
+    for conv in (SAGEConv(5, 2), SAGEConv(5, 8)):  # narrowing projects first; widening aggregates first
+        torch.nn.init.normal_(conv.bias)
+        mean = torch.stack([(x[0] + x[2]) / 2, x[3], (x[3] + x[1]) / 2])
+        want = conv.fc_self(x[:3]) + conv.fc_neigh(mean) + conv.bias
+        assert torch.allclose(conv(block, x), want, atol=1e-6)
+        # DGL's (src_feat, dst_feat) pair: the destination rows need not be the first source rows.
+        h_dst = torch.randn(3, 5)
+        want = conv.fc_self(h_dst) + conv.fc_neigh(mean) + conv.bias
+        assert torch.allclose(conv(block, (x, h_dst)), want, atol=1e-6)
+    # DGL's options: bipartite widths, norm and activation, no bias; DGL's parameter names.
+    conv = SAGEConv((5, 3), 4, "mean", bias=False, norm=torch.nn.LayerNorm(4), activation=torch.relu)
+    assert {n for n, _ in conv.named_parameters()} == {"fc_self.weight", "fc_neigh.weight", "norm.weight", "norm.bias"}
+    h_dst = torch.randn(3, 3)
+    want = torch.relu(conv.norm(conv.fc_self(h_dst) + conv.fc_neigh(mean)))
+    assert torch.allclose(conv(block, (x, h_dst)), want, atol=1e-6)
+    with pytest.raises(ValueError, match="feature rows"):
+        conv(block, (x[:3], h_dst))
+    with pytest.raises(NotImplementedError, match="'pool'"):
+        SAGEConv(5, 2, "pool")
+    with pytest.raises(ValueError, match="out_feats"):
+        SAGEConv(5, 0)
 
 
 def test_graphsage_trains_well_above_chance(data):

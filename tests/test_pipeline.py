@@ -1,4 +1,5 @@
-"""The sampler -> producer -> consumer pipeline on the CPU: ring hand-off and end to end."""
+"""The sampler -> producer -> trainer pipeline on the CPU: ring hand-off and end to end (the ring
+also on a GPU, with the producer sampling there)."""
 
 import queue
 import threading
@@ -9,14 +10,22 @@ import torch
 
 from pytorch_zerocopy.datasets import community_graph
 from test_pipeline_failures import _assert_nothing_left, snapshot
-from pytorch_zerocopy.pipeline import PipelineConfig, run_pipeline
+from pytorch_zerocopy.pipeline import EpochStats, Mode, Phase, Plan, SampleOn, StepDone, run_pipeline
 from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch, SlotReady
-from pytorch_zerocopy.pipeline.roles import RingSource, epoch_batches, producer_main, sampler_main
+from pytorch_zerocopy.pipeline.minibatches import epoch_batches
+from pytorch_zerocopy.pipeline.producer import producer_main
+from pytorch_zerocopy.pipeline.ring import RingReader
+from pytorch_zerocopy.pipeline.sampler import sampler_main
 
 
 @pytest.fixture(scope="module")
 def small():
     return community_graph(num_nodes=6000, feature_dim=64, seed=11)
+
+
+def cpu_ring(**settings) -> Plan:
+    """The CPU pipeline's plan: CPU sampler processes, a producer gathering into host slots."""
+    return Plan(mode=Mode.ZEROCOPY, device="cpu", sample_on=SampleOn.CPU, **settings)
 
 
 class StallingQueue(queue.Queue):
@@ -42,14 +51,13 @@ class _Done(threading.Event):
 def test_ring_handoff_keeps_order_and_ownership(small):
     """The producer runs as far ahead as the ring allows; a slot held by the consumer is never
     overwritten; minibatches and epoch marks arrive in the order they were sampled."""
-    cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=2,
-                         batch_size=200, epochs=2, max_batches=4, val_batches=2, fanouts=(5, 5))
+    plan = cpu_ring(num_slots=2, batch_size=200, epochs=2, max_batches=4, val_batches=2, fanouts=(5, 5))
     batch_q, ready_q, free_q = queue.Queue(), queue.Queue(), StallingQueue()
-    sampler_main(cfg, small, 0, batch_q, _Done())
+    sampler_main(plan, small, 0, batch_q, _Done())
     expected = list(batch_q.queue)
-    producer = threading.Thread(target=producer_main, args=(cfg, small, batch_q, ready_q, free_q), daemon=True)
+    producer = threading.Thread(target=producer_main, args=(plan, small, batch_q, ready_q, free_q), daemon=True)
     producer.start()
-    source = RingSource(cfg, ready_q, free_q, torch.device("cpu"))
+    source = RingReader(ready_q, free_q, torch.device("cpu"))
     seen, slots_used = [], set()
     for item, feats in source:
         seen.append(item)
@@ -73,28 +81,34 @@ def test_ring_handoff_keeps_order_and_ownership(small):
         if isinstance(want, EpochMark):
             assert got == want
         else:
-            assert (got.batch.kind, got.batch.epoch, got.batch.step) == (want.kind, want.epoch, want.step)
+            assert (got.batch.phase, got.batch.epoch, got.batch.step) == (want.phase, want.epoch, want.step)
             assert torch.equal(got.batch.input_nodes, want.input_nodes)
 
 
 @pytest.mark.parametrize("group", [1, 3])
 def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
     """A minibatch larger than its slot makes the producer grow the slot and send the new
-    buffer with the minibatch; the consumer switches to it. On CUDA this runs the GPU ring
-    (CUDA events, device slots) within one process, and with ``group`` > 1 the gathers of
-    ``group`` minibatches at a time (one call, rows copied to their slots)."""
-    import pytorch_zerocopy.pipeline.roles as roles
+    buffer with the minibatch; the trainer switches to it. With ``group`` > 1 the rows of
+    ``group`` minibatches are gathered by one call and copied to their slots. On CUDA this runs
+    the GPU ring (CUDA events, device slots) within one process with the producer sampling on
+    the GPU itself: its minibatches, uploaded into the slots, equal the CPU sampler's."""
+    import pytorch_zerocopy.pipeline.ring as ring
 
-    monkeypatch.setattr(roles, "slot_capacity", lambda cfg, ds, budget_bytes=0: 7)
-    cfg = PipelineConfig(device=device, gather="zerocopy", producer_process=True, num_slots=2 * group,
-                         batch_size=100, epochs=1, max_batches=7, val_batches=2, fanouts=(3, 3),
-                         gather_batches=group)
-    batch_q, ready_q, free_q = queue.Queue(), queue.Queue(), queue.Queue()
-    sampler_main(cfg, small, 0, batch_q, _Done())
-    sampled = {(b.kind, b.step): b for b in batch_q.queue if isinstance(b, Minibatch)}
-    producer = threading.Thread(target=producer_main, args=(cfg, small, batch_q, ready_q, free_q), daemon=True)
+    monkeypatch.setattr(ring, "slot_capacity", lambda plan, ds, budget_bytes=0: 7)
+    settings = dict(num_slots=2 * group, batch_size=100, epochs=1, max_batches=7, val_batches=2, fanouts=(3, 3),
+                    gather_batches=group)
+    reference = queue.Queue()
+    sampler_main(cpu_ring(**settings), small, 0, reference, _Done())
+    sampled = {(b.phase, b.step): b for b in reference.queue if isinstance(b, Minibatch)}
+    if device == "cuda":
+        plan = Plan(mode=Mode.ZEROCOPY, device="cuda:0", sample_on=SampleOn.GPU, num_samplers=0, **settings)
+        batch_q = None
+    else:
+        plan, batch_q = cpu_ring(**settings), reference
+    ready_q, free_q = queue.Queue(), queue.Queue()
+    producer = threading.Thread(target=producer_main, args=(plan, small, batch_q, ready_q, free_q), daemon=True)
     producer.start()
-    source = RingSource(cfg, ready_q, free_q, roles.resolve_device(device))
+    source = RingReader(ready_q, free_q, torch.device(plan.device))
     grown = packed_grown = seen_batches = 0
     for item, feats in source:
         if isinstance(item, EpochMark):
@@ -102,9 +116,11 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
         grown += item.buffer is not None
         packed_grown += item.packed_buffer is not None
         assert feats.device.type == device
-        # GPU slots carry the minibatch's packed tensor, uploaded by the producer.
+        # GPU slots carry the minibatch's packed tensor, written by the producer.
         assert item.batch.packed.device.type == device
-        assert torch.equal(item.batch.packed.cpu(), sampled[(item.batch.kind, item.batch.step)].packed)
+        want = sampled[(item.batch.phase, item.batch.step)]
+        assert item.batch.layout == want.layout
+        assert torch.equal(item.batch.packed.cpu(), want.packed)
         assert torch.equal(feats.cpu(), small.features[item.batch.input_nodes.cpu()])
         seen_batches += 1
         source.release(item)
@@ -119,10 +135,10 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
 def test_sampler_replay_and_packing(small):
     """Replay sends the first ``replay`` samples again in turn; a minibatch's tensors unpack
     from one packed tensor to exactly what was sampled."""
-    cfg = PipelineConfig(batch_size=200, epochs=1, max_batches=5, val_batches=1, fanouts=(3, 3), replay=2)
+    plan = cpu_ring(batch_size=200, epochs=1, max_batches=5, val_batches=1, fanouts=(3, 3), replay=2)
     q = queue.Queue()
-    sampler_main(cfg, small, 0, q, _Done())
-    train = [m for m in list(q.queue) if isinstance(m, Minibatch) and m.kind == "train"]
+    sampler_main(plan, small, 0, q, _Done())
+    train = [m for m in list(q.queue) if isinstance(m, Minibatch) and m.phase is Phase.TRAIN]
     assert [m.step for m in train] == [0, 1, 2, 3, 4]
     assert torch.equal(train[2].packed, train[0].packed) and torch.equal(train[3].packed, train[1].packed)
     assert not torch.equal(train[0].input_nodes, train[1].input_nodes)
@@ -131,75 +147,74 @@ def test_sampler_replay_and_packing(small):
     assert torch.equal(m.labels, small.labels[m.input_nodes[:200]])
     assert m.blocks[-1].num_dst_nodes() == 200 and m.blocks[0].num_src_nodes() == m.input_nodes.numel()
     assert m.labels.numel() == 200
+    assert train[1].sample_ms > 0 and train[3].sample_ms == 0  # replayed: nothing was sampled
 
 
 def test_epoch_batches_cover_the_split(small):
-    cfg = PipelineConfig(batch_size=333, epochs=2)
-    a = torch.cat(epoch_batches(cfg, small, 0, "train"))
-    b = torch.cat(epoch_batches(cfg, small, 1, "train"))
+    plan = Plan(batch_size=333, epochs=2)
+    a = torch.cat(epoch_batches(plan, small, 0, Phase.TRAIN))
+    b = torch.cat(epoch_batches(plan, small, 1, Phase.TRAIN))
     assert torch.equal(a.sort().values, small.train_idx.sort().values)
     assert not torch.equal(a, b)  # reshuffled per epoch
-    assert torch.equal(torch.cat(epoch_batches(cfg, small, 0, "val")), small.val_idx)
-    assert len(epoch_batches(replace(cfg, max_batches=2), small, 0, "train")) == 2
+    assert torch.equal(torch.cat(epoch_batches(plan, small, 0, Phase.VAL)), small.val_idx)
+    assert len(epoch_batches(replace(plan, max_batches=2), small, 0, Phase.TRAIN)) == 2
+    # Ranks take equal, disjoint shares of the same permutation.
+    shares = [torch.cat(epoch_batches(replace(plan, rank=r, world_size=3), small, 0, Phase.TRAIN)) for r in range(3)]
+    assert len({s.numel() for s in shares}) == 1
+    assert torch.cat(shares).unique().numel() == sum(s.numel() for s in shares)
 
 
 def test_cpu_pipeline_trains_end_to_end(small):
     """Three processes (two samplers), ring in shared memory, CPU training: accuracy far above
     chance (1/16) after two short epochs, and every minibatch accounted for."""
-    cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=3, num_samplers=2,
-                         batch_size=256, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2)
+    plan = cpu_ring(num_slots=3, num_samplers=2, batch_size=256, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
+                    consumer_threads=2)
     messages, pids = [], {}
     before = snapshot()
-    epochs = run_pipeline(cfg, small, messages.append, on_start=pids.update)
+    epochs = run_pipeline(plan, small, messages.append, on_start=pids.update)
     assert len(pids) == 4
     _assert_nothing_left(pids, before)
-    assert [e["epoch"] for e in epochs] == [0, 1]
+    assert all(isinstance(e, EpochStats) for e in epochs) and [e.epoch for e in epochs] == [0, 1]
     n_train = -(-small.train_idx.numel() // 256)
-    assert all(e["train_batches"] == n_train for e in epochs)
-    assert all(e["val_nodes"] == small.val_idx.numel() for e in epochs)
-    steps = [m for m in messages if m[0] == "step"]
+    assert all(e.train_batches == n_train for e in epochs)
+    assert all(e.val_nodes == small.val_idx.numel() for e in epochs)
+    steps = [m for m in messages if isinstance(m, StepDone)]
     assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256))
-    assert epochs[-1]["val_acc"] > 0.5
-    assert epochs[-1]["loss"] < epochs[0]["loss"]
-    assert all(e["feature_bytes"] > 0 and e["train_seconds"] > 0 for e in epochs)
+    assert epochs[-1].val_acc > 0.5
+    assert epochs[-1].loss < epochs[0].loss
+    assert all(e.feature_bytes > 0 and e.train_seconds > 0 for e in epochs)
     # Steady-state figures leave out each epoch's first minibatch.
-    assert all(e["steady_batches"] == n_train - 1 and 0 < e["steady_bytes"] < e["feature_bytes"] for e in epochs)
+    assert all(e.steady_batches == n_train - 1 and 0 < e.steady_bytes < e.feature_bytes for e in epochs)
     # The trainer's wait for input is part of the steady-state time.
-    assert all(0 <= e["steady_wait_seconds"] <= e["steady_seconds"] for e in epochs)
+    assert all(0 <= e.steady_wait_seconds <= e.steady_seconds for e in epochs)
+    assert [m for m in messages if isinstance(m, EpochStats)] == epochs
 
 
-def test_bad_configurations_are_rejected(small):
-    with pytest.raises(ValueError, match="producer_process"):
-        run_pipeline(PipelineConfig(device="cuda", partition="mps"), small)
-    with pytest.raises(ValueError, match="needs device='cuda'"):
-        run_pipeline(PipelineConfig(partition="green"), small)
-    with pytest.raises(ValueError, match="partition"):
-        run_pipeline(PipelineConfig(partition="bogus"), small)
-    for bad, field in ((dict(num_slots=1), "num_slots"), (dict(fanouts=()), "fanouts"), (dict(fanouts=(0,)), "fanouts"),
-                       (dict(batch_size=0), "batch_size"), (dict(producer_share=100), "producer_share"),
-                       (dict(gather="warp"), "gather"), (dict(gather="gpu", device="cpu"), "gather"),
-                       (dict(gather_batches=0), "gather_batches"), (dict(gather_batches=2, num_slots=3), "num_slots")):
-        with pytest.raises(ValueError, match=f"PipelineConfig.{field}"):
-            run_pipeline(PipelineConfig(**bad), small)
+def test_run_pipeline_needs_a_plan(small):
+    with pytest.raises(TypeError, match="needs a Plan"):
+        run_pipeline({"mode": "zerocopy"}, small)
 
 
 def test_trace_records_every_steady_minibatch(small):
     """With ``trace``, each epoch's statistics carry one timing per steady-state training
     minibatch for the consumer, and the producer's host timings for the minibatches it gathered."""
-    cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=2, batch_size=512,
-                         epochs=2, fanouts=(5, 5), hidden=32, trace=True)
-    epochs = run_pipeline(cfg, small)
+    plan = cpu_ring(num_slots=2, batch_size=512, epochs=2, fanouts=(5, 5), hidden=32, trace=True)
+    epochs = run_pipeline(plan, small)
     n_train = -(-small.train_idx.numel() // 512)
+    n_val = -(-small.val_idx.numel() // 512)
     for e in epochs:
-        tr = e["trace"]
-        assert len(tr["per_step"]["issue_ms"]) == len(tr["per_step"]["input_wait_ms"]) == n_train - 1
-        assert "gpu_gap_ms" not in tr["per_step"]  # no GPU, no GPU timings
-        assert tr["consumer"]["issue_ms"]["n"] == n_train - 1 and tr["consumer"]["issue_ms"]["p50"] > 0
-        assert sum(tr["per_step"]["input_wait_ms"]) / 1e3 <= e["train_seconds"]
-    # The producer's host timings of every minibatch it gathered reach the epochs' statistics,
-    # except the last epoch's validation minibatches (they come after its summary).
-    assert sum(e["trace"]["producer"]["issue_ms"]["n"] for e in epochs) == 2 * n_train + -(-small.val_idx.numel() // 512)
-    assert "trace" not in run_pipeline(replace(cfg, trace=False, epochs=1), small)[0]
+        tr = e.trace
+        assert len(tr.per_step["issue_ms"]) == len(tr.per_step["input_wait_ms"]) == n_train - 1
+        assert "gpu_gap_ms" not in tr.per_step  # no GPU, no GPU timings
+        assert tr.consumer["issue_ms"]["n"] == n_train - 1 and tr.consumer["issue_ms"]["p50"] > 0
+        assert sum(tr.per_step["input_wait_ms"]) / 1e3 <= e.train_seconds
+    # The producer's timings of every minibatch it gathered reach the epochs' statistics,
+    # except the last epoch's validation minibatches (they come after its summary): host
+    # times to issue and to gather (a CPU gather), and the sampler's host time to sample.
+    for key in ("issue_ms", "gather_ms", "sample_ms", "batch_wait_ms"):
+        assert sum(e.trace.producer[key]["n"] for e in epochs) == 2 * n_train + n_val, key
+    assert all(e.trace.producer["sample_ms"]["p50"] > 0 and e.trace.producer["gather_ms"]["p50"] > 0 for e in epochs)
+    assert run_pipeline(replace(plan, trace=False, epochs=1), small)[0].trace is None
 
 
 def test_trace_summary_percentiles():

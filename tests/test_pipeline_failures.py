@@ -10,7 +10,8 @@ import pytest
 
 from pytorch_zerocopy import registration_stats
 from pytorch_zerocopy.datasets import community_graph
-from pytorch_zerocopy.pipeline import PipelineConfig, PipelineError, run_pipeline
+from pytorch_zerocopy.pipeline import Mode, PipelineError, Plan, SampleOn, run_pipeline
+from pytorch_zerocopy.pipeline.plan import GatherIn, InjectedFailure
 
 RUN_LIMIT_SECONDS = 60  # generous for a loaded 2-core machine; a broken supervisor hangs forever
 
@@ -25,7 +26,7 @@ def _shm_entries(pids):
     return {n for n in names if any(f"_{p}_" in n or n.endswith(f"_{p}") for p in pids)}
 
 
-def _run_with_deadline(cfg, ds):
+def _run_with_deadline(plan, ds):
     """run_pipeline in a thread; returns (exception or None, pids, seconds). On a hang, kills
     the children so the suite can go on, and fails."""
     pids = {}
@@ -33,7 +34,7 @@ def _run_with_deadline(cfg, ds):
 
     def target():
         try:
-            run_pipeline(cfg, ds, on_start=pids.update)
+            run_pipeline(plan, ds, on_start=pids.update)
             outcome["error"] = None
         except BaseException as e:  # noqa: BLE001
             outcome["error"] = e
@@ -76,9 +77,9 @@ def _assert_nothing_left(pids, before):
 @pytest.mark.parametrize("role", ["sampler", "producer", "consumer"])
 def test_a_failing_role_ends_the_run_with_its_traceback(tiny, role, how):
     before = snapshot()
-    cfg = PipelineConfig(device="cpu", gather="zerocopy", producer_process=True, num_slots=2, batch_size=100,
-                         epochs=1, fanouts=(4, 4), hidden=16, inject_failure=(role, how, 2))
-    error, pids, seconds = _run_with_deadline(cfg, tiny)
+    plan = Plan(mode=Mode.ZEROCOPY, device="cpu", sample_on=SampleOn.CPU, num_slots=2, batch_size=100, epochs=1,
+                fanouts=(4, 4), hidden=16, inject_failure=InjectedFailure(role, how, 2))
+    error, pids, seconds = _run_with_deadline(plan, tiny)
     assert isinstance(error, PipelineError), f"expected a PipelineError, got {error!r}"
     assert error.role == role
     if how == "raise":
@@ -92,9 +93,9 @@ def test_a_failing_role_ends_the_run_with_its_traceback(tiny, role, how):
 def test_a_role_exiting_without_a_report_is_an_error(tiny):
     # The trainer gathers inline here: two processes, no producer.
     before = snapshot()
-    cfg = PipelineConfig(device="cpu", gather="cpu", batch_size=100, epochs=1, fanouts=(4, 4), hidden=16,
-                         inject_failure=("consumer", "exit", 1))
-    error, pids, _ = _run_with_deadline(cfg, tiny)
+    plan = Plan(mode=Mode.CPU, device="cpu", gather_in=GatherIn.TRAINER, batch_size=100, epochs=1, fanouts=(4, 4),
+                hidden=16, inject_failure=InjectedFailure("consumer", "exit", 1))
+    error, pids, _ = _run_with_deadline(plan, tiny)
     assert isinstance(error, PipelineError) and error.role == "consumer"
     assert "exited with status 3" in str(error)
     _assert_nothing_left(pids, before)

@@ -1,4 +1,5 @@
-"""The pipeline on a GPU: every mode trains, MPS and green-context partitions, failures with MPS.
+"""The pipeline on a GPU: every mode trains (sampling on the GPU where the plan says so), MPS and
+green-context partitions, failures with MPS.
 
 CPU-only checks of the partition helpers run everywhere; the rest carry the ``cuda`` marker.
 """
@@ -12,9 +13,9 @@ import pytest
 import torch
 
 from pytorch_zerocopy.datasets import community_graph
-from pytorch_zerocopy.pipeline import PipelineError, run_pipeline
+from pytorch_zerocopy.pipeline import GatherIn, Partition, PartitionInfo, PipelineError, SampleOn, make_plan, run_pipeline
 from pytorch_zerocopy.pipeline.partition import SHARED_DAEMON_ENV, MpsDaemon, MpsError, round_sms, shared_daemon
-from pytorch_zerocopy.train import pipeline_config
+from pytorch_zerocopy.pipeline.plan import InjectedFailure
 from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot
 
 needs_mps = pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None,
@@ -144,11 +145,15 @@ def graph():
     return community_graph(num_nodes=20_000, feature_dim=64, seed=3)
 
 
+def _plan(graph, mode, partition="auto", **kw):
+    return make_plan(mode, partition, row_bytes=graph.row_bytes, batch_size=512, epochs=2, fanouts=(8, 8), hidden=64,
+                     lr=1e-2, **kw)
+
+
 def _train(graph, mode, partition="auto", **kw):
-    cfg = pipeline_config(mode, partition, batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2, **kw)
     pids = {}
     before = snapshot()
-    epochs = run_pipeline(cfg, graph, on_start=pids.update)
+    epochs = run_pipeline(_plan(graph, mode, partition, **kw), graph, on_start=pids.update)
     return epochs, pids, before
 
 
@@ -156,15 +161,23 @@ def _train(graph, mode, partition="auto", **kw):
 @pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu", "cpu"])
 def test_gpu_modes_train(graph, mode):
     epochs, pids, before = _train(graph, mode)
-    assert len(epochs) == 2 and epochs[-1]["val_acc"] > 0.5
+    assert len(epochs) == 2 and epochs[-1].val_acc > 0.5
     _assert_nothing_left(pids, before)
 
 
 @pytest.mark.cuda
-def test_zerocopy_ring_on_gpu_without_partition(graph):
-    epochs, pids, before = _train(graph, "zerocopy", "none", num_slots=2)
-    assert epochs[-1]["val_acc"] > 0.5
-    assert all(e["train_batches"] == -(-graph.train_idx.numel() // 512) for e in epochs)
+@pytest.mark.parametrize("settings", [dict(mode="zerocopy", partition="none", num_slots=2),
+                                      dict(mode="zerocopy", partition="none", sample_on="cpu", num_samplers=2),
+                                      dict(mode="gpu", gather_in="producer")],
+                         ids=["zerocopy-gpu-sampling", "zerocopy-cpu-sampling", "gpu-ring"])
+def test_gpu_ring_trains(graph, settings):
+    """The GPU ring with the producer sampling on the GPU (no sampler process), with CPU sampler
+    processes instead, and the gpu mode's table behind the same ring."""
+    epochs, pids, before = _train(graph, **settings)
+    samplers = [name for name in pids if name.startswith("sampler")]
+    assert len(samplers) == (2 if settings.get("sample_on") == "cpu" else 0)
+    assert epochs[-1].val_acc > 0.5
+    assert all(e.train_batches == -(-graph.train_idx.numel() // 512) for e in epochs)
     _assert_nothing_left(pids, before)
 
 
@@ -172,13 +185,12 @@ def test_zerocopy_ring_on_gpu_without_partition(graph):
 def test_training_step_never_synchronises(graph):
     """A GraphSAGE step (forward, backward, fused Adam) on GPU blocks issues no host
     synchronisation, so the trainer's host runs ahead of its GPU."""
-    from pytorch_zerocopy.pipeline.model import GraphSAGE
-    from pytorch_zerocopy.pipeline.sampler import sample_blocks
+    from pytorch_zerocopy.nn import GraphSAGE
+    from pytorch_zerocopy.sampling import sample_layers
 
-    gen = torch.Generator().manual_seed(0)
-    inp, out, blocks = sample_blocks(graph.indptr, graph.indices, graph.train_idx[:256], [8, 8], gen)
-    blocks = [b.to("cuda") for b in blocks]
-    feats, labels = graph.features[inp].cuda(), graph.labels[out].cuda()
+    seeds = graph.train_idx[:256]
+    blocks = [b.to("cuda") for b in sample_layers(graph.graph, seeds, [8, 8], edge_dir="out", seed=0)]
+    feats, labels = graph.features[blocks[0].nodes.cpu()].cuda(), graph.labels[seeds].cuda()
     model = GraphSAGE(graph.feature_dim, 64, graph.num_classes).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
     torch.cuda.synchronize()
@@ -195,22 +207,24 @@ def test_training_step_never_synchronises(graph):
 
 
 @pytest.mark.cuda
-def test_trace_times_the_gpu_ring(graph):
+@pytest.mark.parametrize("mode, partition", [("zerocopy", "none"), ("gpu", "none")])
+def test_trace_times_the_gpu_pipeline(graph, mode, partition):
     """On a GPU the trace times every steady step's gap, blocks copy and training step, and the
-    producer's gathers; the parts of a step never exceed the epoch they belong to."""
-    epochs, pids, before = _train(graph, "zerocopy", "none", trace=True)
+    gathering side's GPU samples and gathers (in the producer, or inline in the trainer); the
+    parts of a step never exceed the epoch they belong to."""
+    epochs, pids, before = _train(graph, mode, partition, trace=True)
     _assert_nothing_left(pids, before)
     for e in epochs:
-        tr = e["trace"]
-        steps = tr["per_step"]
-        assert len(steps["gpu_train_ms"]) == len(steps["gpu_gap_ms"]) == e["steady_batches"]
+        steps = e.trace.per_step
+        assert len(steps["gpu_train_ms"]) == len(steps["gpu_gap_ms"]) == e.steady_batches
         assert all(v > 0 for v in steps["gpu_train_ms"]) and all(v >= 0 for v in steps["gpu_gap_ms"])
         busy = sum(steps["gpu_train_ms"]) + sum(steps["gpu_gap_ms"]) + sum(steps["gpu_copy_ms"])
-        assert busy <= e["train_seconds"] * 1e3 * 1.05
-    # GPU timings travel once complete: those of the last few gathers may never be sent.
-    gathers = sum(e["trace"]["producer"]["gather_gpu_ms"]["n"] for e in epochs)
-    assert gathers >= sum(e["train_batches"] for e in epochs) - 4
-    assert all(e["trace"]["producer"]["gather_gpu_ms"]["p50"] > 0 for e in epochs)
+        assert busy <= e.train_seconds * 1e3 * 1.05
+    # GPU timings travel once complete: those of the last few minibatches may never be sent.
+    for key in ("gather_ms", "sample_ms"):
+        timed = sum(e.trace.producer[key]["n"] for e in epochs)
+        assert timed >= sum(e.train_batches for e in epochs) - 4, key
+        assert all(e.trace.producer[key]["p50"] > 0 for e in epochs), key
 
 
 @pytest.mark.cuda
@@ -234,13 +248,11 @@ def test_mps_daemon_limits_clients_and_stops():
 @needs_mps
 def test_zerocopy_with_mps_trains_and_cleans_up(graph):
     messages = []
-    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
-                          producer_share=10)
-    epochs = run_pipeline(cfg, graph, messages.append)
-    info = {"kind": "mps", "producer_share": 10, "consumer_share": 90, "shared_daemon": False}
-    assert ("partition", info) in messages
-    assert all(e["partition"] == info for e in epochs)
-    assert epochs[-1]["val_acc"] > 0.5
+    epochs = run_pipeline(_plan(graph, "zerocopy", "mps", producer_share=10), graph, messages.append)
+    info = PartitionInfo(Partition.MPS, producer_share=10, consumer_share=90, shared_daemon=False)
+    assert info in messages
+    assert all(e.partition == info for e in epochs)
+    assert epochs[-1].val_acc > 0.5
     assert _mps_daemons() == []
 
 
@@ -248,10 +260,9 @@ def test_zerocopy_with_mps_trains_and_cleans_up(graph):
 @needs_mps
 @pytest.mark.parametrize("role", ["producer", "consumer"])
 def test_mps_run_failure_stops_the_daemon(graph, role):
-    cfg = pipeline_config("zerocopy", "mps", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
-                          inject_failure=(role, "kill", 2))
+    plan = _plan(graph, "zerocopy", "mps", epochs=1, inject_failure=InjectedFailure(role, "kill", 2))
     before = snapshot()
-    error, pids, _ = _run_with_deadline(cfg, graph)
+    error, pids, _ = _run_with_deadline(plan, graph)
     assert isinstance(error, PipelineError) and error.role == role and "SIGKILL" in str(error)
     _assert_nothing_left(pids, before)
     assert _mps_daemons() == []
@@ -260,24 +271,23 @@ def test_mps_run_failure_stops_the_daemon(graph, role):
 @pytest.mark.cuda
 def test_green_partition_trains(graph):
     messages = []
-    cfg = pipeline_config("zerocopy", "green", batch_size=512, epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2,
-                          producer_sms=12)
-    epochs = run_pipeline(cfg, graph, messages.append)
-    info = next(m[1] for m in messages if m[0] == "partition")
-    assert info["kind"] == "green" and info["producer_sms"] % info["granularity"] == 0
-    assert info["producer_sms"] >= 12 and info["producer_sms"] + info["consumer_sms"] <= info["total_sms"]
+    plan = _plan(graph, "zerocopy", "green", producer_sms=12)
+    assert plan.gather_in is GatherIn.TRAINER and plan.sample_on is SampleOn.GPU and not plan.cuda_graph
+    epochs = run_pipeline(plan, graph, messages.append)
+    info = next(m for m in messages if isinstance(m, PartitionInfo))
+    assert info.kind is Partition.GREEN and info.producer_sms % info.granularity == 0
+    assert info.producer_sms >= 12 and info.producer_sms + info.consumer_sms <= info.total_sms
     # The driver path gives disjoint SM sets; torch's API alone cannot (its contexts overlap).
-    assert info["disjoint"], info.get("driver_error")
-    assert epochs[-1]["val_acc"] > 0.5
+    assert info.disjoint, info.driver_error
+    assert epochs[-1].val_acc > 0.5
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("role", ["producer", "consumer"])
 def test_gpu_ring_failure_ends_the_run(graph, role):
-    cfg = pipeline_config("zerocopy", "none", batch_size=512, epochs=1, fanouts=(8, 8), hidden=64,
-                          inject_failure=(role, "raise", 2))
+    plan = _plan(graph, "zerocopy", "none", epochs=1, inject_failure=InjectedFailure(role, "raise", 2))
     before = snapshot()
-    error, pids, _ = _run_with_deadline(cfg, graph)
+    error, pids, _ = _run_with_deadline(plan, graph)
     assert isinstance(error, PipelineError) and error.role == role
     assert "injected failure" in error.remote_traceback
     _assert_nothing_left(pids, before)

@@ -1,19 +1,19 @@
-"""The CPU neighbour-sampling adapter and the GraphSAGE layers."""
+"""The pipeline's minibatches: seeds, sampling with the library's op (CPU here; the GPU sampler
+beside it where a GPU exists), packing, and the GraphSAGE model over the blocks."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
-from pytorch_zerocopy.datasets import community_graph
-from pytorch_zerocopy.pipeline import GraphSAGE, sample_blocks
-from pytorch_zerocopy.pipeline.model import mean_aggregate
-
-
-@pytest.fixture
-def rng(request):
-    """A randomly seeded generator; the seed is in the test's name on failure via the id."""
-    seed = int(torch.randint(0, 2**31 - 1, ()).item())
-    print(f"generator seed {seed}")
-    return torch.Generator().manual_seed(seed)
+import pytorch_zerocopy as zc
+from pytorch_zerocopy import sampling
+from pytorch_zerocopy.datasets import community_graph, papers_like
+from pytorch_zerocopy.nn import GraphSAGE
+from pytorch_zerocopy.pipeline import Mode, Phase, Plan, SampleOn
+from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch
+from pytorch_zerocopy.pipeline.minibatches import (GpuSampler, SeedBatch, _sample_async, epoch_batches,
+                                                   minibatch_seed, sample_on_cpu, schedule)
 
 
 @pytest.fixture(scope="module")
@@ -21,89 +21,196 @@ def graph():
     return community_graph(num_nodes=3000, feature_dim=8, seed=5)
 
 
-def _neighbours(ds, v):
-    return ds.indices[ds.indptr[v]:ds.indptr[v + 1]].tolist()
+@pytest.fixture(scope="module")
+def directed():
+    return papers_like(4000, avg_degree=6, feature_dim=8, num_classes=10, seed=3, device="cpu")
 
 
-def test_blocks_are_valid_dgl_style(graph, rng):
-    seeds = graph.train_idx[torch.randperm(graph.train_idx.numel(), generator=rng)[:64]]
-    fanouts = [4, 3]
-    inp, out, blocks = sample_blocks(graph.indptr, graph.indices, seeds, fanouts, rng)
-    assert torch.equal(out, seeds) and len(blocks) == 2
-    assert torch.equal(blocks[-1].dstdata["_ID"], seeds)
-    assert torch.equal(blocks[0].srcdata["_ID"], inp)
-    for layer, (block, fanout) in enumerate(zip(blocks, fanouts)):
-        src_ids, dst_ids = block.srcdata["_ID"], block.dstdata["_ID"]
-        assert src_ids.unique().numel() == src_ids.numel() == block.num_src_nodes()
-        assert torch.equal(src_ids[: block.num_dst_nodes()], dst_ids)  # destination nodes first
-        if layer + 1 < len(blocks):
-            assert torch.equal(blocks[layer + 1].srcdata["_ID"], dst_ids)
+def _in_neighbours(ds, v):
+    g = ds.graph
+    return g.indices[g.indptr[v]:g.indptr[v + 1]].tolist()
+
+
+def _batch(ds, plan, index=0, epoch=0, phase=Phase.TRAIN):
+    seeds = ds.train_idx[index * plan.batch_size:(index + 1) * plan.batch_size]
+    return SeedBatch(phase, epoch, index, seeds)
+
+
+def test_blocks_sample_in_neighbours_dgl_style(directed):
+    """On a directed graph the rows sampled are in-neighbour lists; blocks chain, destination
+    nodes come first, and each destination gets min(fanout, in-degree) distinct in-neighbours."""
+    plan = Plan(fanouts=(4, 3), batch_size=32)
+    b = _batch(directed, plan)
+    mb = sample_on_cpu(directed.graph, directed.labels, plan, b)
+    blocks = mb.blocks
+    assert len(blocks) == 2 and mb.layout.input_rows == blocks[0].num_src_nodes()
+    assert torch.equal(mb.labels, directed.labels[b.seeds])
+    # Seeds come first among the input nodes (DGL's convention), so their labels line up.
+    assert b.seeds.numel() == 32 and torch.equal(mb.input_nodes[:32], b.seeds)
+    for inner, outer in zip(blocks, blocks[1:]):
+        assert inner.num_dst_nodes() == outer.num_src_nodes()
+    nodes = mb.input_nodes
+    for block, fanout in zip(blocks, (4, 3)):
         s, d = block.edges()
         assert int(s.max()) < block.num_src_nodes() and int(d.max()) < block.num_dst_nodes()
-        per_dst = torch.bincount(d, minlength=block.num_dst_nodes())
-        for j in range(0, block.num_dst_nodes(), 7):
-            v = int(dst_ids[j])
-            nbrs = _neighbours(graph, v)
-            got = src_ids[s[d == j]].tolist()
-            assert len(got) == len(set(got)) == min(len(nbrs), fanout)  # without replacement
+        for j in range(0, block.num_dst_nodes(), 5):
+            v = int(nodes[j])
+            got = nodes[s[d == j]].tolist()
+            nbrs = _in_neighbours(directed, v)
+            assert len(got) == len(set(got)) == min(len(nbrs), fanout)
             assert set(got) <= set(nbrs)
-            assert int(per_dst[j]) == len(got)
-        # Every sampled source appears in some edge, or is a destination node.
-        used = torch.zeros(block.num_src_nodes(), dtype=torch.bool)
-        used[s] = True
-        used[: block.num_dst_nodes()] = True
-        assert bool(used.all())
+        nodes = nodes[: block.num_dst_nodes()]
 
 
-def test_sampling_is_deterministic_and_uniform():
-    # A star: node 0 has 20 in-neighbours; fanout 5 must pick each with probability 1/4.
-    indptr = torch.tensor([0, 20] + [20] * 20)
-    indices = torch.arange(1, 21)
-    g1, g2 = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
-    a = sample_blocks(indptr, indices, torch.tensor([0]), [5], g1)
-    b = sample_blocks(indptr, indices, torch.tensor([0]), [5], g2)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[2][0].src, b[2][0].src)
-    counts = torch.zeros(21)
-    for trial in range(400):
-        inp, _, _ = sample_blocks(indptr, indices, torch.tensor([0]), [5], g1)
-        counts[inp[1:]] += 1
-    freq = counts[1:] / 400
-    assert float(freq.min()) > 0.15 and float(freq.max()) < 0.35
-    assert counts[0] == 0
+def test_sampling_is_reproducible_per_minibatch(graph):
+    """The same (seed, epoch, phase, index) gives the same minibatch in any process or worker
+    split; another index, epoch or phase gives another."""
+    plan = Plan(fanouts=(5, 5), batch_size=100)
+    a = sample_on_cpu(graph.graph, graph.labels, plan, _batch(graph, plan, 1))
+    b = sample_on_cpu(graph.graph, graph.labels, plan, _batch(graph, plan, 1))
+    assert torch.equal(a.packed, b.packed)
+    c = sample_on_cpu(graph.graph, graph.labels, plan, SeedBatch(Phase.TRAIN, 1, 1, _batch(graph, plan, 1).seeds))
+    assert not torch.equal(a.packed, c.packed)
+    seeds = {minibatch_seed(0, e, p, i) for e in range(3) for p in Phase for i in range(50)}
+    assert len(seeds) == 3 * 2 * 50
+    # Two workers take alternate minibatches of the same schedule.
+    full = [x for x in schedule(Plan(batch_size=500, epochs=1), graph) if isinstance(x, SeedBatch)]
+    split = [x for w in (0, 1) for x in schedule(Plan(batch_size=500, epochs=1), graph, w, 2)
+             if isinstance(x, SeedBatch)]
+    assert sorted((x.phase.value, x.index) for x in split) == sorted((x.phase.value, x.index) for x in full)
 
 
-def test_fanout_minus_one_keeps_all(graph):
-    v = int(graph.train_idx[0])
-    _, _, blocks = sample_blocks(graph.indptr, graph.indices, torch.tensor([v]), [-1], torch.Generator())
-    assert sorted(blocks[0].srcdata["_ID"][blocks[0].src].tolist()) == sorted(_neighbours(graph, v))
+def test_schedule_marks_every_phase(graph):
+    items = list(schedule(Plan(batch_size=250, epochs=2, max_batches=2), graph))
+    marks = [x for x in items if isinstance(x, EpochMark)]
+    assert marks == [EpochMark(0, Phase.TRAIN), EpochMark(0, Phase.VAL), EpochMark(1, Phase.TRAIN),
+                     EpochMark(1, Phase.VAL)]
+    assert sum(isinstance(x, SeedBatch) and x.phase is Phase.TRAIN for x in items) == 4
 
 
-def test_sampler_rejects_bad_input(graph):
-    g = torch.Generator()
-    with pytest.raises(ValueError, match="fanouts"):
-        sample_blocks(graph.indptr, graph.indices, torch.tensor([0]), [0], g)
-    with pytest.raises(IndexError, match="seeds"):
-        sample_blocks(graph.indptr, graph.indices, torch.tensor([graph.num_nodes]), [2], g)
-    with pytest.raises(TypeError, match="int32/int64"):
-        sample_blocks(graph.indptr.float(), graph.indices, torch.tensor([0]), [2], g)
-    with pytest.raises(ValueError, match="seeds"):
-        sample_blocks(graph.indptr, graph.indices, torch.tensor([[0]]), [2], g)
+def test_minibatch_packs_and_describes(graph):
+    plan = Plan(fanouts=(3, 3), batch_size=50)
+    mb = sample_on_cpu(graph.graph, graph.labels, plan, _batch(graph, plan))
+    assert mb.packed.dtype == torch.int64 and mb.packed.numel() == mb.layout.numel
+    description = mb.with_packed(None)
+    assert description.packed is None and description.layout == mb.layout
+    again = description.with_packed(mb.packed.clone())
+    for x, y in zip(again.blocks, mb.blocks):
+        assert torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) and x.num_src == y.num_src
+    replayed = mb.relabelled(epoch=3, step=9)
+    assert (replayed.epoch, replayed.step, replayed.sample_ms) == (3, 9, 0.0) and replayed.packed is mb.packed
+    with pytest.raises(ValueError, match="source nodes' ids"):
+        Minibatch.pack(Phase.TRAIN, 0, 0, [sampling.Block(mb.blocks[0].src, mb.blocks[0].dst, 5, 3)], mb.labels)
 
 
-def test_mean_aggregate_matches_reference(rng):
-    h = torch.randn(7, 3, generator=rng)
-    src = torch.tensor([0, 1, 2, 3, 4, 6, 5])
-    dst = torch.tensor([0, 0, 1, 1, 1, 2, 0])
-    out = mean_aggregate(h, src, dst, 4)
-    ref = torch.stack([h[[0, 1, 5]].mean(0), h[[2, 3, 4]].mean(0), h[6], torch.zeros(3)])
-    assert torch.allclose(out, ref, atol=1e-6)
+def test_synchronous_fallback_of_the_async_sample(graph, monkeypatch):
+    """Without ``sample_layers_async`` the GPU sampler's asynchronous call is the synchronous op."""
+    monkeypatch.delattr(sampling, "sample_layers_async", raising=False)
+    plan = Plan(fanouts=(3, 3), batch_size=40)
+    b = _batch(graph, plan)
+    blocks = _sample_async(graph.graph, b.seeds, plan, b).result()
+    want = sample_on_cpu(graph.graph, graph.labels, plan, b)
+    assert torch.equal(Minibatch.pack(b.phase, 0, 0, blocks, graph.labels[b.seeds]).packed, want.packed)
 
 
-def test_graphsage_forward_shapes_and_layer_check(graph, rng):
-    seeds = graph.train_idx[:16]
-    inp, out, blocks = sample_blocks(graph.indptr, graph.indices, seeds, [3, 3], rng)
+def test_graphsage_forward_shapes_and_layer_check(graph):
+    plan = Plan(fanouts=(3, 3), batch_size=16)
+    mb = sample_on_cpu(graph.graph, graph.labels, plan, _batch(graph, plan))
     model = GraphSAGE(graph.feature_dim, 16, graph.num_classes, num_layers=2)
-    logits = model(blocks, graph.features[inp])
+    logits = model(mb.blocks, graph.features[mb.input_nodes])
     assert logits.shape == (16, graph.num_classes) and torch.isfinite(logits).all()
     with pytest.raises(ValueError, match="layers"):
-        model(blocks[:1], graph.features[inp])
+        model(mb.blocks[:1], graph.features[mb.input_nodes])
+
+
+@pytest.mark.cuda
+def test_gpu_sampler_samples_on_the_gpu_as_the_cpu_does(directed):
+    """The producer's GPU sampler reads the in-neighbour lists in unified (host) memory, samples
+    on the GPU, and gives every minibatch of the run exactly as the CPU sampler does for the
+    same (seed, epoch, phase, index), with the next samples in flight while one is handed out."""
+    plan = Plan(mode=Mode.ZEROCOPY, device="cuda:0", sample_on=SampleOn.GPU, num_samplers=0, fanouts=(5, 4),
+                batch_size=128, epochs=2, max_batches=3, val_batches=2, seed=7)
+    device = torch.device("cuda", 0)
+    sampler = GpuSampler(plan, directed, device, ahead=2)
+    assert sampler.graph.placement == "unified" and sampler.graph.indptr.is_cuda
+    assert zc.is_unified(sampler.graph.indices)
+    seen = 0
+    marks = []
+    for item in sampler:
+        if isinstance(item, EpochMark):
+            marks.append(item)
+            continue
+        mb = item.batch
+        assert mb.packed.is_cuda and item.ready is not None
+        item.ready.synchronize()
+        batch = SeedBatch(mb.phase, mb.epoch, mb.step, epoch_batches(plan, directed, mb.epoch, mb.phase)[mb.step])
+        want = sample_on_cpu(directed.graph, directed.labels, plan, batch)
+        assert mb.layout == want.layout and torch.equal(mb.packed.cpu(), want.packed), (mb.phase, mb.epoch, mb.step)
+        seen += 1
+    assert seen == 2 * (3 + 2) and len(marks) == 4
+
+
+class _FakeEvent:
+    def __init__(self, *args, **kwargs):
+        self.recorded = False
+
+    def record(self, stream=None):
+        self.recorded = True
+
+    def synchronize(self):
+        pass
+
+
+class _FakeStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeypatch):
+    """The GPU sampler's bookkeeping, run on the CPU with stand-in streams and events: every
+    minibatch of the schedule once, in order, marks after their phase, ``ahead`` samples
+    issued before one is handed out, and the replay diagnostic sending kept samples again."""
+    import contextlib
+
+    from pytorch_zerocopy.pipeline import minibatches
+
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    issued, finished = [], []
+    real_start, real_finish = minibatches.GpuSampler._start, minibatches.GpuSampler._finish
+
+    def start(self, batch):
+        issued.append((batch.phase, batch.epoch, batch.index))
+        return real_start(self, batch)
+
+    def finish(self, batch, started):
+        finished.append((batch.phase, batch.epoch, batch.index))
+        return real_finish(self, batch, started)
+
+    monkeypatch.setattr(minibatches.GpuSampler, "_start", start)
+    monkeypatch.setattr(minibatches.GpuSampler, "_finish", finish)
+    plan = Plan(fanouts=(3, 3), batch_size=8, epochs=2, max_batches=4, val_batches=2)
+    expected = [x if isinstance(x, EpochMark) else (x.phase, x.epoch, x.index) for x in schedule(plan, directed)]
+    total = sum(not isinstance(x, EpochMark) for x in expected)
+    assert total == 2 * (4 + 1)  # the validation split holds one minibatch
+    items = []
+    for item in GpuSampler(plan, directed, torch.device("cpu"), ahead=3):
+        if not isinstance(item, EpochMark):
+            key = (item.batch.phase, item.batch.epoch, item.batch.step)
+            assert len(issued) - len(finished) == min(3, total - len(finished))  # samples in flight
+            want = sample_on_cpu(directed.graph, directed.labels, plan, SeedBatch(
+                key[0], key[1], key[2], epoch_batches(plan, directed, key[1], key[0])[key[2]]))
+            assert torch.equal(item.batch.packed, want.packed) and item.ready.recorded
+        items.append(item)
+    assert [x if isinstance(x, EpochMark) else (x.batch.phase, x.batch.epoch, x.batch.step) for x in items] == expected
+    assert issued == finished == [x for x in expected if not isinstance(x, EpochMark)]
+    # Replay: the first 2 samples of each phase are kept and sent again in turn.
+    issued.clear()
+    finished.clear()
+    replayed = [x for x in GpuSampler(replace(plan, replay=2), directed, torch.device("cpu"), ahead=1)
+                if not isinstance(x, EpochMark)]
+    assert len(issued) == 2 + 2 and len(replayed) == total  # 2 training samples kept; 1 per validation
+    train = [x for x in replayed if x.batch.phase is Phase.TRAIN]
+    assert [x.batch.step for x in train] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert train[2].batch.packed is train[0].batch.packed and train[2].batch.sample_ms == 0

@@ -7,29 +7,32 @@ import pytest
 import torch  # noqa: F401 - used by the skipif condition strings
 
 from pytorch_zerocopy.cli import main
-from pytorch_zerocopy.train import MODES, gpu_available, pipeline_config
+from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, PlanError, SampleOn, make_plan
+from pytorch_zerocopy.pipeline.plan import gpu_available
+from pytorch_zerocopy.train import MODES
 
 # A string condition is evaluated when tests are collected, not when this module is imported.
 needs_no_gpu = pytest.mark.skipif("torch.cuda.is_available()", reason="checks the no-GPU behaviour")
 
 
 def test_mode_configurations_on_this_machine():
-    cpu = pipeline_config("cpu")
-    assert (cpu.device, cpu.gather, cpu.producer_process) == ("cpu", "cpu", False)
-    zc = pipeline_config("zerocopy", fanouts=(3,))
-    assert zc.gather == "zerocopy" and zc.producer_process and zc.fanouts == (3,)
-    assert zc.device == ("cuda" if gpu_available() else "cpu")
-    with pytest.raises(ValueError, match="mode must be one of"):
-        pipeline_config("warp-drive")
-    with pytest.raises(ValueError, match="partition must be one of"):
-        pipeline_config("zerocopy", partition="halves")
+    cpu = make_plan("cpu")
+    assert (cpu.device, cpu.mode, cpu.gather_in, cpu.sample_on) == ("cpu", Mode.CPU, GatherIn.TRAINER, SampleOn.CPU)
+    zc = make_plan("zerocopy", fanouts=(3,))
+    assert zc.mode is Mode.ZEROCOPY and zc.gather_in is GatherIn.PRODUCER and zc.fanouts == (3,)
+    assert zc.device == ("cuda:0" if gpu_available() else "cpu")
+    assert zc.sample_on is (SampleOn.GPU if gpu_available() else SampleOn.CPU)
+    with pytest.raises(PlanError, match="mode must be one of"):
+        make_plan("warp-drive")
+    with pytest.raises(PlanError, match="partition must be one of"):
+        make_plan("zerocopy", partition="halves")
 
 
 @needs_no_gpu
 @pytest.mark.parametrize("mode", ["dma", "zerocopy-naive", "gpu"])
 def test_gpu_modes_explain_themselves_without_a_gpu(mode, capsys):
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        pipeline_config(mode)
+    with pytest.raises(PlanError, match="needs a CUDA GPU"):
+        make_plan(mode)
     assert main(["train", "--mode", mode, "--dataset", "papers-like:1k", "--epochs", "1"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
@@ -37,19 +40,48 @@ def test_gpu_modes_explain_themselves_without_a_gpu(mode, capsys):
 @needs_no_gpu
 def test_partitions_need_a_gpu():
     for partition in ("mps", "green"):
-        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-            pipeline_config("zerocopy", partition=partition)
+        with pytest.raises(PlanError, match="needs a CUDA GPU"):
+            make_plan("zerocopy", partition=partition)
+
+
+BAD_SETTINGS = [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--batch-size", "-4"], "--batch-size must be >= 1"),
+    (["--hidden", "0"], "--hidden must be >= 1, got 0"),
+    (["--hidden", "-5"], "--hidden must be >= 1, got -5"),
+    (["--feature-dim", "0"], "--feature-dim must be a positive int, got 0"),
+    (["--feature-dim", "-1", "--dataset", "papers-like:1k"], "--feature-dim must be a positive int"),
+    (["--dataset", "no-such-dataset"], "unknown dataset 'no-such-dataset'"),
+    (["--dataset", "papers-like:lots"], "NODES must be a positive whole number"),
+    (["--dataset", "papers-like"], "papers-like:NODES[:DEGREE]"),
+    (["--epochs", "0"], "--epochs must be >= 1"),
+    (["--max-batches", "0"], "--max-batches must be None or >= 1"),
+    (["--samplers", "0", "--sample-on", "cpu"], "--samplers must be >= 1"),
+    (["--producer-share", "100"], "--producer-share must be in (0, 100)"),
+    (["--producer-share", "0"], "--producer-share must be in (0, 100)"),
+    (["--producer-sms", "0"], "--producer-sms must be >= 1"),
+    (["--gather-batches", "0"], "--gather-batches must be >= 1"),
+    (["--fanouts", "ten,5"], "--fanouts must be comma-separated integers"),
+    (["--fanouts", "0,5"], "--fanouts must be one positive fanout"),
+    (["--fanouts", ","], "--fanouts must be one positive fanout"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--gpus", "0"], "--gpus must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_SETTINGS, ids=[" ".join(a) for a, _ in BAD_SETTINGS])
+def test_bad_settings_get_one_line_and_status_2(argv, message, capsys):
+    """Every bad setting ends ``zerocopy train`` with one line naming the flag and status 2,
+    before any dataset is loaded or process started."""
+    assert main(["train"] + argv) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("zerocopy train: ") and message in err, err
+    assert "Traceback" not in err and "dataset " not in out
 
 
 def test_bad_arguments(capsys):
-    assert main(["train", "--gpus", "0"]) == 2
-    assert "--gpus" in capsys.readouterr().err
     assert main(["train", "--nnodes", "2", "--max-batches", "1", "--epochs", "1"]) == 2
     assert "rdzv-endpoint" in capsys.readouterr().err
-    assert main(["train", "--fanouts", "ten,5"]) == 2
-    assert "--fanouts" in capsys.readouterr().err
-    assert main(["train", "--gather-batches", "0", "--max-batches", "1", "--epochs", "1"]) == 2
-    assert "gather_batches must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--mode", "bogus"])
 
@@ -115,19 +147,6 @@ def test_ctrl_c_stops_every_process():
     assert alive == []
 
 
-def test_dma_gather_leaves_two_cores_to_the_trainer():
-    from pytorch_zerocopy.train import dma_gather_threads
-
-    assert [dma_gather_threads(c) for c in (1, 2, 3, 16, 32)] == [1, 1, 1, 14, 30]
-    assert dma_gather_threads() >= 1
-
-
-def test_default_gather_batches_shrink_as_rows_widen():
-    from pytorch_zerocopy.train import default_gather_batches
-
-    assert [default_gather_batches(b) for b in (4, 128, 512, 1024, 2048, 4096, 65536)] == [8, 8, 8, 4, 2, 1, 1]
-
-
 def test_gather_batches_bring_their_ring_slots():
     """Asking for N minibatches per gather gives the ring 2N slots (unless num_slots is given),
     and the epochs say how many per gather were configured."""
@@ -136,6 +155,6 @@ def test_gather_batches_bring_their_ring_slots():
 
     ds = community_graph(num_nodes=4000, feature_dim=16, seed=1)
     epochs = train(ds, "zerocopy", epochs=1, max_batches=2, batch_size=256, quiet=True, gather_batches=3)
-    assert epochs[-1]["gather_batches"] == 3
-    with pytest.raises(ValueError, match="num_slots"):
+    assert epochs[-1].gather_batches == 3
+    with pytest.raises(PlanError, match="num_slots"):
         train(ds, "zerocopy", epochs=1, max_batches=2, batch_size=256, quiet=True, gather_batches=3, num_slots=4)

@@ -7,8 +7,8 @@ import torch
 from torch.nn import functional as F
 
 from pytorch_zerocopy.datasets import community_graph
-from pytorch_zerocopy.pipeline.model import GraphSAGE
-from pytorch_zerocopy.pipeline.sampler import sample_blocks
+from pytorch_zerocopy.nn import GraphSAGE
+from pytorch_zerocopy.sampling import sample_layers
 from pytorch_zerocopy.pipeline.train_step import (IGNORE_LABEL, Capacity, EagerTrainStep, GraphedTrainStep,
                                                   PaddedBatch, batch_sizes)
 
@@ -21,9 +21,10 @@ def graph():
 def minibatch(graph, gen, seeds: int, fanouts=(6, 4), device="cpu", dtype=torch.float32):
     """A freshly sampled minibatch of ``seeds`` random training nodes, on ``device``."""
     ids = graph.train_idx[torch.randperm(graph.train_idx.numel(), generator=gen)[:seeds]]
-    inp, out, blocks = sample_blocks(graph.indptr, graph.indices, ids, list(fanouts), gen)
-    feats = torch.randn(inp.numel(), graph.feature_dim, generator=gen, dtype=dtype)  # never the same twice
-    return [b.to(device) for b in blocks], feats.to(device), graph.labels[out].to(device)
+    blocks = sample_layers(graph.graph, ids, list(fanouts), edge_dir="out",
+                           seed=int(torch.randint(0, 2**62, (), generator=gen)))
+    feats = torch.randn(blocks[0].num_src, graph.feature_dim, generator=gen, dtype=dtype)  # never the same twice
+    return [b.to(device) for b in blocks], feats.to(device), graph.labels[ids].to(device)
 
 
 def model_for(graph, device, dtype=torch.float32, seed=0):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Sequence, Tuple, Union
 
 import torch
+
+from ..graph import CSRGraph
 
 
 def shared_host_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> torch.Tensor:
@@ -37,19 +39,27 @@ def shared_host_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> 
 
 @dataclass
 class NodeDataset:
-    """A graph in CSR form with node features, labels and splits.
+    """A node-classification dataset: a graph with node features, labels and splits.
 
-    ``indptr`` (int64, ``num_nodes + 1``) and ``indices`` (int64) give each node's in-neighbours.
+    ``graph`` is a :class:`~pytorch_zerocopy.graph.CSRGraph` whose row ``v`` lists ``v``'s
+    in-neighbours (the sources of the edges into ``v``): the transpose (CSC) of the edge list,
+    which is what a GNN layer aggregates over and what neighbour sampling reads, so sampling
+    needs no transpose at run time (``sample_layers(ds.graph, seeds, fanouts,
+    edge_dir='out')`` samples the rows as stored; block edges run from the sampled
+    in-neighbour to its seed). Directed datasets (``papers_like``, OGB's papers100M) are built
+    in this orientation directly; the generated community graph is symmetric
+    (``graph.symmetric``), so its rows are both its in- and out-neighbour lists. Edge ids are
+    positions in these rows.
+
     ``features`` is a ``[num_nodes, dim]`` host tensor in shared memory (a child process that
     receives it maps the same bytes; convert it there with ``.to("unified")``). ``labels`` are
-    int64 in ``[0, num_classes)``. Splits hold node ids. All tensors live on the CPU; the graph
-    and labels are moved into shared memory by :meth:`share_memory_` so that sending the
-    dataset to ``torch.multiprocessing`` children costs no copy.
+    int64 in ``[0, num_classes)`` (-1: unlabelled). Splits hold node ids. All tensors live on the
+    CPU; :meth:`share_memory_` moves the graph and labels into shared memory so that sending
+    the dataset to ``torch.multiprocessing`` children costs no copy.
     """
 
     name: str
-    indptr: torch.Tensor
-    indices: torch.Tensor
+    graph: CSRGraph
     features: torch.Tensor
     labels: torch.Tensor
     train_idx: torch.Tensor
@@ -59,19 +69,31 @@ class NodeDataset:
 
     @property
     def num_nodes(self) -> int:
-        return self.indptr.numel() - 1
+        return self.graph.num_nodes
 
     @property
     def num_edges(self) -> int:
-        return self.indices.numel()
+        return self.graph.num_edges
 
     @property
     def feature_dim(self) -> int:
         return int(self.features.shape[1])
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one node's feature row."""
+        return self.feature_dim * self.features.element_size()
+
+    def edges(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``(src, dst)`` of every edge, in edge-id order (DGL's ``g.edges()``; e.g.
+        ``dgl.graph(ds.edges())`` builds the same graph in DGL)."""
+        g = self.graph
+        dst = torch.repeat_interleave(torch.arange(g.num_nodes), g.indptr[1:] - g.indptr[:-1])
+        return g.indices.long(), dst
+
     def share_memory_(self) -> "NodeDataset":
-        for name in ("indptr", "indices", "labels", "train_idx", "val_idx", "test_idx"):
-            getattr(self, name).share_memory_()
+        for t in (self.graph.indptr, self.graph.indices, self.labels, self.train_idx, self.val_idx, self.test_idx):
+            t.share_memory_()
         if not self.features.is_shared():
             self.features.share_memory_()
         return self
@@ -82,3 +104,9 @@ class NodeDataset:
                 f"{self.feature_dim} x {str(self.features.dtype).replace('torch.', '')} features "
                 f"({gib:.2f} GiB), {self.num_classes} classes, train/val/test "
                 f"{self.train_idx.numel():,}/{self.val_idx.numel():,}/{self.test_idx.numel():,}")
+
+
+def in_neighbour_graph(indptr: torch.Tensor, indices: torch.Tensor, symmetric: bool = False) -> CSRGraph:
+    """The :class:`CSRGraph` of a dataset from in-neighbour lists its builder made well formed
+    (int64 offsets, ids in range: not checked again)."""
+    return CSRGraph(indptr, indices, symmetric=symmetric, validate=False)

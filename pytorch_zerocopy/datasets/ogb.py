@@ -25,7 +25,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from .base import NodeDataset, shared_host_tensor
+from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
 from .synthetic import _csr_from_edges
 
 PathLike = Union[str, os.PathLike]
@@ -159,5 +159,5 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
 
     parts = _read_split(root, split)
     num_classes = int(labels.max()) + 1
-    return NodeDataset(name, indptr, indices, features, labels, parts["train"], parts["valid"],
-                       parts["test"], num_classes).share_memory_()
+    return NodeDataset(name, in_neighbour_graph(indptr, indices, symmetric=add_reverse), features, labels,
+                       parts["train"], parts["valid"], parts["test"], num_classes).share_memory_()

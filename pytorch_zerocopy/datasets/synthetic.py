@@ -7,12 +7,12 @@ task well beyond what the noisy features alone allow and accuracy is a meaningfu
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
 from ..unified import to_unified
-from .base import NodeDataset, shared_host_tensor
+from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
 
 
 def _splits(num_nodes: int, train: float, val: float, test: float, gen: torch.Generator):
@@ -69,6 +69,7 @@ def community_graph(
     mean_scale: float = 0.2,
     seed: int = 0,
     name: str = "community",
+    splits: Tuple[float, float, float] = (0.2, 0.05, 0.25),
 ) -> NodeDataset:
     """A symmetric stochastic-block-style graph with class-dependent features.
 
@@ -79,10 +80,15 @@ def community_graph(
     weakly while the mean over its neighbours identifies it well (with the defaults, the
     nearest class mean of a node's own features is right 46% of the time, of its neighbours'
     mean 91%; chance is 1/16). Deterministic for a seed:
-    every tensor is the same on every machine (CPU generator only). Splits: 20% / 5% / 25%.
+    every tensor is the same on every machine (CPU generator only). ``splits``: the train /
+    validation / test fractions of the nodes.
     """
     if num_nodes < num_classes or num_classes < 2:
         raise ValueError(f"community_graph: need num_nodes >= num_classes >= 2, got {num_nodes}, {num_classes}")
+    if feature_dim < 1 or avg_degree < 1:
+        raise ValueError(f"community_graph: feature_dim and avg_degree must be >= 1, got {feature_dim}, {avg_degree}")
+    if len(splits) != 3 or min(splits) < 0 or sum(splits) > 1:
+        raise ValueError(f"community_graph: splits must be three fractions summing to at most 1, got {splits}")
     gen = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, num_classes, (num_nodes,), generator=gen)
     by_class = torch.argsort(labels, stable=True)
@@ -102,8 +108,9 @@ def community_graph(
     features = shared_host_tensor((num_nodes, feature_dim), torch.float32)
     features.copy_(means[labels])
     features.add_(torch.randn(num_nodes, feature_dim, generator=gen))
-    train, val, test = _splits(num_nodes, 0.2, 0.05, 0.25, gen)
-    return NodeDataset(name, indptr, indices, features, labels, train, val, test, num_classes).share_memory_()
+    train, val, test = _splits(num_nodes, *splits, gen)
+    graph = in_neighbour_graph(indptr, indices, symmetric=True)
+    return NodeDataset(name, graph, features, labels, train, val, test, num_classes).share_memory_()
 
 
 def embedded_default(feature_dim: int = 64) -> NodeDataset:
@@ -160,7 +167,7 @@ def papers_like(
     chunk_bytes: int = 512 << 20,
     name: Optional[str] = None,
 ) -> NodeDataset:
-    """A papers100M-like directed graph of any size, generated in chunks.
+    """A papers100M-like directed graph of any size, generated in chunks, as in-neighbour lists.
 
     Node ``v`` has class ``v % num_classes`` and between 1 and ``2 * avg_degree - 1`` in-edges
     (uniform), each from a random node of its own class with probability ``p_in``, else from a
@@ -206,4 +213,5 @@ def papers_like(
     labels = torch.arange(num_nodes, dtype=torch.int64) % num_classes
     train, val, test = _splits(num_nodes, train_fraction, 0.001, 0.002, cpu_gen)
     name = name or f"papers-like-{num_nodes}x{feature_dim}"
-    return NodeDataset(name, indptr, indices, features, labels, train, val, test, num_classes).share_memory_()
+    return NodeDataset(name, in_neighbour_graph(indptr, indices), features, labels, train, val, test,
+                       num_classes).share_memory_()

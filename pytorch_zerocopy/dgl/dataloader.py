@@ -28,11 +28,17 @@ from typing import Any, Iterator, Optional, Union
 import torch
 
 from .. import unified as _unified
+from ..graph import CSRGraph
+from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, _graph_device
 
 
 class DataLoader:
-    """Iterates over ``(input_nodes, output_nodes, blocks)`` mini-batches of ``indices``."""
+    """Iterates over ``(input_nodes, output_nodes, blocks)`` mini-batches of ``indices``.
+
+    ``graph``: a :class:`~pytorch_zerocopy.graph.CSRGraph` (node and edge data in its
+    ``ndata``/``edata``; :func:`pytorch_zerocopy.dgl.graph` builds one as ``dgl.graph`` does) or
+    a ``dgl.DGLGraph``."""
 
     def __init__(
         self,
@@ -53,6 +59,10 @@ class DataLoader:
         num_workers: int = 0,
         **kwargs: Any,
     ):
+        if not (isinstance(graph, CSRGraph) or is_dgl_graph(graph)):
+            raise TypeError("graph must be a pytorch_zerocopy CSRGraph (build one from DGL's graph data with "
+                            "pytorch_zerocopy.dgl.graph((src, dst))) or a dgl.DGLGraph, got "
+                            f"{type(graph).__name__}")
         if not hasattr(graph_sampler, "sample_with"):
             raise TypeError("graph_sampler must be pytorch_zerocopy.dgl.NeighborSampler (or a subclass), "
                             f"got {type(graph_sampler).__name__}")

@@ -5,6 +5,12 @@ the graph from host memory ("UVA": the graph's CPU structure mapped in place as 
 tensors) when the seeds are on a GPU and the graph is not, else on the CPU (multithreaded).
 The loader can ask for UVA explicitly.
 
+Graphs: a ``dgl.DGLGraph`` (with DGL installed), or the package's
+:class:`~pytorch_zerocopy.graph.CSRGraph` with DGL's node and edge data in its ``ndata`` /
+``edata`` (build one as ``dgl.graph`` would with :func:`pytorch_zerocopy.dgl.graph`). The
+neighbour lists of the sampled direction (the CSC for ``edge_dir='in'``) are prepared once per
+graph and placement, sampling weights in their order.
+
 Output per batch, as DGL's: ``(input_nodes, output_nodes, blocks)`` with ``blocks[0]`` the input
 layer. With DGL installed and a ``dgl.DGLGraph`` given, blocks are real DGL blocks
 (``dgl.create_block``) carrying ``dgl.NID``/``dgl.EID``; otherwise :class:`Block`. Prefetched
@@ -21,9 +27,9 @@ import torch
 
 from .. import sampling as _sampling
 from .. import unified as _unified
-from ._backend import is_dgl_graph, real_dgl
 from ..block import EID, NID, Block
-from .block import Graph
+from ..graph import CSRGraph
+from ._backend import is_dgl_graph, real_dgl
 
 Placement = str  # 'cpu', 'cuda' or 'unified'
 
@@ -38,12 +44,23 @@ def _names(x: Optional[Union[str, Sequence[str]]], what: str) -> List[str]:
     return list(x)
 
 
-class _GraphState:
-    """What a sampler keeps per graph and placement: the neighbour lists (and their sampling
-    weights in list order) and the unified copies of features."""
+def _compute_device(placement: Placement, graph_device: torch.device) -> torch.device:
+    if placement == "cuda":
+        return graph_device
+    if placement == "unified" and _unified.gpu_backed():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
-    def __init__(self, adjacency: _sampling.Adjacency):
-        self.adjacency = adjacency
+
+class _GraphState:
+    """What a sampler keeps per graph and placement: the neighbour lists of the sampled
+    direction (placed; edge ids are positions in them), the graph's id of each position, the
+    sampling weights in position order, and the unified copies of features."""
+
+    def __init__(self, lists: CSRGraph, edge_ids: Optional[torch.Tensor], probs: Optional[torch.Tensor]):
+        self.lists = lists
+        self.edge_ids = edge_ids
+        self.probs = probs
         self.unified_feats: Dict[Tuple[str, str], Tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -103,36 +120,45 @@ class NeighborSampler:
             self._graph, self._states = g, {}
         state = self._states.get(placement)
         if state is None:
-            state = _GraphState(self._adjacency(g, placement))
+            state = self._prepare(g, placement)
             self._states[placement] = state
         return state
 
-    def _adjacency(self, g: Any, placement: Placement) -> _sampling.Adjacency:
+    def _prepare(self, g: Any, placement: Placement) -> _GraphState:
+        """The neighbour lists of ``self.edge_dir``, their edge ids and weights, in ``placement``."""
         if is_dgl_graph(g):
             if g.is_block or len(g.ntypes) != 1 or len(g.etypes) != 1:
                 raise NotImplementedError("NeighborSampler supports homogeneous graphs only")
-            fmt = "csc" if self.edge_dir == "in" else "csr"
-            indptr, indices, eids = g.adj_tensors(fmt)
-            adj = _sampling.Adjacency(indptr, indices, eids)
-            edata = g.edata
+            indptr, indices, eids = g.adj_tensors("csc" if self.edge_dir == "in" else "csr")
+            indptr, indices = indptr.cpu().long(), indices.cpu()
+            eids = eids.cpu().long() if eids is not None and eids.numel() else None
+        elif isinstance(g, CSRGraph):
+            lists = g.csc() if self.edge_dir == "in" else g
+            indptr, indices, eids = lists.indptr.cpu(), lists.indices.cpu(), lists.eids
+            eids = None if eids is None else eids.cpu()
         else:
-            if not isinstance(g, Graph):
-                g = Graph(g)
-            adj = _sampling.adjacency_of(g, self.edge_dir)
-            edata = g.edata
+            raise TypeError("the graph must be a pytorch_zerocopy CSRGraph (pytorch_zerocopy.dgl.graph((src, dst)) "
+                            f"builds one) or a dgl.DGLGraph, got {type(g).__name__}")
         probs = None
         if self.prob is not None:
-            if self.prob not in edata:
+            if self.prob not in g.edata:
                 raise KeyError(f"prob/mask: the graph has no edge feature {self.prob!r}")
-            weights = edata[self.prob]
-            if weights.dim() != 1 or weights.numel() != adj.indices.numel():
+            weights = g.edata[self.prob]
+            if weights.dim() != 1 or weights.numel() != indices.numel():
                 raise ValueError(f"edge feature {self.prob!r} must hold one weight per edge "
-                                 f"({adj.indices.numel()}), got shape {tuple(weights.shape)}")
+                                 f"({indices.numel()}), got shape {tuple(weights.shape)}")
             weights = weights.detach().cpu().float()
             if bool((weights < 0).any()):
                 raise ValueError(f"edge feature {self.prob!r} holds negative sampling weights")
-            probs = weights if adj.eids is None else weights[adj.eids.cpu().long()]
-        return _place_adjacency(adj, probs, placement)
+            probs = weights if eids is None else weights[eids]
+        graph_device = _graph_device(g)
+        device = graph_device if placement == "cuda" else None
+        # Own copies for the unified placement: mapping works in place, and the graph's own
+        # storage is left as it is.
+        own = placement == "unified"
+        lists = CSRGraph(indptr, indices.clone() if own else indices, validate=False).to(placement, device)
+        compute = _compute_device(placement, graph_device)
+        return _GraphState(lists, _place(eids, placement, compute, own), _place(probs, placement, compute, own))
 
     # -- sampling -------------------------------------------------------------------------
 
@@ -157,21 +183,22 @@ class NeighborSampler:
         if exclude_eids is not None:
             raise NotImplementedError("exclude_eids is not supported by this NeighborSampler")
         state = self._state(g, placement)
-        adj = state.adjacency
-        layers = _sampling.sample_layers(adj, seed_nodes, self.fanouts, edge_dir=self.edge_dir,
-                                         replace=self.replace, seed=seed)
+        # The lists are already those of edge_dir: their rows are sampled as stored.
+        layers = _sampling.sample_layers(state.lists, seed_nodes, self.fanouts, edge_dir="out",
+                                         replace=self.replace, probs=state.probs, seed=seed)
         output_nodes = seed_nodes.to(device)
         input_nodes = layers[0].nodes.to(device)
-        blocks = [self._block(g, lay, device) for lay in layers]
+        blocks = [self._block(g, lay, state.edge_ids, device) for lay in layers]
         self._prefetch(g, state, blocks, input_nodes, output_nodes, device)
         return input_nodes, output_nodes, blocks
 
     def sample_blocks(self, g: Any, seed_nodes: torch.Tensor, exclude_eids: Any = None):
         return self.sample(g, seed_nodes, exclude_eids)
 
-    def _block(self, g: Any, lay: Block, device: torch.device):
+    def _block(self, g: Any, lay: Block, edge_ids: Optional[torch.Tensor], device: torch.device):
         src, dst = lay.src.to(device), lay.dst.to(device)
-        nodes, eids = lay.nodes.to(device), lay.eids.to(device)
+        eids = lay.eids if edge_ids is None else edge_ids[lay.eids.to(_index_device(edge_ids))]
+        nodes, eids = lay.nodes.to(device), eids.to(device)
         if is_dgl_graph(g):
             dgl = real_dgl()
             block = dgl.create_block((src, dst), num_src_nodes=lay.num_src,
@@ -218,19 +245,22 @@ def _graph_device(g: Any) -> torch.device:
     return torch.device("cpu") if dev.type == _unified.DEVICE_TYPE else dev
 
 
-def _place_adjacency(adj: _sampling.Adjacency, probs: Optional[torch.Tensor],
-                     placement: Placement) -> _sampling.Adjacency:
-    tensors = [adj.indptr.long(), adj.indices, adj.eids, probs]
+def _index_device(t: torch.Tensor) -> torch.device:
+    """Where indices into ``t`` must be: a unified tensor is indexed from its GPU (or the CPU)."""
+    if _unified.is_unified(t):
+        return torch.device("cuda", torch.cuda.current_device()) if _unified.gpu_backed() else torch.device("cpu")
+    return t.device
+
+
+def _place(t: Optional[torch.Tensor], placement: Placement, compute: torch.device,
+           own: bool) -> Optional[torch.Tensor]:
+    """A per-position array where sampling reads it: mapped in place (unified), else on
+    ``compute``."""
+    if t is None:
+        return None
     if placement == "unified":
-        # Own copies, mapped in place: the graph's own storage is left as it is.
-        placed = [None if t is None else
-                  (t if _unified.is_unified(t) else _unified.to_unified(t.detach().cpu().contiguous().clone()))
-                  for t in tensors]
-    else:
-        placed = [None if t is None else
-                  (t.cpu() if _unified.is_unified(t) and placement == "cpu" else t.to(placement))
-                  for t in tensors]
-    return _sampling.Adjacency(*placed)
+        return _unified.to_unified((t.clone() if own else t).contiguous())
+    return t.to(compute)
 
 
 def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index: torch.Tensor,

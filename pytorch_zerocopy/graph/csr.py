@@ -30,6 +30,12 @@ in-neighbour lists are the out-neighbour lists, so the transpose of an unweighte
 graph shares ``indptr``/``indices`` with it and only its ``eids`` (the position of each edge's
 reverse) are computed, on first use.
 
+Node and edge data. ``ndata`` and ``edata`` are dicts of tensors keyed by name, indexed by node
+id and by edge id (DGL's ``ndata``/``edata``; the DGL-compatible loader prefetches from them).
+They stay where they are when the graph is placed; a derived graph (:meth:`CSRGraph.to`,
+:meth:`CSRGraph.csc`) starts with shallow copies of them, which remain valid because node and
+edge ids are the same in every view of a graph.
+
 Validation. Built from CSR arrays the graph checks, once, that offsets start at 0, never
 decrease and end at the number of edges, that ids are in range and that dtypes are as above;
 the traversal ops then trust the arrays.
@@ -37,7 +43,7 @@ the traversal ops then trust the arrays.
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -113,6 +119,8 @@ class CSRGraph:
         min_weight: Optional[float] = None,
         mean_weight: Optional[float] = None,
         eids: Optional[torch.Tensor] = None,
+        ndata: Optional[Dict[str, torch.Tensor]] = None,
+        edata: Optional[Dict[str, torch.Tensor]] = None,
     ) -> None:
         """Wraps existing arrays without copying; prefer :meth:`from_csr` / :meth:`from_coo`.
 
@@ -120,6 +128,7 @@ class CSRGraph:
         generators' output). ``min_weight`` / ``mean_weight`` are the smallest / mean weight
         when already known (otherwise computed here, once, from the host copy). ``eids``: int64
         edge ids of the positions (see the module docstring), placed like ``indices``.
+        ``ndata`` / ``edata``: node and edge data (see the module docstring).
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -133,6 +142,8 @@ class CSRGraph:
         self._eids = eids
         self._reverse_of: Optional["CSRGraph"] = None  # set on a symmetric graph's transpose
         self._csc: Optional["CSRGraph"] = None
+        self.ndata: Dict[str, torch.Tensor] = dict(ndata or {})
+        self.edata: Dict[str, torch.Tensor] = dict(edata or {})
         if validate:
             self._validate()
         if weights is not None and self.num_edges > 0 and (min_weight is None or mean_weight is None):
@@ -287,7 +298,7 @@ class CSRGraph:
     def _like(self, indptr, indices, weights, placement, eids=None) -> "CSRGraph":
         return CSRGraph(indptr, indices, weights, symmetric=self.symmetric, placement=placement,
                         validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight,
-                        eids=eids)
+                        eids=eids, ndata=self.ndata, edata=self.edata)
 
     def _placed_like_indices(self, t: Optional[torch.Tensor], placement: str,
                              device) -> Optional[torch.Tensor]:
@@ -339,7 +350,8 @@ class CSRGraph:
         eids = order if self._eids is None else _host(self._eids)[order]
         weights = None if self.weights is None else _host(self.weights)[order]
         host = CSRGraph(t_indptr, src[order].contiguous(), weights, placement="cpu", validate=False,
-                        min_weight=self.min_weight, mean_weight=self.mean_weight, eids=eids)
+                        min_weight=self.min_weight, mean_weight=self.mean_weight, eids=eids,
+                        ndata=self.ndata, edata=self.edata)
         if self.placement == "cpu":
             return host
         device = self.indptr.device if self.indptr.device.type == "cuda" else None

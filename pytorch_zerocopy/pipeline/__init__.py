@@ -1,15 +1,22 @@
-"""The sampler -> producer -> consumer training pipeline (the paper's Figure 6).
+"""The sampler -> producer -> trainer training pipeline (the paper's Figure 6).
 
-:func:`run_pipeline` runs it; :class:`PipelineConfig` describes a run; roles, ring protocol
-and failure handling are documented in :mod:`.roles` and :mod:`.runner`; GPU partitioning
-(MPS, green contexts) in :mod:`.partition` and :mod:`.green`; the CPU neighbour-sampling
-adapter in :mod:`.sampler` (``sample_blocks``, replaceable by the library's sampling op).
+:func:`make_plan` resolves a run once into a frozen :class:`Plan`; :func:`run_pipeline` runs it.
+
+Modules, in the order a minibatch meets them: :mod:`.plan` (every choice, validated once),
+:mod:`.minibatches` (seeds and sampling, CPU or GPU), :mod:`.sampler` (the CPU sampler role),
+:mod:`.producer` (gathers into the ring), :mod:`.ring` (slots shared by producer and trainer),
+:mod:`.gather` (one gather per mode), :mod:`.consumer` (the trainer), :mod:`.train_step`
+(eager or CUDA-graph steps), :mod:`.stats` and :mod:`.trace` (what a run reports),
+:mod:`.messages` (what travels between processes), :mod:`.runner` (process supervision),
+:mod:`.partition` and :mod:`.green` (MPS and green-context GPU partitions).
 """
 
-from .messages import PipelineConfig
-from .model import GraphSAGE, SAGEConv
-from .runner import PipelineError, run_pipeline
 from ..block import Block
-from .sampler import sample_blocks
+from ..nn import GraphSAGE, SAGEConv
+from .messages import PartitionInfo, StepDone
+from .plan import GatherIn, Mode, Partition, Phase, Plan, PlanError, SampleOn, make_plan
+from .runner import PipelineError, run_pipeline
+from .stats import EpochStats
 
-__all__ = ["Block", "GraphSAGE", "PipelineConfig", "PipelineError", "SAGEConv", "run_pipeline", "sample_blocks"]
+__all__ = ["Block", "EpochStats", "GatherIn", "GraphSAGE", "Mode", "Partition", "PartitionInfo", "Phase", "PipelineError",
+           "Plan", "PlanError", "SAGEConv", "SampleOn", "StepDone", "make_plan", "run_pipeline"]

@@ -9,8 +9,7 @@ import torch
 import pytorch_zerocopy
 
 from ..unified import gpu_backed, to_unified
-
-GATHERS = ("zerocopy", "naive", "dma", "gpu", "cpu")
+from .plan import Mode
 
 
 def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -23,19 +22,19 @@ def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class FeatureGather:
-    """Gathers rows of the shared host table ``features`` for ``device``.
+    """Gathers rows of the shared host table ``features`` for ``device``, as ``mode`` does.
 
-    ``zerocopy``: the routed zero-copy gather, ``table[idx]`` on the unified table.
-    ``naive``: ``index_select`` on the table's plain CUDA alias (no reordering).
-    ``gpu``: ``index_select`` on a copy of the table in GPU memory.
-    ``dma`` / ``cpu``: ``index_select`` on the host table, on the CPU, with this process's
-    torch threads (the DMA path copies the result to the GPU afterwards).
+    ``ZEROCOPY``: the routed zero-copy gather (``gather_rows``) from the unified table (on the
+    CPU: the CPU kernel on the host table). ``ZEROCOPY_NAIVE``: ``index_select`` on the table's
+    plain CUDA alias (no reordering). ``GPU``: ``index_select`` on a copy of the table in GPU
+    memory. ``DMA`` / ``CPU``: ``index_select`` on the host table, on the CPU, with this
+    process's torch threads (the DMA path copies the result to the GPU afterwards).
     The object keeps the mapping (or the GPU copy) alive for its own lifetime.
     """
 
-    def __init__(self, features: torch.Tensor, mode: str, device: torch.device):
-        if mode not in GATHERS:
-            raise ValueError(f"gather mode must be one of {GATHERS}, got {mode!r}")
+    def __init__(self, features: torch.Tensor, mode: Mode, device: torch.device):
+        if not isinstance(mode, Mode):
+            raise TypeError(f"FeatureGather: mode must be a Mode, got {mode!r}")
         if features.device.type != "cpu":
             raise ValueError(f"features must be the host table, got a tensor on {features.device}")
         self.mode = mode
@@ -44,19 +43,19 @@ class FeatureGather:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.host = features
-        if mode in ("naive", "gpu") and self.device.type != "cuda":
-            raise RuntimeError(f"the {mode!r} gather needs a CUDA device, got {self.device}")
-        if mode == "zerocopy":
+        if mode in (Mode.ZEROCOPY_NAIVE, Mode.GPU) and self.device.type != "cuda":
+            raise RuntimeError(f"the {mode.value!r} gather needs a CUDA device, got {self.device}")
+        if mode is Mode.ZEROCOPY:
             # On the CPU the host table itself is the zero-copy source (gather_rows' CPU kernel).
             self.table = to_unified(features) if self.device.type == "cuda" else features
-        elif mode == "naive":
+        elif mode is Mode.ZEROCOPY_NAIVE:
             from .. import unified
 
             self._unified = to_unified(features)
             if not gpu_backed():
-                raise RuntimeError("the 'naive' gather needs a GPU-backed build")
+                raise RuntimeError("the 'zerocopy-naive' gather needs a GPU-backed build")
             self.table = unified._C.device_alias(self._unified, self.device)
-        elif mode == "gpu":
+        elif mode is Mode.GPU:
             self.table = features.to(self.device)
         else:
             self.table = features
@@ -64,7 +63,7 @@ class FeatureGather:
     @property
     def on_device(self) -> bool:
         """Whether the gather runs on (and writes to) ``device`` rather than the CPU."""
-        return self.mode in ("zerocopy", "naive", "gpu") and self.device.type == "cuda"
+        return self.mode in (Mode.ZEROCOPY, Mode.ZEROCOPY_NAIVE, Mode.GPU) and self.device.type == "cuda"
 
     def _routed(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The zero-copy gather: the library's ``gather_rows`` (no bounds check: sampled ids are
@@ -81,7 +80,7 @@ class FeatureGather:
     def gather(self, idx: torch.Tensor) -> torch.Tensor:
         """Rows ``idx`` (int64 ids on the CPU, or on ``device`` for on-device modes) as a new
         tensor (on ``device`` for on-device modes)."""
-        if self.mode == "zerocopy":
+        if self.mode is Mode.ZEROCOPY:
             return self._routed(idx)
         if self.on_device:
             return torch.index_select(self.table, 0, to_device_async(idx, self.device))
@@ -90,7 +89,7 @@ class FeatureGather:
     def gather_into(self, idx: torch.Tensor, out: torch.Tensor) -> None:
         """Writes rows ``idx`` into ``out[:len(idx)]`` (``out`` on the gather's device)."""
         n = idx.numel()
-        if self.mode == "zerocopy":
+        if self.mode is Mode.ZEROCOPY:
             self._routed(idx, out[:n])
         elif self.on_device:
             torch.index_select(self.table, 0, to_device_async(idx, self.device), out=out[:n])

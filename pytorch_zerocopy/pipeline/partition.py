@@ -219,25 +219,29 @@ _LIVE_GREEN_CONTEXTS: list = []
 
 
 def green_streams(device: torch.device, producer_sms: int):
-    """(producer stream, consumer stream, info) on two green contexts of ``device``.
+    """(producer stream, consumer stream, :class:`~.messages.PartitionInfo`) on two green
+    contexts of ``device``.
 
     The producer gets ``producer_sms`` rounded up to the hardware granularity; the consumer the
     rest. Disjoint SM sets come from the driver API (:mod:`.green`); where that fails, torch's
-    ``torch.cuda.green_contexts`` is used, whose contexts may share SMs, and the info dict says
-    so (``"disjoint": False``) along with the counts actually used.
+    ``torch.cuda.green_contexts`` is used, whose contexts may share SMs, and the info says so
+    (``disjoint=False``) along with the counts actually used.
     """
+    from .messages import PartitionInfo
+    from .plan import Partition
+
     device = torch.device(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).multi_processor_count
     gran = sm_granularity(torch.device("cuda", index))
     prod_sms, cons_sms = round_sms(producer_sms, total, gran)
-    info = {"kind": "green", "total_sms": total, "granularity": gran, "requested_producer_sms": producer_sms}
+    info = dict(kind=Partition.GREEN, total_sms=total, granularity=gran, requested_producer_sms=producer_sms)
     from .green import GreenContextError, disjoint_green_streams
 
     try:
         p_stream, c_stream, p_n, c_n = disjoint_green_streams(index, prod_sms)
-        info.update(producer_sms=p_n, consumer_sms=c_n, disjoint=True, api="driver")
-        return p_stream, c_stream, info
+        return p_stream, c_stream, PartitionInfo(producer_sms=p_n, consumer_sms=c_n, disjoint=True, api="driver",
+                                                 **info)
     except GreenContextError as e:
         driver_error = str(e)
 
@@ -256,6 +260,5 @@ def green_streams(device: torch.device, producer_sms: int):
                            "upgrade torch or use partition='mps'.")
     # The contexts must outlive their streams: they live as long as the process.
     _LIVE_GREEN_CONTEXTS.extend([producer_ctx, consumer_ctx])
-    info.update(producer_sms=prod_sms, consumer_sms=cons_sms, disjoint=False, api="torch",
-                driver_error=driver_error)
-    return producer_ctx.Stream(), consumer_ctx.Stream(), info
+    return producer_ctx.Stream(), consumer_ctx.Stream(), PartitionInfo(
+        producer_sms=prod_sms, consumer_sms=cons_sms, disjoint=False, api="torch", driver_error=driver_error, **info)

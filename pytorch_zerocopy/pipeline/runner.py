@@ -25,8 +25,12 @@ from typing import Callable, Dict, List, Optional
 import torch.multiprocessing as mp
 
 from ..datasets.base import NodeDataset
-from . import roles
-from .messages import PipelineConfig
+from .consumer import consumer_main
+from .messages import PartitionInfo
+from .plan import GatherIn, Partition, Plan
+from .producer import producer_main
+from .sampler import sampler_main
+from .stats import EpochStats
 
 TERMINATE_GRACE_SECONDS = 5.0
 
@@ -211,79 +215,49 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def validate_config(cfg: PipelineConfig) -> None:
-    """Raises ``ValueError`` naming the first field of ``cfg`` that cannot work."""
-    from .gather import GATHERS
+def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[object], None]] = None,
+                 on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[EpochStats]:
+    """Runs the plan's roles to completion: ``plan.sampler_processes`` samplers, a producer
+    (``plan.gather_in`` producer) and the trainer. The plan was validated when it was built.
 
-    checks = [
-        ("device", cfg.device.split(":")[0] in ("cpu", "cuda"), "'cpu' or 'cuda[:N]'"),
-        ("gather", cfg.gather in GATHERS, f"one of {GATHERS}"),
-        ("num_slots", cfg.num_slots >= 2, ">= 2 (the producer fills one slot while the consumer reads another)"),
-        ("num_samplers", cfg.num_samplers >= 1, ">= 1"),
-        ("batch_size", cfg.batch_size >= 1, ">= 1"),
-        ("epochs", cfg.epochs >= 1, ">= 1"),
-        ("fanouts", len(cfg.fanouts) >= 1 and all(f == -1 or f > 0 for f in cfg.fanouts),
-         "one positive fan-out (or -1) per layer"),
-        ("producer_share", 0 < cfg.producer_share < 100, "in (0, 100)"),
-        ("producer_sms", cfg.producer_sms >= 1, ">= 1"),
-        ("max_batches", cfg.max_batches is None or cfg.max_batches >= 1, "None or >= 1"),
-        ("replay", cfg.replay is None or cfg.replay >= 1, "None or >= 1"),
-        ("gather_batches", cfg.gather_batches >= 1, ">= 1"),
-        ("graph_warmup", cfg.graph_warmup >= 1, ">= 1"),
-        ("num_slots", cfg.gather_batches == 1 or cfg.num_slots >= 2 * cfg.gather_batches,
-         f">= 2 * gather_batches = {2 * cfg.gather_batches} (one group of slots trains while the next is gathered)"),
-    ]
-    for name, ok, want in checks:
-        if not ok:
-            raise ValueError(f"PipelineConfig.{name} must be {want}, got {getattr(cfg, name)!r}")
-    if cfg.gather in ("dma", "naive", "gpu") and cfg.device == "cpu":
-        raise ValueError(f"PipelineConfig.gather={cfg.gather!r} needs device='cuda'")
-    if cfg.partition in ("mps", "green") and cfg.device == "cpu":
-        raise ValueError(f"PipelineConfig.partition={cfg.partition!r} partitions a GPU: it needs device='cuda'")
-
-
-def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Callable[[tuple], None]] = None,
-                 on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[dict]:
-    """Runs sampler(s), producer (when ``cfg.producer_process``) and consumer to completion.
-
-    Returns the consumer's per-epoch statistics. ``on_message`` sees every progress message
-    (``("step", ...)``, ``("epoch", stats)``, ``("partition", info)``) as it arrives.
+    Returns the trainer's per-epoch statistics. ``on_message`` sees every progress message
+    (:class:`~.messages.StepDone`, :class:`~.messages.PartitionInfo`,
+    :class:`~.stats.EpochStats`) as it arrives; ``on_start`` the role processes' pids.
     """
-    validate_config(cfg)
-    if cfg.partition == "mps" and not cfg.producer_process:
-        raise ValueError("partition='mps' needs the producer in its own process (producer_process=True)")
-    if cfg.partition == "green" and cfg.producer_process:
-        raise ValueError("partition='green' runs producer and consumer in one process (producer_process=False)")
-    if cfg.partition not in ("none", "mps", "green"):
-        raise ValueError(f"partition must be 'none', 'mps' or 'green', got {cfg.partition!r}")
+    if not isinstance(plan, Plan):
+        raise TypeError(f"run_pipeline needs a Plan (pytorch_zerocopy.pipeline.make_plan), got {type(plan).__name__}")
     ds.share_memory_()
-    epochs: List[dict] = []
-
-    partition = {"kind": cfg.partition}
+    epochs: List[EpochStats] = []
+    partition = PartitionInfo(Partition.NONE)
 
     def dispatch(msg: tuple) -> None:
-        if msg[0] == "partition":
-            partition.update(msg[1])
-        if msg[0] == "epoch":
-            msg[1]["partition"] = dict(partition)  # how the GPU was shared in this run
-            msg[1]["gather_batches"] = cfg.gather_batches
-            epochs.append(msg[1])
+        nonlocal partition
+        message = msg[1]  # the trainer's ("progress", message)
+        if isinstance(message, PartitionInfo):
+            partition = message
+        if isinstance(message, EpochStats):
+            message.partition = partition  # how the GPU was shared in this run
+            message.gather_batches = plan.gather_batches
+            epochs.append(message)
         if on_message is not None:
-            on_message(msg)
+            on_message(message)
 
     sup = Supervisor()
     ctx = sup.ctx
-    batch_q = ctx.Queue(maxsize=cfg.queue_depth * cfg.num_samplers)
-    queues = {"batch": batch_q, "consumed": ctx.Event()}
-    if cfg.producer_process:
+    samplers = plan.sampler_processes
+    queues = {"consumed": ctx.Event()}
+    if samplers:
+        queues["batch"] = ctx.Queue(maxsize=plan.queue_depth * samplers)
+    if plan.gather_in is GatherIn.PRODUCER:
         queues["ready"] = ctx.Queue()
         queues["free"] = ctx.Queue()
+    batch_q = queues.get("batch")
     stack = contextlib.ExitStack()
     try:
         with stack, _sigterm_raises():
             producer_env: Dict[str, str] = {}
             consumer_env: Dict[str, str] = {}
-            if cfg.partition == "mps":
+            if plan.partition is Partition.MPS:
                 from .partition import MpsDaemon, shared_daemon
 
                 # One daemon serves every GPU: a launcher of several pipelines shares its own.
@@ -291,19 +265,18 @@ def run_pipeline(cfg: PipelineConfig, ds: NodeDataset, on_message: Optional[Call
                 shared = daemon is not None
                 if daemon is None:
                     daemon = stack.enter_context(MpsDaemon())
-                producer_env = daemon.client_env(cfg.producer_share)
-                consumer_env = daemon.client_env(100.0 - cfg.producer_share)
-                dispatch(("partition", {"kind": "mps", "producer_share": cfg.producer_share,
-                                        "consumer_share": 100.0 - cfg.producer_share, "shared_daemon": shared}))
-            barrier = ctx.Barrier(cfg.num_samplers) if cfg.num_samplers > 1 else None
-            for w in range(cfg.num_samplers):
-                sup.start("sampler", roles.sampler_main, (cfg, ds, w, batch_q, queues["consumed"], barrier))
-            if cfg.producer_process:
-                sup.start("producer", roles.producer_main,
-                          (cfg, ds, batch_q, queues["ready"], queues["free"]), producer_env)
-                sup.start("consumer", roles.consumer_main, (cfg, ds, "ring", queues), consumer_env)
-            else:
-                sup.start("consumer", roles.consumer_main, (cfg, ds, "inline", queues), consumer_env)
+                producer_env = daemon.client_env(plan.producer_share)
+                consumer_env = daemon.client_env(100.0 - plan.producer_share)
+                dispatch(("progress", PartitionInfo(Partition.MPS, producer_share=plan.producer_share,
+                                                    consumer_share=100.0 - plan.producer_share,
+                                                    shared_daemon=shared)))
+            barrier = ctx.Barrier(samplers) if samplers > 1 else None
+            for w in range(samplers):
+                sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier))
+            if plan.gather_in is GatherIn.PRODUCER:
+                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"]),
+                          producer_env)
+            sup.start("consumer", consumer_main, (plan, ds, queues), consumer_env)
             if on_start is not None:
                 on_start(sup.pids())
             try:

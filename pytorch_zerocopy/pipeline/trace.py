@@ -1,28 +1,36 @@
-"""Per-minibatch timings of the pipeline (``PipelineConfig.trace``): where a step's time goes.
+"""Per-minibatch timings of the pipeline (``Plan.trace``): where a step's time goes.
 
-The consumer records, for every training minibatch, how long its host waited for the input,
+The trainer records, for every training minibatch, how long its host waited for the input,
 how long it took to issue the step, and (on a GPU) three timing events on its compute stream:
-when the step could start (the producer's "ready" event met), when the minibatch's blocks had
-been copied in, and when the optimiser step ended. From them come the *GPU gap* before a step
-(the compute stream idle since the previous step ended, waiting for the producer or for its own
-host), the blocks' copy time and the GPU time of the training step itself. A pipeline whose
-input keeps up has gaps near zero; one limited by its input has gaps that make up the difference.
+when the step could start (its input's "ready" event met), when the minibatch's blocks had been
+copied in, and when the optimiser step ended. From them come the *GPU gap* before a step (the
+compute stream idle since the previous step ended, waiting for its input or for its own host),
+the blocks' copy time and the GPU time of the training step itself. A pipeline whose input
+keeps up has gaps near zero; one limited by its input has gaps that make up the difference.
 
-The producer records its host-side waits and, with its own timing events, the GPU time of each
-gather (with the upload of the minibatch's blocks that precedes it); it attaches the timings that are complete to the ``SlotReady`` messages it sends, so
-they reach the consumer's statistics without another channel. A trace costs two event records
-per minibatch and role, and no host synchronisation.
+The side that gathers (the producer, or the trainer's inline source) records its host waits
+and the time of each sample and gather: GPU time between two events on the stream that ran it
+(sampling on the GPU, zero-copy and GPU-memory gathers), host time otherwise (the CPU
+samplers report theirs with each minibatch; CPU gathers run on the calling thread). Timings
+travel with the ``SlotReady`` messages once complete, so they reach the trainer's statistics
+without another channel. A trace costs two event records per timed span and no host
+synchronisation.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 PERCENTILES = (10, 50, 90)
+
+# The gathering side's keys (milliseconds): host waits for a sampled minibatch and for a free
+# slot, host time to issue a minibatch's gather, and the sample and gather times themselves.
+PRODUCER_KEYS = ("batch_wait_ms", "slot_wait_ms", "issue_ms", "sample_ms", "gather_ms")
 
 
 def summarise(values: List[float]) -> Dict[str, float]:
@@ -37,42 +45,57 @@ def summarise(values: List[float]) -> Dict[str, float]:
     return out
 
 
+Span = Tuple["torch.cuda.Event", "torch.cuda.Event"]
+
+
 class ProducerTrace:
-    """The producer's timings; ``take()`` returns those complete so far and forgets them."""
+    """The gathering side's timings; :meth:`take` returns those complete so far and forgets them."""
 
-    def __init__(self, stream: Optional["torch.cuda.Stream"]):
-        self.stream = stream
-        self.pending: deque = deque()  # (start event, end event) of gathers not yet complete
-        self.host: Dict[str, List[float]] = {"batch_wait_ms": [], "slot_wait_ms": [], "issue_ms": []}
-        self.gpu: List[float] = []
+    def __init__(self, on_gpu: bool):
+        self.on_gpu = on_gpu
+        self.pending: deque = deque()  # (key, span, minibatches) not yet complete on the GPU
+        self.done: Dict[str, List[float]] = {k: [] for k in PRODUCER_KEYS}
 
-    def host_time(self, key: str, seconds: float) -> None:
-        self.host[key].append(seconds * 1e3)
+    def host(self, key: str, seconds: float, count: int = 1) -> None:
+        """``count`` minibatches took ``seconds`` of host time together (each gets its share)."""
+        self.done[key].extend([seconds * 1e3 / count] * count)
 
-    def gather_events(self):
-        """Two timing events to record around one gather (``None`` without a GPU)."""
-        if self.stream is None:
+    def value(self, key: str, ms: float) -> None:
+        self.done[key].append(ms)
+
+    def span(self) -> Optional[Span]:
+        """Two timing events to record around GPU work (None without a GPU)."""
+        if not self.on_gpu:
             return None
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def gather_done(self, events, minibatches: int = 1) -> None:
-        """``events`` timed one gather of ``minibatches`` minibatches (each is then reported
-        with its share of the time)."""
-        if events is not None:
-            self.pending.append((events, minibatches))
+    def gpu(self, key: str, spans: Sequence[Span], count: int = 1) -> None:
+        """``spans`` together timed GPU work of ``count`` minibatches (each is reported with its
+        share of their total)."""
+        if spans:
+            self.pending.append((key, tuple(spans), count))
 
     def take(self) -> Dict[str, List[float]]:
-        while self.pending and self.pending[0][0][1].query():
-            (start, end), minibatches = self.pending.popleft()
-            self.gpu.extend([start.elapsed_time(end) / minibatches] * minibatches)
-        out = dict(self.host, gather_gpu_ms=self.gpu)
-        self.host = {k: [] for k in self.host}
-        self.gpu = []
+        while self.pending and all(end.query() for _, end in self.pending[0][1]):
+            key, spans, count = self.pending.popleft()
+            total = sum(start.elapsed_time(end) for start, end in spans)
+            self.done[key].extend([total / count] * count)
+        out, self.done = self.done, {k: [] for k in PRODUCER_KEYS}
         return out
 
 
+@dataclass
+class TraceSummary:
+    """One epoch's timings: the trainer's per-step lists (ms) and the percentiles
+    (:func:`summarise`) of the trainer's and the gathering side's timings."""
+
+    per_step: Dict[str, List[float]] = field(default_factory=dict)
+    consumer: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    producer: Dict[str, Dict[str, float]] = field(default_factory=dict)
+
+
 class ConsumerTrace:
-    """The consumer's timings of one epoch's training minibatches, summarised at its end."""
+    """The trainer's timings of one epoch's training minibatches, summarised at its end."""
 
     def __init__(self, on_gpu: bool):
         self.on_gpu = on_gpu
@@ -104,11 +127,10 @@ class ConsumerTrace:
         end = self._event()
         self.rows.append((self._waited, time.perf_counter() - self._issue_start, self._start, self._copied, end))
 
-
-    def summary(self, producer: "ProducerTimings") -> dict:
-        """Per-step lists and their percentiles, with the producer's timings received so far
-        (taken out of ``producer``); call after the device has synchronised. The epoch's first
-        minibatch is left out (it carries the pipeline's fill), as in the steady-state
+    def summary(self, producer: "ProducerTimings") -> TraceSummary:
+        """Per-step lists and their percentiles, with the gathering side's timings received so
+        far (taken out of ``producer``); call after the device has synchronised. The epoch's
+        first minibatch is left out (it carries the pipeline's fill), as in the steady-state
         statistics."""
         rows = self.rows[1:]
         steps = {"input_wait_ms": [r[0] * 1e3 for r in rows], "issue_ms": [r[1] * 1e3 for r in rows]}
@@ -116,16 +138,15 @@ class ConsumerTrace:
             steps["gpu_gap_ms"] = [prev[4].elapsed_time(r[2]) for prev, r in zip(self.rows, rows)]
             steps["gpu_copy_ms"] = [r[2].elapsed_time(r[3]) for r in rows]
             steps["gpu_train_ms"] = [r[3].elapsed_time(r[4]) for r in rows]
-        out = {"per_step": {k: [round(v, 4) for v in vals] for k, vals in steps.items()},
-               "consumer": {k: summarise(v) for k, v in steps.items()},
-               "producer": {k: summarise(v) for k, v in producer.drain().items()}}
         self.rows = []
-        return out
+        return TraceSummary(per_step={k: [round(v, 4) for v in vals] for k, vals in steps.items()},
+                            consumer={k: summarise(v) for k, v in steps.items()},
+                            producer={k: summarise(v) for k, v in producer.drain().items()})
 
 
 class ProducerTimings:
-    """The consumer's pool of the timings producers attach to their messages, training and
-    validation minibatches alike, until the next epoch summary takes them."""
+    """The trainer's pool of the timings the gathering side attaches to its messages, training
+    and validation minibatches alike, until the next epoch summary takes them."""
 
     def __init__(self):
         self.values: Dict[str, List[float]] = {}

@@ -295,21 +295,21 @@ class GraphedTrainStep:
         return out
 
 
-def make_train_step(model: torch.nn.Module, cfg, device: torch.device):
-    """The step for ``cfg``: graphed on a CUDA device unless ``cfg.cuda_graph`` is off or the
-    partition is ``"green"`` (a graph captured on an ordinary stream would not keep to the
-    green context's SMs); eager otherwise, with DDP when ``cfg.world_size > 1``. Joins the
-    default process group first when there are several ranks."""
-    distributed = cfg.world_size > 1
+def make_train_step(model: torch.nn.Module, plan, device: torch.device):
+    """The step ``plan`` asks for: graphed on a CUDA device when ``plan.cuda_graph`` (never with
+    the green partition: a graph captured on an ordinary stream would not keep to the green
+    context's SMs, and the plan refuses that combination); eager otherwise, with DDP when
+    ``plan.world_size > 1``. Joins the default process group first when there are several ranks."""
+    distributed = plan.world_size > 1
     if distributed:
         import torch.distributed as dist
 
-        # The consumer is a child of the launched worker and inherits its torchrun environment
+        # The trainer is a child of the launched worker and inherits its torchrun environment
         # (MASTER_ADDR, MASTER_PORT and the agent's store): env:// reaches the launcher's store.
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=cfg.rank,
-                                world_size=cfg.world_size)
-    if device.type == "cuda" and cfg.cuda_graph and cfg.partition != "green":
-        return GraphedTrainStep(model, cfg.lr, device, world_size=cfg.world_size, warmup=cfg.graph_warmup)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=plan.rank,
+                                world_size=plan.world_size)
+    if device.type == "cuda" and plan.cuda_graph:
+        return GraphedTrainStep(model, plan.lr, device, world_size=plan.world_size, warmup=plan.graph_warmup)
     if distributed:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -317,4 +317,4 @@ def make_train_step(model: torch.nn.Module, cfg, device: torch.device):
         # (static_graph measured no better, and adds a Python autograd function to every step.)
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                         gradient_as_bucket_view=True)
-    return EagerTrainStep(model, cfg.lr, device)
+    return EagerTrainStep(model, plan.lr, device)

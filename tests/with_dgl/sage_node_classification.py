@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from dgl.dataloading import DataLoader, NeighborSampler  # LOADER
 
-from pytorch_zerocopy.dgl.synthetic import community_graph
+from pytorch_zerocopy.datasets import community_graph
 
 
 class SAGE(torch.nn.Module):
@@ -35,12 +35,13 @@ class SAGE(torch.nn.Module):
 
 def main(seed: int, epochs: int, use_uva: bool) -> dict:
     torch.manual_seed(seed)
-    data = community_graph(num_nodes=3000, seed=seed)
-    g = dgl.graph((data.src, data.dst), num_nodes=data.num_nodes)
-    g.ndata["feat"] = data.feat
-    g.ndata["label"] = data.label
+    data = community_graph(num_nodes=3000, num_classes=4, feature_dim=16, mean_scale=0.35, seed=seed,
+                           splits=(0.6, 0.0, 0.4))
+    g = dgl.graph(data.edges(), num_nodes=data.num_nodes)
+    g.ndata["feat"] = data.features
+    g.ndata["label"] = data.labels
     device = torch.device("cuda" if use_uva and torch.cuda.is_available() else "cpu")
-    model = SAGE(data.feat.shape[1], 32, 4).to(device)
+    model = SAGE(data.feature_dim, 32, 4).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     sampler = NeighborSampler([10, 10], prefetch_node_feats=["feat"], prefetch_labels=["label"])
     kwargs = {"use_uva": True, "device": device} if use_uva else {}

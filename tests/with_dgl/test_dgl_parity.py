@@ -18,7 +18,7 @@ if dgl is None:
                 allow_module_level=True)
 
 import pytorch_zerocopy.dgl as zdgl  # noqa: E402
-from pytorch_zerocopy.dgl.synthetic import community_graph  # noqa: E402
+from pytorch_zerocopy.datasets import community_graph  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "sage_node_classification.py")
@@ -62,10 +62,11 @@ def test_script_runs_in_uva_mode_with_our_loader(tmp_path):
 
 @pytest.fixture(scope="module")
 def graph():
-    data = community_graph(num_nodes=2000, seed=11)
-    g = dgl.graph((data.src, data.dst), num_nodes=data.num_nodes)
-    g.ndata["feat"] = data.feat
-    g.ndata["label"] = data.label
+    data = community_graph(num_nodes=2000, num_classes=4, feature_dim=16, mean_scale=0.35, seed=11,
+                           splits=(0.6, 0.0, 0.4))
+    g = dgl.graph(data.edges(), num_nodes=data.num_nodes)
+    g.ndata["feat"] = data.features
+    g.ndata["label"] = data.labels
     g.edata["w"] = torch.rand(g.num_edges())
     return g, data
 

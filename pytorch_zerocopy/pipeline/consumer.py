@@ -1,0 +1,249 @@
+"""The trainer (the pipeline's consumer): trains GraphSAGE on the minibatches its source yields
+and reports progress and per-epoch statistics to the parent.
+
+Its source is the ring (``Plan.gather_in`` producer: :class:`~.ring.RingReader`) or
+:class:`InlineSource`, which gathers in this process (``trainer``), sampling on the GPU here too
+when the plan says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from typing import Dict, Iterator, Optional
+
+import torch
+
+from ..datasets.base import NodeDataset
+from ..nn import GraphSAGE
+from .gather import FeatureGather, to_device_async
+from .messages import EpochMark, SlotReady, StepDone
+from .minibatches import GpuSampler, Sampled, from_samplers
+from .plan import GatherIn, Partition, Phase, Plan, SampleOn
+from .process import maybe_fail, set_threads, trainer_device
+from .ring import RingReader
+from .stats import EpochAccumulator
+from .trace import ConsumerTrace, ProducerTimings, ProducerTrace
+from .train_step import make_train_step
+
+
+class InlineSource:
+    """The trainer gathers itself (``cpu``, ``zerocopy-naive`` and ``gpu`` modes, the green
+    partition): yields ``(SlotReady, features)`` (slot ``-1``) and ``(EpochMark, None)``.
+
+    Minibatches come from the sampler processes or, sampling on the GPU, from a
+    :class:`~.minibatches.GpuSampler` in this process (its next sample runs while the current
+    minibatch is gathered and trained). With ``side_stream`` the gather of minibatch ``i+1`` is
+    issued on that stream before minibatch ``i`` is handed out, so on a partitioned GPU the two
+    run concurrently.
+    """
+
+    def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
+                 side_stream: Optional["torch.cuda.Stream"] = None):
+        self.plan, self.device, self.side = plan, device, side_stream
+        self.gather = FeatureGather(ds.features, plan.mode, device)
+        self.trace = ProducerTrace(device.type == "cuda") if plan.trace else None
+        if plan.sample_on is SampleOn.GPU:
+            self.items = GpuSampler(plan, ds, device, ahead=1, trace=self.trace)
+        else:
+            self.items = from_samplers(batch_q, plan.mark_sources)
+        self.step = 0
+
+    def _fetch(self, sampled: Sampled):
+        maybe_fail(self.plan, "producer", self.step)
+        self.step += 1
+        batch, n = sampled.batch, sampled.batch.layout.input_rows
+        tracer = self.trace
+        if self.device.type != "cuda":
+            start = time.perf_counter()
+            feats = self.gather.gather(batch.input_nodes)
+            if tracer is not None:
+                tracer.host("gather_ms", time.perf_counter() - start)
+            return self._ready(sampled, batch, n), feats, None
+        stream = self.side or torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(stream):
+            if sampled.ready is not None:
+                stream.wait_event(sampled.ready)
+                batch.packed.record_stream(stream)
+            # One upload of a CPU-sampled minibatch; the gather takes its ids from that copy.
+            batch = batch.with_packed(to_device_async(batch.packed, self.device))
+            span = tracer.span() if tracer is not None else None
+            if span is not None:
+                span[0].record(stream)
+            feats = self.gather.gather(batch.input_nodes).to(self.device)
+            if span is not None:
+                span[1].record(stream)
+                tracer.gpu("gather_ms", [span])
+            done = None
+            if self.side is not None:
+                done = torch.cuda.Event()
+                done.record(self.side)
+        return self._ready(sampled, batch, n), feats, done
+
+    def _ready(self, sampled: Sampled, batch, rows: int) -> SlotReady:
+        tracer = self.trace
+        if tracer is not None:
+            tracer.host("batch_wait_ms", sampled.waited)
+            if sampled.spans:
+                tracer.gpu("sample_ms", sampled.spans)
+            elif batch.sample_ms:
+                tracer.value("sample_ms", batch.sample_ms)
+        return SlotReady(-1, rows, batch, trace=tracer.take() if tracer is not None else None)
+
+    def __iter__(self) -> Iterator:
+        pending = None
+        for item in self.items:
+            if isinstance(item, EpochMark):
+                if pending is not None:
+                    yield self._hand_out(pending)
+                    pending = None
+                yield item, None
+                continue
+            fetched = self._fetch(item)
+            if self.side is None:
+                yield fetched[0], fetched[1]
+                continue
+            if pending is not None:
+                yield self._hand_out(pending)
+            pending = fetched
+        if pending is not None:
+            yield self._hand_out(pending)
+
+    def _hand_out(self, fetched):
+        ready, feats, done = fetched
+        compute = torch.cuda.current_stream(self.device)
+        compute.wait_event(done)
+        feats.record_stream(compute)
+        ready.batch.packed.record_stream(compute)
+        return ready, feats
+
+    def release(self, item) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
+    """Trains on every minibatch of the run; ``report(("progress", message))`` sends a
+    :class:`~.messages.StepDone` per minibatch, a :class:`~.messages.PartitionInfo` (green
+    partition) and an :class:`~.stats.EpochStats` per epoch, in epoch order."""
+    set_threads(plan.consumer_threads)
+    device = trainer_device(plan)
+
+    def send(message) -> None:
+        report(("progress", message))
+
+    if plan.gather_in is GatherIn.PRODUCER:
+        source = RingReader(queues["ready"], queues["free"], device)
+    else:
+        side = None
+        if plan.partition is Partition.GREEN:
+            from .partition import green_streams
+
+            side, compute, info = green_streams(device, plan.producer_sms)
+            send(info)
+            torch.cuda.set_stream(compute)
+        source = InlineSource(plan, ds, queues.get("batch"), device, side)
+
+    torch.manual_seed(plan.seed)
+    model = GraphSAGE(ds.feature_dim, plan.hidden, ds.num_classes, len(plan.fanouts), plan.dropout).to(device)
+    train_step = make_train_step(model, plan, device)  # joins the process group with several ranks
+    row_bytes = ds.feature_dim * ds.features.element_size()
+    on_gpu = device.type == "cuda"
+    marks: Counter = Counter()
+    # With several sampler processes, one epoch's validation minibatches (or the next epoch's
+    # training ones) may arrive before another sampler's last training minibatch: statistics
+    # are kept per epoch and an epoch is reported once all its marks have arrived, in order.
+    epochs: Dict[int, EpochAccumulator] = {}
+    traces = defaultdict(lambda: ConsumerTrace(on_gpu))  # per epoch, with plan.trace
+    producer_timings = ProducerTimings()
+    complete: set = set()
+    next_report = 0
+    train_clock = None  # when the current training phase began
+    step = 0
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+
+    def epoch(e: int) -> EpochAccumulator:
+        if e not in epochs:
+            epochs[e] = EpochAccumulator(e)
+        return epochs[e]
+
+    incoming = iter(source)
+    while True:
+        # Time the trainer spends blocked on its next minibatch: near zero when the input
+        # keeps ahead, most of the step when it is what limits the run.
+        t_wait = time.perf_counter()
+        try:
+            item, feats = next(incoming)
+        except StopIteration:
+            break
+        waited = time.perf_counter() - t_wait
+        if isinstance(item, EpochMark):
+            marks[(item.epoch, item.phase)] += 1
+            if marks[(item.epoch, item.phase)] < plan.mark_sources:
+                continue
+            acc = epoch(item.epoch)
+            if item.phase is Phase.TRAIN:
+                sync()
+                now = time.perf_counter()
+                acc.end_training(train_clock if train_clock is not None else now, now)
+                train_clock = now
+                if plan.trace:
+                    trace = traces.pop(item.epoch, None) or ConsumerTrace(False)
+                    acc.stats.trace = trace.summary(producer_timings)
+            else:
+                acc.end_validation()
+                sync()
+                train_clock = time.perf_counter()  # validation time is not training time
+            complete.add((item.epoch, item.phase))
+            while (next_report, Phase.TRAIN) in complete and (next_report, Phase.VAL) in complete:
+                stats = epochs.pop(next_report).stats
+                stats.train_step = train_step.summary()
+                stats.param_checksum = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
+                send(stats)
+                next_report += 1
+            continue
+
+        batch = item.batch
+        acc = epoch(batch.epoch)
+        if train_clock is None:
+            train_clock = time.perf_counter()
+        maybe_fail(plan, "consumer", step)
+        step += 1
+        tracing = plan.trace and batch.phase is Phase.TRAIN
+        if plan.trace:
+            producer_timings.add(item.trace)
+        if tracing:
+            traces[batch.epoch].step_begins(waited)
+        on_device = batch.with_packed(to_device_async(batch.packed, device))  # one copy for all
+        if tracing:
+            traces[batch.epoch].inputs_copied()
+        blocks, labels = on_device.blocks, on_device.labels
+        if feats.dtype != torch.float32:
+            feats = feats.float()
+        feature_bytes = item.rows * row_bytes
+        if batch.phase is Phase.TRAIN:
+            model.train()
+            loss = train_step(blocks, feats, labels)
+            if tracing:
+                traces[batch.epoch].step_ends()
+            acc.trained(loss, feature_bytes, waited, sync)
+        else:
+            model.eval()
+            with torch.no_grad():
+                pred = model(blocks, feats).argmax(1)
+            acc.validated((pred == labels).sum(), labels.numel())
+        del feats, blocks
+        source.release(item)
+        send(StepDone(batch.phase, batch.epoch, feature_bytes))
+    source.close()
+    train_step.close()  # before the process group: graphs holding NCCL work would block its end
+    if plan.world_size > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    queues["consumed"].set()

@@ -1,0 +1,259 @@
+"""The minibatches of a run: which seeds each one has, and sampling them with the library's
+sampling op (:func:`pytorch_zerocopy.sampling.sample_layers`), on the CPU or on the GPU.
+
+Every minibatch is identified by ``(epoch, phase, index)``; its seeds come from a permutation
+drawn from ``(plan.seed, epoch)`` and its sample from :func:`minibatch_seed`, so a run gives
+the same minibatches whatever the number of sampler processes or threads, and the CPU and GPU
+kernels give identical uniform samples for the same minibatch.
+
+The graph sampled is ``dataset.graph``, whose rows are in-neighbour lists (see
+:class:`~pytorch_zerocopy.datasets.NodeDataset`): :func:`sample_blocks` reads the rows as
+stored (``edge_dir='out'`` of :func:`~pytorch_zerocopy.sampling.sample_layers`), so sampling
+needs no transpose, and block edges run from the sampled in-neighbour to its seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Deque, Dict, Iterator, List, Optional, Tuple, Union
+
+import torch
+
+from .. import sampling as _sampling
+from ..block import Block
+from ..datasets.base import NodeDataset
+from ..graph import CSRGraph
+from .gather import to_device_async
+from .messages import EpochMark, Minibatch
+from .plan import Phase, Plan
+from .trace import Span
+
+
+@dataclass(frozen=True)
+class SeedBatch:
+    """The seeds of minibatch ``index`` of ``epoch``'s ``phase``."""
+
+    phase: Phase
+    epoch: int
+    index: int
+    seeds: torch.Tensor
+
+
+def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
+    """The seed batches of one epoch's phase: a shuffled training split, or the validation split
+    in order.
+
+    With several data-parallel ranks, every rank draws the same permutation and takes its own
+    equal, disjoint slice of it, so all ranks run the same number of training steps (the
+    gradient all-reduce needs that); validation runs over the whole split on every rank."""
+    if phase is Phase.TRAIN:
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + epoch)
+        ids = ds.train_idx[torch.randperm(ds.train_idx.numel(), generator=gen)]
+        if plan.world_size > 1:
+            per_rank = ids.numel() // plan.world_size
+            ids = ids[plan.rank * per_rank:(plan.rank + 1) * per_rank]
+        limit = plan.max_batches
+    else:
+        ids = ds.val_idx
+        limit = plan.val_batches
+    batches = list(torch.split(ids, plan.batch_size))
+    return batches[:limit] if limit is not None else batches
+
+
+def minibatch_seed(seed: int, epoch: int, phase: Phase, index: int) -> int:
+    """The sampling seed of one minibatch, the same in every process, run and device (a
+    non-negative int64)."""
+    return (((seed * 1_000_003 + epoch) * 2 + (phase is Phase.VAL)) * 10_000_019 + index) & ((1 << 63) - 1)
+
+
+def schedule(plan: Plan, ds: NodeDataset, worker: int = 0, workers: int = 1) -> Iterator[Union[SeedBatch, EpochMark]]:
+    """Every ``workers``-th minibatch of the run from ``worker`` on, in order, each phase followed
+    by its :class:`EpochMark`."""
+    for epoch in range(plan.epochs):
+        for phase in (Phase.TRAIN, Phase.VAL):
+            for i, seeds in enumerate(epoch_batches(plan, ds, epoch, phase)):
+                if i % workers == worker:
+                    yield SeedBatch(phase, epoch, i, seeds)
+            yield EpochMark(epoch, phase)
+
+
+def sample_blocks(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> List[Block]:
+    """The blocks of ``batch`` sampled from ``graph`` (in-neighbour rows; see the module
+    docstring), on the device of ``graph``'s ``indptr``."""
+    return _sampling.sample_layers(graph, seeds, plan.fanouts, edge_dir="out",
+                                   seed=minibatch_seed(plan.seed, batch.epoch, batch.phase, batch.index))
+
+
+def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: SeedBatch) -> Minibatch:
+    """``batch`` sampled by the CPU op with this process's threads, packed; its ``sample_ms``
+    is the host time sampling took."""
+    start = time.perf_counter()
+    blocks = sample_blocks(graph, batch.seeds, plan, batch)
+    sample_ms = (time.perf_counter() - start) * 1e3
+    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels[batch.seeds], sample_ms)
+
+
+class Replay:
+    """The ``Plan.replay`` diagnostic: the first ``count`` minibatches of each phase are kept and
+    then sent again in turn instead of sampling new ones. Off (``count`` None): never replays."""
+
+    def __init__(self, count: Optional[int]):
+        self.count = count
+        self.pool: Dict[Phase, list] = {Phase.TRAIN: [], Phase.VAL: []}
+        self.turn = {Phase.TRAIN: 0, Phase.VAL: 0}
+
+    def take(self, phase: Phase):
+        """A kept item to send again, or None when this minibatch must be sampled."""
+        pool = self.pool[phase]
+        if self.count is None or len(pool) < self.count:
+            return None
+        item = pool[self.turn[phase] % len(pool)]
+        self.turn[phase] += 1
+        return item
+
+    def keep(self, phase: Phase, item) -> None:
+        if self.count is not None and len(self.pool[phase]) < self.count:
+            self.pool[phase].append(item)
+
+
+@dataclass
+class Sampled:
+    """A minibatch ready for gathering. ``ready``: the event after which its packed tensor is
+    complete on the GPU (None when it was sampled on the CPU); ``spans``: the stretches of the
+    sampling stream's time its sampling took (with ``Plan.trace``: issue, then completion and
+    packing; the wait in between, while earlier minibatches are gathered, is not counted);
+    ``waited``: host seconds the gathering side waited for it."""
+
+    batch: Minibatch
+    ready: Optional["torch.cuda.Event"] = None
+    spans: Tuple[Span, ...] = ()
+    waited: float = 0.0
+
+
+def from_samplers(batch_q, sources: int) -> Iterator[Union[Sampled, EpochMark]]:
+    """What ``sources`` sampler processes put on ``batch_q``, until each has sent its end (None)."""
+    finished = 0
+    while finished < sources:
+        start = time.perf_counter()
+        item = batch_q.get()
+        if item is None:
+            finished += 1
+        elif isinstance(item, EpochMark):
+            yield item
+        else:
+            yield Sampled(item, waited=time.perf_counter() - start)
+
+
+class _Done:
+    """A sample taken synchronously, with the interface of an asynchronous one."""
+
+    def __init__(self, blocks: List[Block]):
+        self.blocks = blocks
+
+    def result(self) -> List[Block]:
+        return self.blocks
+
+
+def _sample_async(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch):
+    """``sample_layers_async`` where the sampling module has it; else the synchronous op,
+    wrapped (no overlap of sampling with gathering then)."""
+    start = getattr(_sampling, "sample_layers_async", None)
+    if start is None:
+        return _Done(sample_blocks(graph, seeds, plan, batch))
+    return start(graph, seeds, plan.fanouts, edge_dir="out",
+                 seed=minibatch_seed(plan.seed, batch.epoch, batch.phase, batch.index))
+
+
+class GpuSampler:
+    """Samples the plan's minibatches on ``device`` with the library's GPU op, which reads the
+    dataset's in-neighbour lists from unified (host) memory, mapped in place (DGL's UVA
+    sampling): no copy of the graph, no host round trip for the blocks.
+
+    Iterating yields :class:`Sampled` minibatches (packed on ``device``) and
+    :class:`EpochMark` s in schedule order. Sampling runs on its own stream, ``ahead``
+    minibatches in flight: before a minibatch is handed out, the samples of the next ``ahead``
+    are issued, so they run on the GPU while the caller gathers (and trains) the current ones;
+    the host waits only for each sample's sizes, once, when its turn comes.
+
+    Lifetime: a yielded packed tensor was allocated on this sampler's stream; a caller that
+    uses it on another stream waits for ``ready`` there and calls ``record_stream``.
+    """
+
+    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1, trace=None):
+        self.plan, self.ds, self.device = plan, ds, device
+        self.ahead = max(1, ahead)
+        self.graph = ds.graph.to("unified", device)
+        self.labels = ds.labels
+        self.stream = torch.cuda.Stream(device)
+        self.trace = trace  # a ProducerTrace, or None
+        self.replay = Replay(plan.replay)
+
+    def _begin(self) -> Optional[Span]:
+        """A timed stretch of the sampling stream, begun (with a trace; else None)."""
+        span = self.trace.span() if self.trace is not None else None
+        if span is not None:
+            span[0].record(self.stream)
+        return span
+
+    def _end(self, span: Optional[Span]) -> None:
+        if span is not None:
+            span[1].record(self.stream)
+
+    def _start(self, batch: SeedBatch):
+        with torch.cuda.stream(self.stream):
+            span = self._begin()
+            # Seeds and their labels reach the GPU in one asynchronous copy.
+            n = batch.seeds.numel()
+            both = to_device_async(torch.cat([batch.seeds, self.labels[batch.seeds]]), self.device)
+            pending = _sample_async(self.graph, both[:n], self.plan, batch)
+            self._end(span)
+        return pending, both[n:], span
+
+    def _finish(self, batch: SeedBatch, started) -> Sampled:
+        pending, labels, issued = started
+        with torch.cuda.stream(self.stream):
+            span = self._begin()
+            t = time.perf_counter()
+            blocks = pending.result()  # the host waits for the sample's sizes, once
+            waited = time.perf_counter() - t
+            mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels)
+            ready = torch.cuda.Event()
+            ready.record(self.stream)
+            self._end(span)
+        return Sampled(mb, ready, tuple(s for s in (issued, span) if s is not None), waited)
+
+    def __iter__(self) -> Iterator[Union[Sampled, EpochMark]]:
+        work = schedule(self.plan, self.ds)
+        queue: Deque[Tuple] = deque()  # (item, started sample or a replayed Sampled)
+        in_flight = 0
+
+        def refill() -> None:
+            nonlocal in_flight
+            while in_flight < self.ahead:
+                item = next(work, None)
+                if item is None:
+                    return
+                if isinstance(item, EpochMark):
+                    queue.append((item, None))
+                    continue
+                kept = self.replay.take(item.phase)
+                queue.append((item, kept if kept is not None else self._start(item)))
+                in_flight += 1
+
+        refill()
+        while queue:
+            item, started = queue.popleft()
+            if isinstance(item, EpochMark):
+                yield item
+                refill()
+                continue
+            in_flight -= 1
+            if isinstance(started, Sampled):  # replayed
+                out = Sampled(started.batch.relabelled(item.epoch, item.index), started.ready)
+            else:
+                out = self._finish(item, started)
+                self.replay.keep(item.phase, out)
+            refill()  # the next samples run while the caller works on this one
+            yield out

@@ -1,0 +1,456 @@
+"""The plan of a training run: every choice made once, in the parent, before any role starts.
+
+A :class:`Plan` is frozen and validated when it is built (:meth:`Plan.__post_init__` is the one
+place where settings are checked); the roles only read it. :func:`make_plan` builds the plan of a
+mode on this machine: it resolves what the user left to the package (the GPU partition, the
+device, where minibatches are sampled and gathered, thread counts from the cores this process
+may use, minibatches per gather from the feature rows' width) and raises :class:`PlanError`
+naming the setting that cannot work.
+
+Vocabulary (one word per thing, in every layer):
+
+================  ==============================================================================
+``Mode``          how features reach the trainer: ``cpu`` (no GPU), ``dma`` (CPU gather into
+                  pinned host slots, copied to the GPU), ``zerocopy-naive`` (``index_select`` on
+                  the table's CUDA alias), ``zerocopy`` (the routed zero-copy gather),
+                  ``gpu`` (the table copied into GPU memory: the upper bound)
+``Partition``     how producer and trainer share one GPU: ``none``, ``mps`` (two processes under
+                  a private MPS daemon), ``green`` (two streams on disjoint SM sets, one process)
+``SampleOn``      ``cpu``: sampler processes run the library's multithreaded CPU sampling op;
+                  ``gpu``: the process that gathers samples with the library's GPU op, reading
+                  the graph's in-neighbour lists from unified (host) memory
+``GatherIn``      ``producer``: a producer process gathers into a ring of slots shared with the
+                  trainer; ``trainer``: the trainer gathers inline
+================  ==============================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, fields, replace
+from enum import Enum
+from typing import Optional, Tuple, Type, TypeVar, Union
+
+__all__ = ["GatherIn", "InjectedFailure", "Mode", "Partition", "Phase", "Plan", "PlanError", "SampleOn",
+           "available_cores", "default_gather_batches", "gpu_available", "make_plan"]
+
+
+class Mode(Enum):
+    CPU = "cpu"
+    DMA = "dma"
+    ZEROCOPY_NAIVE = "zerocopy-naive"
+    ZEROCOPY = "zerocopy"
+    GPU = "gpu"
+
+
+class Partition(Enum):
+    NONE = "none"
+    MPS = "mps"
+    GREEN = "green"
+
+
+class SampleOn(Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class GatherIn(Enum):
+    PRODUCER = "producer"
+    TRAINER = "trainer"
+
+
+class Phase(Enum):
+    """The two phases of an epoch: training minibatches, then validation minibatches."""
+
+    TRAIN = "train"
+    VAL = "val"
+
+
+E = TypeVar("E", bound=Enum)
+
+
+class PlanError(ValueError):
+    """A setting that cannot work; ``setting`` names it (a :class:`Plan` field or ``mode`` /
+    ``partition``), the message says what it must be."""
+
+    def __init__(self, setting: str, message: str):
+        super().__init__(message)
+        self.setting = setting
+
+
+def _enum(kind: Type[E], value, setting: str) -> E:
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in kind)
+        raise PlanError(setting, f"{setting} must be one of {choices}, got {value!r}") from None
+
+
+@dataclass(frozen=True)
+class InjectedFailure:
+    """Makes ``role`` (``"sampler"``, ``"producer"`` or ``"consumer"``) fail at its minibatch
+    ``at`` (of rank ``rank`` only, when given): ``how`` is ``"raise"``, ``"kill"`` (SIGKILL)
+    or ``"exit"`` (``os._exit(3)``). It exists to test failure handling."""
+
+    role: str
+    how: str
+    at: int
+    rank: Optional[int] = None
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, which containers and
+    ``taskset`` narrow), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def gpu_available() -> bool:
+    """A CUDA GPU and a build of this package that serves unified tensors on it. Creates no
+    CUDA context."""
+    import torch
+
+    from ..unified import gpu_backed
+
+    return torch.cuda.is_available() and gpu_backed()
+
+
+def default_gather_batches(row_bytes: int) -> int:
+    """Minibatches the producer gathers per call into a GPU ring, for rows of ``row_bytes``: 8 up
+    to 512 B, fewer as rows widen, 1 from 4 KiB. Short rows are bound by rows per second, which
+    rise with the rows per call (benchmarks/results/training_gather_groups.md); wide rows stream
+    near the copy ceiling one minibatch at a time, and every minibatch of a group costs the ring
+    two slots of GPU memory."""
+    return max(1, min(8, 4096 // max(1, row_bytes)))
+
+
+_FAILING_ROLES = ("sampler", "producer", "consumer")
+_FAILURE_KINDS = ("raise", "kill", "exit")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the roles of one run read besides the dataset; picklable (sent to spawned
+    children). Build it with :func:`make_plan`; constructing one directly validates it too.
+
+    Placement: ``device`` is the trainer's (``"cpu"`` or ``"cuda:N"``; the producer uses the
+    same GPU). ``sample_on`` / ``gather_in``: see the module docstring. ``num_samplers`` sampler
+    processes run when ``sample_on`` is ``cpu`` (none otherwise), ``sampler_threads`` threads
+    each; ``producer_threads`` / ``consumer_threads``: torch threads of those processes.
+
+    Ring (``gather_in`` producer): ``num_slots`` feature slots; the producer gathers
+    ``gather_batches`` minibatches per call (one walk over the table's pages for more rows) and
+    copies them to their slots, which needs ``num_slots >= 2 * gather_batches`` so one group
+    trains while the next is gathered. With GPU sampling the producer keeps the next
+    ``gather_batches`` minibatches' samples in flight while it gathers the current ones.
+
+    Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
+    ``producer_sms`` SMs for the gathering stream under green contexts.
+
+    Training: GraphSAGE with ``len(fanouts)`` layers (``fanouts[0]`` nearest the input, ``-1``:
+    every neighbour), ``hidden`` units, ``dropout``, Adam at ``lr``; ``batch_size`` seeds per
+    minibatch; ``epochs`` epochs of at most ``max_batches`` training and ``val_batches``
+    validation minibatches (None: the whole split). ``cuda_graph``: replay each step from CUDA
+    graphs after ``graph_warmup`` eager steps (:mod:`.train_step`; not with the green partition).
+    Sampling is reproducible per ``(seed, epoch, phase, minibatch)`` wherever it runs.
+
+    Diagnostics: ``replay`` samples only that many distinct minibatches per sampling source
+    and phase and sends them again in turn (a run that does not measure sampling; results from
+    it must say so); ``trace`` records per-minibatch timings (:mod:`.trace`);
+    ``inject_failure`` (:class:`InjectedFailure`) tests failure handling.
+
+    Data parallel: this pipeline is rank ``rank`` of ``world_size``; each trains its own shard
+    of every epoch's training ids (:meth:`for_rank`).
+    """
+
+    mode: Mode = Mode.ZEROCOPY
+    partition: Partition = Partition.NONE
+    device: str = "cpu"
+    sample_on: SampleOn = SampleOn.CPU
+    gather_in: GatherIn = GatherIn.PRODUCER
+    fanouts: Tuple[int, ...] = (10, 10)
+    batch_size: int = 1024
+    epochs: int = 2
+    max_batches: Optional[int] = None
+    val_batches: Optional[int] = None
+    hidden: int = 128
+    dropout: float = 0.3
+    lr: float = 3e-3
+    seed: int = 0
+    num_samplers: int = 1
+    sampler_threads: int = 1
+    producer_threads: int = 1
+    consumer_threads: int = 1
+    num_slots: int = 3
+    gather_batches: int = 1
+    queue_depth: int = 4
+    producer_share: float = 10.0
+    producer_sms: int = 16
+    cuda_graph: bool = True
+    graph_warmup: int = 3
+    replay: Optional[int] = None
+    trace: bool = False
+    inject_failure: Optional[InjectedFailure] = None
+    rank: int = 0
+    world_size: int = 1
+
+    # --- validation: the one place -----------------------------------------------------
+
+    def __post_init__(self) -> None:
+        for name, kind in (("mode", Mode), ("partition", Partition), ("sample_on", SampleOn),
+                           ("gather_in", GatherIn)):
+            object.__setattr__(self, name, _enum(kind, getattr(self, name), name))
+        fanouts = self.fanouts
+        if isinstance(fanouts, (int, str)) or not hasattr(fanouts, "__iter__"):
+            raise PlanError("fanouts", f"fanouts must be a sequence of ints (one per layer), got {fanouts!r}")
+        object.__setattr__(self, "fanouts", tuple(fanouts))
+        if isinstance(self.inject_failure, (tuple, list)):
+            object.__setattr__(self, "inject_failure", InjectedFailure(*self.inject_failure))
+        self._check_types()
+        self._check_ranges()
+        self._check_placement()
+
+    def _fail(self, name: str, want: str) -> None:
+        raise PlanError(name, f"{name} must be {want}, got {getattr(self, name)!r}")
+
+    def _check_types(self) -> None:
+        ints = ("batch_size", "epochs", "hidden", "seed", "num_samplers", "sampler_threads", "producer_threads",
+                "consumer_threads", "num_slots", "gather_batches", "queue_depth", "producer_sms", "graph_warmup",
+                "rank", "world_size")
+        for name in ints + ("max_batches", "val_batches", "replay"):
+            v = getattr(self, name)
+            if v is None and name not in ints:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int):
+                self._fail(name, "an int" if name in ints else "an int or None")
+        for name in ("dropout", "lr", "producer_share"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                self._fail(name, "a finite number")
+        for name in ("cuda_graph", "trace"):
+            if not isinstance(getattr(self, name), bool):
+                self._fail(name, "True or False")
+        if any(isinstance(f, bool) or not isinstance(f, int) for f in self.fanouts):
+            self._fail("fanouts", "ints, one per layer")
+        if self.inject_failure is not None and not isinstance(self.inject_failure, InjectedFailure):
+            self._fail("inject_failure", "an InjectedFailure or None")
+
+    def _check_ranges(self) -> None:
+        checks = [
+            ("fanouts", len(self.fanouts) >= 1 and all(f == -1 or f >= 1 for f in self.fanouts),
+             "one positive fanout (or -1: every neighbour) per layer"),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("epochs", self.epochs >= 1, ">= 1"),
+            ("max_batches", self.max_batches is None or self.max_batches >= 1, "None or >= 1"),
+            ("val_batches", self.val_batches is None or self.val_batches >= 1, "None or >= 1"),
+            ("hidden", self.hidden >= 1, ">= 1"),
+            ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
+            ("lr", self.lr > 0, "> 0"),
+            ("seed", self.seed >= 0, ">= 0"),
+            ("num_samplers", self.num_samplers >= (1 if self.sample_on is SampleOn.CPU else 0),
+             ">= 1 (sampler processes)" if self.sample_on is SampleOn.CPU else ">= 0"),
+            ("sampler_threads", self.sampler_threads >= 1, ">= 1"),
+            ("producer_threads", self.producer_threads >= 1, ">= 1"),
+            ("consumer_threads", self.consumer_threads >= 1, ">= 1"),
+            ("num_slots", self.num_slots >= 2, ">= 2 (the producer fills one slot while the trainer reads another)"),
+            ("gather_batches", self.gather_batches >= 1, ">= 1"),
+            ("num_slots", self.gather_batches == 1 or self.num_slots >= 2 * self.gather_batches,
+             f">= 2 * gather_batches = {2 * self.gather_batches} (one group of slots trains while the next is "
+             "gathered)"),
+            ("queue_depth", self.queue_depth >= 1, ">= 1"),
+            ("producer_share", 0 < self.producer_share < 100, "in (0, 100) (percent of the GPU's threads)"),
+            ("producer_sms", self.producer_sms >= 1, ">= 1"),
+            ("graph_warmup", self.graph_warmup >= 1, ">= 1"),
+            ("replay", self.replay is None or self.replay >= 1, "None or >= 1"),
+            ("world_size", self.world_size >= 1, ">= 1"),
+            ("rank", 0 <= self.rank < self.world_size, f"in [0, world_size = {self.world_size})"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                self._fail(name, want)
+        f = self.inject_failure
+        if f is not None and (f.role not in _FAILING_ROLES or f.how not in _FAILURE_KINDS or f.at < 0):
+            self._fail("inject_failure", f"a role of {_FAILING_ROLES}, a way of {_FAILURE_KINDS} and a minibatch >= 0")
+
+    def _check_placement(self) -> None:
+        device = self.device
+        kind, _, index = device.partition(":") if isinstance(device, str) else ("", "", "")
+        if not (device == "cpu" or (kind == "cuda" and index.isdigit())):
+            self._fail("device", "'cpu' or 'cuda:N'")
+        cuda = kind == "cuda"
+        mode, part = self.mode, self.partition
+        if mode is Mode.CPU and cuda:
+            raise PlanError("mode", "mode 'cpu' trains on the CPU: device must be 'cpu'")
+        if mode in (Mode.DMA, Mode.ZEROCOPY_NAIVE, Mode.GPU) and not cuda:
+            raise PlanError("mode", f"mode {mode.value!r} needs a CUDA GPU and a CUDA build of pytorch_zerocopy; "
+                                    "without one use mode 'zerocopy' (the CPU pipeline) or 'cpu'")
+        if part is not Partition.NONE:
+            if not cuda:
+                raise PlanError("partition", f"partition {part.value!r} partitions a GPU: it needs a CUDA device")
+            if mode is not Mode.ZEROCOPY:
+                raise PlanError("partition", f"partition {part.value!r} applies to mode 'zerocopy' only")
+        if part is Partition.MPS and self.gather_in is not GatherIn.PRODUCER:
+            raise PlanError("partition", "partition 'mps' puts the producer in its own process: gather_in must "
+                                         "be 'producer'")
+        if part is Partition.GREEN and self.gather_in is not GatherIn.TRAINER:
+            raise PlanError("partition", "partition 'green' gathers on a stream of the trainer's process: "
+                                         "gather_in must be 'trainer'")
+        if mode is Mode.DMA and self.gather_in is not GatherIn.PRODUCER:
+            raise PlanError("gather_in", "mode 'dma' gathers in a producer process (pinned host slots): "
+                                         "gather_in must be 'producer'")
+        if mode in (Mode.CPU, Mode.ZEROCOPY_NAIVE) and self.gather_in is not GatherIn.TRAINER:
+            raise PlanError("gather_in", f"mode {mode.value!r} gathers inside the trainer: gather_in must be 'trainer'")
+        if self.sample_on is SampleOn.GPU:
+            if not cuda:
+                raise PlanError("sample_on", "sample_on 'gpu' needs a CUDA device")
+            if mode is Mode.DMA:
+                raise PlanError("sample_on", "mode 'dma' is the CPU path (CPU sampling, CPU gather, copy): "
+                                             "sample_on must be 'cpu'")
+            if self.num_samplers:
+                raise PlanError("num_samplers", "num_samplers applies to sample_on 'cpu' (sampler processes); "
+                                                "sampling on the GPU runs in the gathering process, got "
+                                                f"{self.num_samplers}")
+        if self.cuda_graph and part is Partition.GREEN:
+            raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
+                                          "ordinary stream would not keep to the green context's SMs)")
+
+    # --- derived facts -------------------------------------------------------------------
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device != "cpu"
+
+    @property
+    def host_slots(self) -> bool:
+        """Whether the ring's slots are host memory (DMA, and the CPU pipeline)."""
+        return self.mode is Mode.DMA or not self.on_gpu
+
+    @property
+    def sampler_processes(self) -> int:
+        """Sampler processes to start (none when the gathering process samples on the GPU)."""
+        return self.num_samplers if self.sample_on is SampleOn.CPU else 0
+
+    @property
+    def mark_sources(self) -> int:
+        """How many processes end each phase with an :class:`~.messages.EpochMark`: every
+        sampler process, or the one process that samples on the GPU."""
+        return self.sampler_processes or 1
+
+    def for_rank(self, rank: int, world_size: int, local_rank: int, local_world: int) -> "Plan":
+        """This plan for data-parallel rank ``rank`` of ``world_size`` (``local_rank`` of
+        ``local_world`` on this machine): its own GPU, and this machine's cores shared out."""
+        device = f"cuda:{local_rank}" if self.on_gpu else "cpu"
+        threads = _threads(self.mode, self.on_gpu, self.sampler_processes, available_cores() // max(1, local_world))
+        return replace(self, rank=rank, world_size=world_size, device=device, **threads)
+
+    def describe(self) -> str:
+        parts = [f"mode {self.mode.value}", f"device {self.device}", f"sampling on {self.sample_on.value}",
+                 f"gather in the {self.gather_in.value}", f"partition {self.partition.value}"]
+        if self.gather_in is GatherIn.PRODUCER and self.on_gpu and not self.host_slots:
+            parts.append(f"{self.gather_batches} minibatch(es) per gather")
+        if self.replay:
+            parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
+        return ", ".join(parts)
+
+    def settings(self) -> dict:
+        """The plan as plain values (enums by their names), for reports."""
+        out = asdict(self)
+        for k, v in out.items():
+            if isinstance(v, Enum):
+                out[k] = v.value
+        return out
+
+
+_PLAN_FIELDS = {f.name for f in fields(Plan)}
+# Settings make_plan decides when they are not given (or given as None).
+_RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches", "num_slots", "sampler_threads",
+             "producer_threads", "consumer_threads", "cuda_graph"}
+
+
+def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
+    """Torch threads per role, from the ``cores`` available to the run.
+
+    A CPU trainer uses every core (training is the heavy part; samplers get a quarter between
+    them). On a GPU the trainer's and the producer's hosts only issue work: one thread each,
+    and the rest goes to the CPU samplers, if any; the DMA path's CPU gather takes half the
+    cores first."""
+    cores = max(1, cores)
+    samplers = max(0, samplers)
+    if not on_gpu:
+        return dict(sampler_threads=max(1, cores // (4 * max(1, samplers))), producer_threads=1,
+                    consumer_threads=cores)
+    producer = max(1, cores // 2) if mode is Mode.DMA else 1
+    sampler = max(1, (cores - producer - 1) // max(1, samplers))
+    return dict(sampler_threads=sampler, producer_threads=producer, consumer_threads=1)
+
+
+def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partition] = "auto", *,
+              row_bytes: Optional[int] = None, gpu: Optional[bool] = None, **settings) -> Plan:
+    """The plan of ``mode`` on this machine, with ``settings`` (any :class:`Plan` field) applied.
+
+    Resolves, unless ``settings`` fix them: ``device`` (``cuda:0`` where a GPU serves unified
+    tensors and ``gpu`` is not False, else the CPU); ``partition='auto'`` (MPS for ``zerocopy``
+    on a GPU where its control binary exists, else none); ``sample_on`` (the GPU wherever the
+    trainer is on a GPU, except the CPU-sampling ``dma`` path); ``gather_in`` (a producer
+    process for ``dma`` and ``zerocopy`` unless partitioned with green contexts, the trainer
+    otherwise); ``num_samplers`` (CPU sampling: 2 for ``dma``, else 1); thread counts
+    (:func:`available_cores`); ``gather_batches`` (:func:`default_gather_batches` of
+    ``row_bytes`` for a GPU ring, 1 otherwise), ``num_slots`` (at least 3, and two per
+    minibatch of a gather group) and ``cuda_graph`` (off with green contexts). A setting given
+    as None is decided the same way. Raises :class:`PlanError` for anything that cannot work.
+    """
+    unknown = sorted(set(settings) - _PLAN_FIELDS - {"mode", "partition"})
+    if unknown:
+        raise PlanError(unknown[0], f"unknown setting {unknown[0]!r}")
+    settings = {k: v for k, v in settings.items() if not (v is None and k in _RESOLVED)}
+    mode = _enum(Mode, mode, "mode")
+    auto = partition == "auto"
+    partition = Partition.NONE if auto else _enum(Partition, partition, "partition")
+    use_gpu = gpu_available() if gpu is None else bool(gpu)
+    if gpu and not gpu_available():
+        raise PlanError("gpu", "gpu=True, but there is no CUDA GPU with a CUDA build of pytorch_zerocopy here")
+    if mode in (Mode.DMA, Mode.ZEROCOPY_NAIVE, Mode.GPU) and not use_gpu:
+        raise PlanError("mode", f"mode {mode.value!r} needs a CUDA GPU and a CUDA build of pytorch_zerocopy; "
+                                "on this machine use mode 'zerocopy' (the CPU pipeline) or 'cpu'")
+    if partition is not Partition.NONE and not use_gpu:
+        raise PlanError("partition", f"partition {partition.value!r} needs a CUDA GPU")
+    device = settings.pop("device", "cuda:0" if use_gpu and mode is not Mode.CPU else "cpu")
+    if device == "cuda":
+        device = "cuda:0"
+    on_gpu = device != "cpu"
+    if on_gpu and not use_gpu:
+        raise PlanError("device", f"device {device!r} needs a CUDA GPU and a CUDA build of pytorch_zerocopy")
+    sample_on = settings.pop("sample_on", None)
+    if sample_on is None:
+        sample_on = SampleOn.GPU if on_gpu and mode is not Mode.DMA else SampleOn.CPU
+    sample_on = _enum(SampleOn, sample_on, "sample_on")
+    gather_in = settings.pop("gather_in", None)
+    if gather_in is None:
+        producer = mode in (Mode.DMA, Mode.ZEROCOPY) and partition is not Partition.GREEN
+        gather_in = GatherIn.PRODUCER if producer else GatherIn.TRAINER
+    gather_in = _enum(GatherIn, gather_in, "gather_in")
+    if (auto and mode is Mode.ZEROCOPY and on_gpu and gather_in is GatherIn.PRODUCER
+            and shutil.which("nvidia-cuda-mps-control")):
+        partition = Partition.MPS
+    num_samplers = settings.pop("num_samplers", None)
+    if num_samplers is None:
+        num_samplers = (2 if mode is Mode.DMA else 1) if sample_on is SampleOn.CPU else 0
+    samplers = num_samplers if sample_on is SampleOn.CPU and isinstance(num_samplers, int) else 0
+    resolved = _threads(mode, on_gpu, samplers, available_cores())
+    gpu_ring = gather_in is GatherIn.PRODUCER and on_gpu and mode is not Mode.DMA
+    groups = settings.get("gather_batches")
+    if groups is None:
+        groups = resolved["gather_batches"] = default_gather_batches(row_bytes) if gpu_ring and row_bytes else 1
+    if "num_slots" not in settings and isinstance(groups, int) and not isinstance(groups, bool):
+        resolved["num_slots"] = max(3, 2 * groups)
+    if partition is Partition.GREEN:
+        resolved["cuda_graph"] = False
+    resolved.update(settings)
+    return Plan(mode=mode, partition=partition, device=device, sample_on=sample_on, gather_in=gather_in,
+                num_samplers=num_samplers, **resolved)

@@ -1,0 +1,216 @@
+"""The ring of slots between the producer and the trainer: :class:`RingWriter` (producer side)
+and :class:`RingReader` (trainer side).
+
+Slot ownership is a pair of blocking queues (``ready``: producer -> trainer, ``free``: trainer
+-> producer), so neither side sleeps or polls. Slot ``s`` belongs to the producer from the
+moment it takes ``s`` from ``free`` until it puts ``SlotReady(s)`` on ``ready``; then to the
+trainer until it puts ``s`` back. On a GPU the ordering of the GPU work itself is carried by
+one IPC-shared CUDA event per slot and direction, recorded by the side that finished with the
+slot and waited on by the other side's stream: a hand-off costs one queue message and no host
+synchronisation.
+
+GPU slots hold a minibatch's feature rows and its packed tensor (blocks, labels, input ids), so
+the trainer receives a tensor-free description and copies nothing. Host slots (the DMA path,
+the CPU pipeline) hold feature rows; the minibatch's packed tensor travels on the queue.
+
+Sharing: the buffers are shared once (:class:`~.messages.RingHandles`) and again only when a
+slot must grow (rare: the first slots hold the largest possible input set, up to a budget).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+
+from ..datasets.base import NodeDataset, shared_host_tensor
+from ..unified import to_unified
+from .messages import RELEASED, EpochMark, FreeEvents, Minibatch, RingHandles, SlotReady
+from .plan import Plan
+
+
+def slot_capacity(plan: Plan, ds: NodeDataset, budget_bytes: int = 2 << 30) -> int:
+    """Initial rows per slot: the largest possible input set, capped by ``budget_bytes``."""
+    bound = plan.batch_size * math.prod(f + 1 if f > 0 else ds.num_nodes for f in plan.fanouts)
+    row_bytes = ds.feature_dim * ds.features.element_size()
+    return max(1, min(ds.num_nodes, bound, budget_bytes // row_bytes))
+
+
+def _grown(n: int, current: int) -> int:
+    return max(n, current * 5 // 4)
+
+
+class RingWriter:
+    """The producer's end: allocates the slots, shares them, and fills and publishes them."""
+
+    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ready_q, free_q):
+        self.ds, self.device, self.ready_q, self.free_q = ds, device, ready_q, free_q
+        self.on_gpu = device.type == "cuda"
+        rows = slot_capacity(plan, ds)
+        self.buffers = [self.feature_buffer(rows) for _ in range(plan.num_slots)]
+        # Room for the input ids, the labels and about two edges per input node; grown like
+        # the feature rows otherwise.
+        self.packed = [torch.empty(3 * rows + plan.batch_size, dtype=torch.int64, device=device)
+                       for _ in self.buffers] if self.on_gpu else []
+        self.ready_events = [torch.cuda.Event(interprocess=True) for _ in self.buffers] if self.on_gpu else []
+        if self.on_gpu:
+            for ev in self.ready_events:  # an IPC handle needs a created event; recording creates it
+                ev.record()
+            torch.cuda.synchronize(device)
+        self.stream = torch.cuda.current_stream(device) if self.on_gpu else None
+        self._grown_rows: dict = {}
+        self._grown_packed: dict = {}
+        ready_q.put(RingHandles(self.buffers, self.ready_events, self.packed))
+        handshake = free_q.get()
+        if not isinstance(handshake, FreeEvents):
+            raise RuntimeError(f"producer: expected the trainer's events first, got {handshake!r}")
+        self.free_events = handshake.events
+        for s in range(plan.num_slots):
+            free_q.put(s)
+
+    def feature_buffer(self, rows: int) -> torch.Tensor:
+        """An uninitialised buffer of ``rows`` feature rows where this ring's slots live."""
+        shape, dtype = (rows, self.ds.feature_dim), self.ds.features.dtype
+        return torch.empty(shape, dtype=dtype, device=self.device) if self.on_gpu else shared_host_tensor(shape, dtype)
+
+    def take(self, n: int) -> List[int]:
+        """``n`` free slots (blocks until the trainer gives them back); on a GPU the current
+        stream then waits for the trainer's last use of each."""
+        slots = [self.free_q.get() for _ in range(n)]
+        if self.on_gpu:
+            for slot in slots:
+                self.stream.wait_event(self.free_events[slot])
+        return slots
+
+    def load(self, slot: int, batch: Minibatch) -> Minibatch:
+        """Makes ``slot`` hold ``batch``'s feature rows (growing it if needed) and, on a GPU, its
+        packed tensor (copied on the current stream: from the GPU, or from host memory through
+        torch's pinned staging cache, which reuses a block only after its copy has run).
+        Returns the minibatch over the slot's copy of the packed tensor (host slots: itself)."""
+        n = batch.layout.input_rows
+        if n > self.buffers[slot].shape[0]:
+            grown = self.feature_buffer(_grown(n, self.buffers[slot].shape[0]))
+            self.buffers[slot] = self._grown_rows[slot] = grown
+        if not self.on_gpu:
+            return batch
+        m = batch.layout.numel
+        if m > self.packed[slot].numel():
+            self.packed[slot] = self._grown_packed[slot] = torch.empty(
+                _grown(m, self.packed[slot].numel()), dtype=torch.int64, device=self.device)
+        on_device = self.packed[slot][:m]
+        source = batch.packed if batch.packed.is_cuda else batch.packed.pin_memory()
+        on_device.copy_(source, non_blocking=True)
+        return batch.with_packed(on_device)
+
+    def rows(self, slot: int, n: int) -> torch.Tensor:
+        """The first ``n`` feature rows of ``slot`` (to gather into)."""
+        return self.buffers[slot][:n]
+
+    def publish(self, slot: int, batch: Minibatch, trace: Optional[dict] = None) -> None:
+        """Hands ``slot`` (loaded with ``batch`` and gathered into) to the trainer; on a GPU its
+        "ready" event is recorded on the current stream first."""
+        if self.on_gpu:
+            self.ready_events[slot].record(self.stream)
+            batch = batch.with_packed(None)
+        self.ready_q.put(SlotReady(slot, batch.layout.input_rows, batch, self._grown_rows.pop(slot, None),
+                                   trace, self._grown_packed.pop(slot, None)))
+
+    def mark(self, mark: EpochMark) -> None:
+        self.ready_q.put(mark)
+
+    def close(self) -> None:
+        """Ends the stream of minibatches, then keeps the buffers alive until the trainer says it
+        has dropped its mappings of them."""
+        self.ready_q.put(None)
+        while self.free_q.get() != RELEASED:
+            pass
+        if self.on_gpu:
+            torch.cuda.synchronize(self.device)
+
+
+class RingReader:
+    """The trainer's end: yields ``(SlotReady, features)`` (and ``(EpochMark, None)``) and gives
+    slots back with :meth:`release`.
+
+    With host slots and a CUDA trainer (the DMA path) each slot is registered once and copied
+    to the GPU asynchronously on a copy stream; the slot returns to the producer as soon as its
+    copy has completed, so CPU gathering, the copy and training overlap.
+    """
+
+    def __init__(self, ready_q, free_q, device: torch.device):
+        self.ready_q, self.free_q, self.device = ready_q, free_q, device
+        handles = ready_q.get()
+        if not isinstance(handles, RingHandles):
+            raise RuntimeError(f"trainer: expected the ring's buffers first, got {handles!r}")
+        self.buffers = list(handles.buffers)
+        self.ready_events = list(handles.ready_events)
+        self.packed = list(handles.packed)
+        self.gpu_slots = self.buffers[0].device.type == "cuda"
+        self.copy_in = (not self.gpu_slots) and device.type == "cuda"
+        self.free_events: list = []
+        self._mapped: list = []
+        if self.gpu_slots:
+            self.free_events = [torch.cuda.Event(interprocess=True) for _ in self.buffers]
+            for ev in self.free_events:
+                ev.record()
+            torch.cuda.synchronize()
+        if self.copy_in:
+            self._mapped = [to_unified(b) for b in self.buffers]  # page-locks them: async copies
+            self.copy_stream = torch.cuda.Stream(device)
+        self.free_q.put(FreeEvents(self.free_events))
+        self._copy_done = None
+
+    def _adopt(self, item: SlotReady) -> None:
+        """Switches to a slot's grown buffers."""
+        if self.gpu_slots:
+            # The producer may reuse the old buffer's memory as soon as we drop it: finish our
+            # queued reads of it first (rare: slots grow a few times at most).
+            torch.cuda.current_stream(self.device).synchronize()
+        if item.buffer is not None:
+            self.buffers[item.slot] = item.buffer
+            if self.copy_in:
+                self._mapped[item.slot] = to_unified(item.buffer)
+        if item.packed_buffer is not None:
+            self.packed[item.slot] = item.packed_buffer
+
+    def __iter__(self) -> Iterator[Tuple[object, Optional[torch.Tensor]]]:
+        while True:
+            item = self.ready_q.get()
+            if item is None:
+                return
+            if isinstance(item, EpochMark):
+                yield item, None
+                continue
+            if item.buffer is not None or item.packed_buffer is not None:
+                self._adopt(item)
+            view = self.buffers[item.slot][: item.rows]
+            if self.gpu_slots:
+                torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
+                item.batch = item.batch.with_packed(self.packed[item.slot][: item.batch.layout.numel])
+                yield item, view
+            elif self.copy_in:
+                compute = torch.cuda.current_stream(self.device)
+                with torch.cuda.stream(self.copy_stream):
+                    feats = view.to(self.device, non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record(self.copy_stream)
+                compute.wait_event(done)
+                feats.record_stream(compute)
+                self._copy_done = done
+                yield item, feats
+            else:
+                yield item, view
+
+    def release(self, item: SlotReady) -> None:
+        if self.gpu_slots:
+            self.free_events[item.slot].record(torch.cuda.current_stream(self.device))
+        elif self.copy_in:
+            self._copy_done.synchronize()  # the host slot may be refilled once copied out
+        self.free_q.put(item.slot)
+
+    def close(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.buffers, self.ready_events, self.free_events, self._mapped, self.packed = [], [], [], [], []
+        self.free_q.put(RELEASED)

@@ -1,0 +1,178 @@
+"""The run's plan: one vocabulary, every setting checked once, choices resolved once."""
+
+import os
+import pickle
+import re
+from dataclasses import replace
+
+import pytest
+
+from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, Plan, PlanError, SampleOn, make_plan
+from pytorch_zerocopy.pipeline import plan as plan_module
+from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_gather_batches
+
+GPU = dict(device="cuda:0")
+
+
+def test_vocabulary_is_one_word_per_thing():
+    assert [m.value for m in Mode] == ["cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"]
+    assert [p.value for p in Partition] == ["none", "mps", "green"]
+    p = Plan(mode="zerocopy-naive", partition="none", gather_in="trainer", sample_on="gpu", num_samplers=0, **GPU)
+    assert (p.mode, p.partition, p.gather_in, p.sample_on) == (Mode.ZEROCOPY_NAIVE, Partition.NONE, GatherIn.TRAINER,
+                                                               SampleOn.GPU)
+    with pytest.raises(PlanError, match="mode must be one of 'cpu', 'dma', 'zerocopy-naive', 'zerocopy', 'gpu', "
+                                        "got 'naive'") as e:
+        Plan(mode="naive")
+    assert e.value.setting == "mode"
+
+
+def test_plan_is_frozen_and_picklable():
+    p = Plan(fanouts=[5, 5], inject_failure=("producer", "raise", 3))
+    assert p.fanouts == (5, 5) and p.inject_failure == InjectedFailure("producer", "raise", 3)
+    with pytest.raises(Exception):
+        p.batch_size = 3
+    assert pickle.loads(pickle.dumps(p)) == p
+    assert p.settings()["mode"] == "zerocopy" and p.settings()["fanouts"] == (5, 5)
+
+
+BAD = [
+    (dict(batch_size=0), "batch_size", ">= 1"),
+    (dict(batch_size=2.5), "batch_size", "an int"),
+    (dict(batch_size=True), "batch_size", "an int"),
+    (dict(hidden=0), "hidden", ">= 1"),
+    (dict(hidden=-3), "hidden", ">= 1"),
+    (dict(epochs=0), "epochs", ">= 1"),
+    (dict(fanouts=()), "fanouts", "one positive fanout"),
+    (dict(fanouts=(0, 5)), "fanouts", "one positive fanout"),
+    (dict(fanouts=(-2,)), "fanouts", "one positive fanout"),
+    (dict(fanouts=5), "fanouts", "a sequence of ints"),
+    (dict(fanouts=(1.5,)), "fanouts", "ints"),
+    (dict(max_batches=0), "max_batches", "None or >= 1"),
+    (dict(val_batches=0), "val_batches", "None or >= 1"),
+    (dict(dropout=1.0), "dropout", "in [0, 1)"),
+    (dict(lr=0), "lr", "> 0"),
+    (dict(lr=float("nan")), "lr", "finite"),
+    (dict(seed=-1), "seed", ">= 0"),
+    (dict(num_samplers=0), "num_samplers", ">= 1"),
+    (dict(sampler_threads=0), "sampler_threads", ">= 1"),
+    (dict(num_slots=1), "num_slots", ">= 2"),
+    (dict(gather_batches=0), "gather_batches", ">= 1"),
+    (dict(gather_batches=2, num_slots=3), "num_slots", ">= 2 * gather_batches = 4"),
+    (dict(queue_depth=0), "queue_depth", ">= 1"),
+    (dict(producer_share=100), "producer_share", "in (0, 100)"),
+    (dict(producer_sms=0), "producer_sms", ">= 1"),
+    (dict(graph_warmup=0), "graph_warmup", ">= 1"),
+    (dict(replay=0), "replay", "None or >= 1"),
+    (dict(rank=2, world_size=2), "rank", "in [0, world_size = 2)"),
+    (dict(world_size=0), "world_size", ">= 1"),
+    (dict(trace="yes"), "trace", "True or False"),
+    (dict(inject_failure=("trainer", "raise", 1)), "inject_failure", "a role of"),
+    (dict(device="gpu"), "device", "'cpu' or 'cuda:N'"),
+    (dict(device="cuda"), "device", "'cpu' or 'cuda:N'"),
+]
+
+
+@pytest.mark.parametrize("settings, setting, want", BAD, ids=[f"{k}={v!r}" for s, _, _ in BAD for k, v in
+                                                                  list(s.items())[:1]])
+def test_every_bad_setting_is_named(settings, setting, want):
+    with pytest.raises(PlanError, match=re.escape(want)) as e:
+        Plan(**settings)
+    assert e.value.setting == setting and str(e.value).startswith(setting)
+
+
+PLACEMENT = [
+    (dict(mode=Mode.CPU, **GPU), "mode 'cpu' trains on the CPU"),
+    (dict(mode=Mode.DMA), "needs a CUDA GPU"),
+    (dict(mode=Mode.GPU, gather_in=GatherIn.TRAINER), "needs a CUDA GPU"),
+    (dict(partition=Partition.MPS), "partitions a GPU"),
+    (dict(partition=Partition.MPS, mode=Mode.GPU, **GPU), "applies to mode 'zerocopy' only"),
+    (dict(partition=Partition.MPS, gather_in=GatherIn.TRAINER, **GPU), "gather_in must be 'producer'"),
+    (dict(partition=Partition.GREEN, gather_in=GatherIn.PRODUCER, cuda_graph=False, **GPU),
+     "gather_in must be 'trainer'"),
+    (dict(partition=Partition.GREEN, gather_in=GatherIn.TRAINER, **GPU), "cuda_graph must be False"),
+    (dict(mode=Mode.DMA, gather_in=GatherIn.TRAINER, **GPU), "gather_in must be 'producer'"),
+    (dict(mode=Mode.ZEROCOPY_NAIVE, gather_in=GatherIn.PRODUCER, **GPU), "gather_in must be 'trainer'"),
+    (dict(sample_on=SampleOn.GPU), "sample_on 'gpu' needs a CUDA device"),
+    (dict(mode=Mode.DMA, sample_on=SampleOn.GPU, num_samplers=0, **GPU), "sample_on must be 'cpu'"),
+    (dict(sample_on=SampleOn.GPU, num_samplers=2, **GPU), "num_samplers applies to sample_on 'cpu'"),
+]
+
+
+@pytest.mark.parametrize("settings, want", PLACEMENT)
+def test_placements_that_cannot_work(settings, want):
+    with pytest.raises(PlanError, match=re.escape(want)):
+        Plan(**settings)
+
+
+def test_make_plan_resolves_each_mode_on_a_gpu_machine(monkeypatch):
+    """Resolution is pure logic: pretend a GPU (no CUDA call is made while planning)."""
+    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
+    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(plan_module, "available_cores", lambda: 16)
+    zc = make_plan("zerocopy", row_bytes=512)
+    assert (zc.device, zc.partition, zc.sample_on, zc.gather_in) == ("cuda:0", Partition.MPS, SampleOn.GPU,
+                                                                     GatherIn.PRODUCER)
+    assert zc.sampler_processes == 0 and zc.mark_sources == 1
+    assert zc.gather_batches == 8 and zc.num_slots == 16  # 512 B rows: 8 minibatches per gather
+    assert make_plan("zerocopy", row_bytes=4096).gather_batches == 1
+    assert make_plan("zerocopy").gather_batches == 1  # row width unknown
+    assert make_plan("zerocopy", "none").partition is Partition.NONE
+    green = make_plan("zerocopy", "green", row_bytes=512)
+    assert green.gather_in is GatherIn.TRAINER and not green.cuda_graph and green.gather_batches == 1
+    dma = make_plan("dma", row_bytes=512)
+    assert (dma.sample_on, dma.gather_in, dma.partition, dma.num_samplers) == (SampleOn.CPU, GatherIn.PRODUCER,
+                                                                               Partition.NONE, 2)
+    assert dma.producer_threads == 8 and dma.sampler_threads == 3 and dma.host_slots
+    for mode in ("gpu", "zerocopy-naive"):
+        p = make_plan(mode, row_bytes=512)
+        assert (p.sample_on, p.gather_in, p.partition) == (SampleOn.GPU, GatherIn.TRAINER, Partition.NONE)
+    assert make_plan("gpu", gather_in="producer", row_bytes=512).gather_batches == 8  # a GPU ring
+    cpu_sampling = make_plan("zerocopy", sample_on="cpu", num_samplers=3)
+    assert cpu_sampling.sampler_processes == 3 and cpu_sampling.mark_sources == 3
+    # The green partition's plan refuses a graphed step that was asked for explicitly.
+    with pytest.raises(PlanError, match="cuda_graph"):
+        make_plan("zerocopy", "green", cuda_graph=True)
+    # None means "decide", for what the plan decides.
+    assert make_plan("zerocopy", row_bytes=512, gather_batches=None, num_samplers=None) == zc
+    rank1 = zc.for_rank(1, 4, 1, 2)
+    assert (rank1.rank, rank1.world_size, rank1.device) == (1, 4, "cuda:1")
+
+
+def test_make_plan_without_a_gpu():
+    if plan_module.gpu_available():
+        pytest.skip("checks the no-GPU resolution")
+    zc = make_plan("zerocopy", row_bytes=512)
+    assert (zc.device, zc.sample_on, zc.gather_in, zc.partition) == ("cpu", SampleOn.CPU, GatherIn.PRODUCER,
+                                                                     Partition.NONE)
+    assert zc.sampler_processes == 1 and zc.gather_batches == 1 and zc.host_slots
+    assert zc.consumer_threads == available_cores()  # a CPU trainer takes every core
+    with pytest.raises(PlanError, match="device 'cuda:0' needs a CUDA GPU"):
+        make_plan("zerocopy", device="cuda:0")
+    with pytest.raises(PlanError, match="unknown setting 'batchsize'"):
+        make_plan("zerocopy", batchsize=5)
+    assert make_plan("zerocopy", gpu=False).device == "cpu"
+
+
+def test_threads_come_from_the_cores_this_process_may_use(monkeypatch):
+    assert available_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert available_cores() == 3
+    threads = plan_module._threads(Mode.DMA, True, 2, available_cores())
+    assert threads == dict(sampler_threads=1, producer_threads=1, consumer_threads=1)
+    threads = plan_module._threads(Mode.DMA, True, 2, 16)
+    assert threads == dict(sampler_threads=3, producer_threads=8, consumer_threads=1)
+    threads = plan_module._threads(Mode.ZEROCOPY, False, 1, 8)
+    assert threads == dict(sampler_threads=2, producer_threads=1, consumer_threads=8)
+    # Data-parallel ranks on one machine share its cores.
+    p = replace(Plan(mode=Mode.ZEROCOPY, device="cpu", num_samplers=2))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert p.for_rank(0, 2, 0, 2).consumer_threads == 8
+
+
+def test_default_gather_batches_shrink_as_rows_widen():
+    assert [default_gather_batches(b) for b in (4, 128, 512, 1024, 2048, 4096, 65536)] == [8, 8, 8, 4, 2, 1, 1]
+
+
+def test_describe_labels_the_replay_diagnostic():
+    assert "DIAGNOSTIC" in Plan(replay=4).describe() and "DIAGNOSTIC" not in Plan().describe()
