@@ -7,6 +7,7 @@ from typing import Dict, Optional
 import torch
 
 from .. import sampling as _sampling
+from ..graph.csr import CSRGraph
 
 class Graph:
     """A graph for the loader when DGL is absent: CSR structure (row ``v`` lists ``v``'s
@@ -30,7 +31,7 @@ class Graph:
         self.source = csr
         self.ndata: Dict[str, torch.Tensor] = dict(ndata or getattr(csr, "ndata", None) or {})
         self.edata: Dict[str, torch.Tensor] = dict(edata or getattr(csr, "edata", None) or {})
-        self._csc: Optional[_sampling.Adjacency] = None
+        self._csc: Optional[CSRGraph] = None
 
     @property
     def device(self) -> torch.device:
@@ -42,8 +43,8 @@ class Graph:
     def num_edges(self) -> int:
         return self.indices.numel()
 
-    def csc(self) -> _sampling.Adjacency:
+    def csc(self) -> CSRGraph:
         """In-neighbour lists with ``eids`` mapping each position to the CSR edge id."""
         if self._csc is None:
-            self._csc = _sampling.csr_to_csc(self.indptr, self.indices)
+            self._csc = _sampling.as_csr_graph((self.indptr, self.indices)).csc()
         return self._csc

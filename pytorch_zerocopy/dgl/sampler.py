@@ -21,6 +21,7 @@ import torch
 
 from .. import sampling as _sampling
 from .. import unified as _unified
+from ..graph.csr import CSRGraph
 from ._backend import is_dgl_graph, real_dgl
 from ..block import EID, NID, Block
 from .block import Graph
@@ -42,8 +43,9 @@ class _GraphState:
     """What a sampler keeps per graph and placement: the neighbour lists (and their sampling
     weights in list order) and the unified copies of features."""
 
-    def __init__(self, adjacency: _sampling.Adjacency):
+    def __init__(self, adjacency: CSRGraph, probs: Optional[torch.Tensor]):
         self.adjacency = adjacency
+        self.probs = probs  # sampling weights by edge id
         self.unified_feats: Dict[Tuple[str, str], Tuple[torch.Tensor, torch.Tensor]] = {}
 
 
@@ -103,22 +105,23 @@ class NeighborSampler:
             self._graph, self._states = g, {}
         state = self._states.get(placement)
         if state is None:
-            state = _GraphState(self._adjacency(g, placement))
+            state = _GraphState(*self._adjacency(g, placement))
             self._states[placement] = state
         return state
 
-    def _adjacency(self, g: Any, placement: Placement) -> _sampling.Adjacency:
+    def _adjacency(self, g: Any, placement: Placement) -> Tuple[CSRGraph, Optional[torch.Tensor]]:
         if is_dgl_graph(g):
             if g.is_block or len(g.ntypes) != 1 or len(g.etypes) != 1:
                 raise NotImplementedError("NeighborSampler supports homogeneous graphs only")
             fmt = "csc" if self.edge_dir == "in" else "csr"
             indptr, indices, eids = g.adj_tensors(fmt)
-            adj = _sampling.Adjacency(indptr, indices, eids)
+            adj = CSRGraph(indptr.long(), indices, eids=eids if eids is not None and eids.numel() else None,
+                           placement="cuda" if indptr.is_cuda else "cpu", validate=False)
             edata = g.edata
         else:
             if not isinstance(g, Graph):
                 g = Graph(g)
-            adj = _sampling.adjacency_of(g, self.edge_dir)
+            adj = g.csc() if self.edge_dir == "in" else _sampling.as_csr_graph((g.indptr, g.indices))
             edata = g.edata
         probs = None
         if self.prob is not None:
@@ -131,7 +134,7 @@ class NeighborSampler:
             weights = weights.detach().cpu().float()
             if bool((weights < 0).any()):
                 raise ValueError(f"edge feature {self.prob!r} holds negative sampling weights")
-            probs = weights if adj.eids is None else weights[adj.eids.cpu().long()]
+            probs = weights
         return _place_adjacency(adj, probs, placement)
 
     # -- sampling -------------------------------------------------------------------------
@@ -157,9 +160,8 @@ class NeighborSampler:
         if exclude_eids is not None:
             raise NotImplementedError("exclude_eids is not supported by this NeighborSampler")
         state = self._state(g, placement)
-        adj = state.adjacency
-        layers = _sampling.sample_layers(adj, seed_nodes, self.fanouts, edge_dir=self.edge_dir,
-                                         replace=self.replace, seed=seed)
+        layers = _sampling.sample_layers(state.adjacency, seed_nodes, self.fanouts, edge_dir="out",
+                                         replace=self.replace, probs=state.probs, seed=seed)
         output_nodes = seed_nodes.to(device)
         input_nodes = layers[0].nodes.to(device)
         blocks = [self._block(g, lay, device) for lay in layers]
@@ -218,8 +220,8 @@ def _graph_device(g: Any) -> torch.device:
     return torch.device("cpu") if dev.type == _unified.DEVICE_TYPE else dev
 
 
-def _place_adjacency(adj: _sampling.Adjacency, probs: Optional[torch.Tensor],
-                     placement: Placement) -> _sampling.Adjacency:
+def _place_adjacency(adj: CSRGraph, probs: Optional[torch.Tensor],
+                     placement: Placement) -> Tuple[CSRGraph, Optional[torch.Tensor]]:
     tensors = [adj.indptr.long(), adj.indices, adj.eids, probs]
     if placement == "unified":
         # Own copies, mapped in place: the graph's own storage is left as it is.
@@ -230,7 +232,8 @@ def _place_adjacency(adj: _sampling.Adjacency, probs: Optional[torch.Tensor],
         placed = [None if t is None else
                   (t.cpu() if _unified.is_unified(t) and placement == "cpu" else t.to(placement))
                   for t in tensors]
-    return _sampling.Adjacency(*placed)
+    indptr, indices, eids, probs = placed
+    return CSRGraph(indptr, indices, eids=eids, placement=placement, validate=False), probs
 
 
 def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index: torch.Tensor,
