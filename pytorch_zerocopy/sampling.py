@@ -234,6 +234,7 @@ class _LayersCall:
     probs: Optional[torch.Tensor]
     eids: Optional[torch.Tensor]
     seed: int
+    device: torch.device  # where the op runs
 
     def op_args(self) -> tuple:
         return (self.indptr, self.indices, self.seeds, self.fanouts, self.replace, self.probs, self.eids,
@@ -265,7 +266,7 @@ def _layers_call(graph: GraphLike, seeds, fanouts: Sequence[int], edge_dir: str,
     adj = g if edge_dir == "out" else g.csc()
     device = _compute_device(adj.indptr)
     return _LayersCall(adj.indptr, adj.indices, _as_seeds(seeds, device), list(reversed(fanouts)), bool(replace),
-                       _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed))
+                       _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed), device)
 
 
 def sample_layers(
@@ -356,14 +357,14 @@ def sample_layers_async(
     (except one per fanout ``-1`` layer). On the CPU the sample is taken now. Same arguments and
     the same blocks, from :meth:`PendingSample.result`."""
     call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
-    if call.indptr.device.type != "cuda":
+    if call.device.type != "cuda":
         nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
         return PendingSample(call, None, None, None, call.blocks(nodes, src, dst, eids))
     nodes, src, dst, eids, status = torch.ops.zerocopy.sample_layers_launch.default(*call.op_args())
     host = torch.empty(status.shape, dtype=torch.int64, pin_memory=True)
     host.copy_(status, non_blocking=True)
     event = torch.cuda.Event()
-    event.record(torch.cuda.current_stream(call.indptr.device))
+    event.record(torch.cuda.current_stream(call.device))
     return PendingSample(call, (nodes, src, dst, eids), host, event)
 
 

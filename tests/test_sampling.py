@@ -512,6 +512,21 @@ def test_sample_layers_async_equals_sync(rng, device):
             assert torch.equal(getattr(a, t), getattr(b, t))
 
 
+@pytest.mark.cuda
+def test_async_with_every_array_unified(rng):
+    """The DGL loader's UVA placement maps indptr too: the op still runs on the GPU, asynchronously."""
+    indptr, indices = random_csr(rng, index_dtype=torch.int32)
+    g = CSRGraph(place(indptr, "unified"), place(indices, "unified"), placement="unified", validate=False)
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:64].cuda()
+    pending = S.sample_layers_async(g, seeds, [4, 6], edge_dir="out", seed=21)
+    assert pending.event is not None
+    want = S.sample_layers(CSRGraph.from_csr(indptr, indices), seeds.cpu(), [4, 6], edge_dir="out", seed=21)
+    for a, b in zip(pending.result(), want):
+        assert a.src.is_cuda
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(a, t).cpu(), getattr(b, t))
+
+
 @pytest.mark.parametrize("edge_dir", ["in", "out"])
 def test_sample_layers_accepts_only_graphs(rng, edge_dir):
     indptr, indices = random_csr(rng, num_nodes=50)
