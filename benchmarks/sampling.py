@@ -156,29 +156,40 @@ def overlapped(graph: CSRGraph, seeds: torch.Tensor, warmup: int, batches: int) 
     return {"batches": n, "ms_per_minibatch": total / n * 1e3}
 
 
+def timed_call(graph: CSRGraph, seeds: torch.Tensor, fanouts: List[int], seed: int) -> Dict[str, float]:
+    """One sample_layers_async call run alone: host time to enqueue, GPU span from the call's
+    start to its sizes' copy (CUDA events), and the wait + blocks (result())."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    pending = S.sample_layers_async(graph, seeds, fanouts, edge_dir="out", seed=seed)
+    end.record()  # behind the sizes' copy
+    t1 = time.perf_counter()
+    pending.result()
+    t2 = time.perf_counter()
+    return {"enqueue": (t1 - t0) * 1e3, "span": start.elapsed_time(end), "finish": (t2 - t1) * 1e3,
+            "total": (t2 - t0) * 1e3}
+
+
 def breakdown(graph: CSRGraph, seeds: torch.Tensor, reps: int) -> Dict:
-    """Where one minibatch's time goes: host time to enqueue (sample_layers_async returning),
-    GPU span from the call's start to its sizes' copy (CUDA events), and the wait + blocks
-    (result()); medians over reps minibatches, each run alone."""
-    enqueue, span, finish, total = [], [], [], []
+    """Where one minibatch's time goes (medians over reps minibatches, each run alone): host
+    enqueue, GPU span and wait + blocks of the full call, and per layer the GPU span and host
+    enqueue that each layer adds (the call with the seeds' layer alone, then with both)."""
+    runs: Dict[str, List[Dict[str, float]]] = {"full": [], "first": []}
     for b in range(reps):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t0 = time.perf_counter()
-        start.record()
-        pending = S.sample_layers_async(graph, seeds[b % seeds.shape[0]], FANOUTS, edge_dir="out", seed=b)
-        end.record()  # behind the sizes' copy
-        t1 = time.perf_counter()
-        pending.result()
-        t2 = time.perf_counter()
-        enqueue.append((t1 - t0) * 1e3)
-        finish.append((t2 - t1) * 1e3)
-        total.append((t2 - t0) * 1e3)
-        span.append(start.elapsed_time(end))
-    med = statistics.median
-    return {"host_enqueue_ms": med(enqueue), "gpu_span_ms": med(span), "result_wait_and_blocks_ms": med(finish),
-            "total_ms": med(total),
-            "note": "gpu_span_ms > host_enqueue_ms: GPU-bound; else bound by host issue (launches, Python)"}
+        s = seeds[b % seeds.shape[0]]
+        runs["full"].append(timed_call(graph, s, FANOUTS, b))
+        runs["first"].append(timed_call(graph, s, FANOUTS[-1:], b))
+    med = {k: {f: statistics.median(r[f] for r in v) for f in ("enqueue", "span", "finish", "total")}
+           for k, v in runs.items()}
+    full, first = med["full"], med["first"]
+    return {"host_enqueue_ms": full["enqueue"], "gpu_span_ms": full["span"],
+            "result_wait_and_blocks_ms": full["finish"], "total_ms": full["total"],
+            "layer0_gpu_span_ms": first["span"], "layer1_gpu_span_ms": full["span"] - first["span"],
+            "layer0_host_enqueue_ms": first["enqueue"], "layer1_host_enqueue_ms": full["enqueue"] - first["enqueue"],
+            "note": "layer0 = the seeds' layer (fanout 10); gpu_span_ms > host_enqueue_ms: GPU-bound, "
+                    "else bound by host issue (launches, allocation, Python)"}
 
 
 STAGES = (("init_kernel", "init"), ("sample_kernel", "sample"), ("mark_first_kernel", "mark"),
@@ -389,7 +400,8 @@ def write_markdown(r: Dict, path: str) -> None:
         if not m:
             continue
         b = m["breakdown"]
-        lines += ["", f"**{name}**: host enqueue {b['host_enqueue_ms']:.3f} ms, GPU span {b['gpu_span_ms']:.3f} ms, "
+        lines += ["", f"**{name}**: host enqueue {b['host_enqueue_ms']:.3f} ms, GPU span {b['gpu_span_ms']:.3f} ms "
+                  f"(layer 0 {b['layer0_gpu_span_ms']:.3f}, layer 1 adds {b['layer1_gpu_span_ms']:.3f}), "
                   f"wait + blocks {b['result_wait_and_blocks_ms']:.3f} ms (one minibatch alone); "
                   f"200 K seeds x fanout 10: {m['large_batch']['sampled_edges_per_s'] / 1e6:.0f} M sampled edges/s"
                   + (f"; overlapped (async) {m['overlapped']['ms_per_minibatch']:.3f} ms / minibatch"
