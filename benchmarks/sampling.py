@@ -268,6 +268,16 @@ def large_batch(graph: CSRGraph, num_nodes: int, device: torch.device, reps: int
 # ---------------------------------------------------------------------------------------------
 
 
+def diagnostic(name: str, fn: Callable[[], Dict]) -> Dict:
+    """A diagnostic measurement; its failure is recorded, not fatal to the run's headline numbers."""
+    try:
+        out = fn()
+    except Exception as e:  # noqa: BLE001
+        out = {"error": f"{type(e).__name__}: {e}"}
+    print(f"  {name}:", out, flush=True)
+    return out
+
+
 def environment() -> Dict:
     env = common_environment()
     env.update(cpu_threads=torch.get_num_threads(), cpu=platform.processor() or platform.machine(),
@@ -315,17 +325,11 @@ def main() -> int:
         unified = CSRGraph(indptr, indices, placement="unified", validate=False)
         modes["gpu_unified"] = run_minibatches(sampling_step(unified), gpu_batches, cuda, 20, 50, budget)
         print("gpu, graph in unified host memory:", modes["gpu_unified"], flush=True)
-        modes["gpu_unified"]["overlapped"] = overlapped(unified, gpu_batches, 20, 500 if not quick else 20)
-        modes["gpu_unified"]["breakdown"] = breakdown(unified, gpu_batches, 30)
-        print("  overlapped:", modes["gpu_unified"]["overlapped"], flush=True)
-        print("  breakdown:", modes["gpu_unified"]["breakdown"], flush=True)
-        try:
-            modes["gpu_unified"]["profile"] = profile_stages(unified, gpu_batches, 20)
-            print("  profile:", modes["gpu_unified"]["profile"], flush=True)
-        except Exception as e:  # noqa: BLE001  (a profiler failure must not lose the other results)
-            modes["gpu_unified"]["profile"] = {"error": f"{type(e).__name__}: {e}"}
-            print("  profile failed:", e, flush=True)
-        modes["gpu_unified"]["large_batch"] = large_batch(unified, num_nodes, cuda, 5)
+        g = modes["gpu_unified"]
+        g["overlapped"] = diagnostic("overlapped", lambda: overlapped(unified, gpu_batches, 20, 20 if quick else 500))
+        g["breakdown"] = diagnostic("breakdown", lambda: breakdown(unified, gpu_batches, 30))
+        g["profile"] = diagnostic("profile", lambda: profile_stages(unified, gpu_batches, 20))
+        g["large_batch"] = diagnostic("large batch", lambda: large_batch(unified, num_nodes, cuda, 5))
 
         t0 = time.perf_counter()
         on_gpu = CSRGraph(indptr, indices.cpu().to(cuda), placement="cuda", validate=False)
@@ -333,9 +337,9 @@ def main() -> int:
         upload_s = time.perf_counter() - t0
         modes["gpu_memory"] = run_minibatches(sampling_step(on_gpu), gpu_batches, cuda, 20, 50, budget)
         modes["gpu_memory"]["graph_upload_s"] = upload_s
-        modes["gpu_memory"]["breakdown"] = breakdown(on_gpu, gpu_batches, 30)
-        modes["gpu_memory"]["large_batch"] = large_batch(on_gpu, num_nodes, cuda, 5)
         print("gpu, graph in GPU memory:", modes["gpu_memory"], flush=True)
+        modes["gpu_memory"]["breakdown"] = diagnostic("breakdown", lambda: breakdown(on_gpu, gpu_batches, 30))
+        modes["gpu_memory"]["large_batch"] = diagnostic("large batch", lambda: large_batch(on_gpu, num_nodes, cuda, 5))
         del on_gpu
         torch.cuda.empty_cache()
 
@@ -353,9 +357,9 @@ def main() -> int:
             gpu_unified_ms_per_minibatch=g["ms_per_minibatch"],
             gpu_unified_target_met=g["ms_per_minibatch"] <= TARGET_MS,
             gpu_memory_ms_per_minibatch=modes["gpu_memory"]["ms_per_minibatch"],
-            gpu_unified_overlapped_ms_per_minibatch=g["overlapped"]["ms_per_minibatch"],
+            gpu_unified_overlapped_ms_per_minibatch=g["overlapped"].get("ms_per_minibatch", float("nan")),
             gpu_unified_sampled_edges_per_s=g["sampled_edges_per_s"],
-            gpu_unified_large_batch_sampled_edges_per_s=g["large_batch"]["sampled_edges_per_s"],
+            gpu_unified_large_batch_sampled_edges_per_s=g["large_batch"].get("sampled_edges_per_s", float("nan")),
             dma_baseline_ms_per_minibatch=modes["dma_baseline"]["ms_per_minibatch"],
             gpu_unified_speedup_over_cpu=modes["cpu"]["ms_per_minibatch"] / g["ms_per_minibatch"],
             gpu_unified_speedup_over_dma=modes["dma_baseline"]["ms_per_minibatch"] / g["ms_per_minibatch"],
@@ -397,7 +401,7 @@ def write_markdown(r: Dict, path: str) -> None:
                      f"{m['sampled_edges_per_minibatch']:,.0f} | {m['sampled_edges_per_s'] / 1e6:.1f} M |")
     for name in ("gpu_unified", "gpu_memory"):
         m = r["modes"].get(name)
-        if not m:
+        if not m or "error" in m["breakdown"] or "error" in m["large_batch"]:
             continue
         b = m["breakdown"]
         lines += ["", f"**{name}**: host enqueue {b['host_enqueue_ms']:.3f} ms, GPU span {b['gpu_span_ms']:.3f} ms "
@@ -405,7 +409,7 @@ def write_markdown(r: Dict, path: str) -> None:
                   f"wait + blocks {b['result_wait_and_blocks_ms']:.3f} ms (one minibatch alone); "
                   f"200 K seeds x fanout 10: {m['large_batch']['sampled_edges_per_s'] / 1e6:.0f} M sampled edges/s"
                   + (f"; overlapped (async) {m['overlapped']['ms_per_minibatch']:.3f} ms / minibatch"
-                     if "overlapped" in m else "")]
+                     if "ms_per_minibatch" in m.get("overlapped", {}) else "")]
         p = m.get("profile")
         if p and "gpu_ms_per_stage" in p:
             lines += ["", f"GPU time per stage (profiler, median of {p['minibatches']} minibatches; "
