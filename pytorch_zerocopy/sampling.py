@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 _MASK64 = (1 << 64) - 1
+_NUM_SAMPLE_ERRORS = 7  # sampling::kNumSampleErrors (csrc/sampling.h): error words in a status
 EDGE_DIRS = ("in", "out")
 
 GraphLike = Union[CSRGraph, Tuple[torch.Tensor, torch.Tensor]]
@@ -391,5 +392,3 @@ def _sample_layers_launch_fake(indptr, indices, seeds, fanouts, replace, probs, 
     status = indptr.new_empty((2 * len(fanouts) + 1 + _NUM_SAMPLE_ERRORS,), dtype=torch.int64)
     return nodes, src, dst, out_eids, status
 
-
-_NUM_SAMPLE_ERRORS = 7  # sampling::kNumSampleErrors (csrc/sampling.h)
