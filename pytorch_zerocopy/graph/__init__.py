@@ -15,13 +15,17 @@ File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.
 """
 
 from .csr import PLACEMENTS, CSRGraph
+from .dynamic import DynamicGraph, MemoryFootprint, PoolFullError
 from .generators import grid_graph, kronecker_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
 from .traversal import VARIANTS, bfs, connected_components, pagerank, sssp
 
 __all__ = [
     "CSRGraph",
+    "DynamicGraph",
+    "MemoryFootprint",
     "PLACEMENTS",
+    "PoolFullError",
     "VARIANTS",
     "bfs",
     "connected_components",
