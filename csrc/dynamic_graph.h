@@ -182,10 +182,11 @@ ZC_DG_HD void grow_item(idx_t* pool, idx_t* page_owner, int32_t* page_rank, cons
   if (a.leaves > 0 && n.level == a.height + 1 && n.index == 0) pool[page << s] = static_cast<idx_t>(root0);
 }
 
-// The root after growth_item has run for every item of the vertex.
+// The root after grow_item has run for every item of the vertex (d1 >= d0).
 template <typename idx_t>
 ZC_DG_HD int64_t grown_root(const Tickets<idx_t>& tickets, int64_t root0, int64_t d0, int64_t d1, int64_t base,
                             int s) {
+  if (d1 == d0) return root0;
   const TreeShape a = tree_shape(d0, s), b = tree_shape(d1, s);
   return (a.leaves == 0 || b.height > a.height) ? tickets.page(base) : root0;
 }

@@ -140,6 +140,7 @@ ZC_DG_HD bool value_ok(const T* values, int64_t j, int64_t num_ids) {
 // with bad offsets or vertices (reads stay in bounds); the report then names those first.
 ZC_DG_HD bool position_ok(const int64_t* positions, const int64_t* offsets, int64_t runs, const int64_t* vertices,
                           const int64_t* degree, int64_t num_ids, int64_t j) {
+  if (runs == 0) return true;
   const int64_t r = group_of(offsets, runs, j);
   const int64_t v = vertices[r];
   if (v < 0 || v >= num_ids) return true;

@@ -103,15 +103,15 @@ def csr_bytes(graph: CSRGraph) -> int:
 
 
 def tree_pages(degree: torch.Tensor, page_size: int) -> torch.Tensor:
-    """Pages (data and index) of the lists of the given degrees (int64, elementwise), as
-    ``tree_pages`` in csrc/dynamic_graph.h."""
+    """Pages (data and index) of lists of the given degrees (int64, elementwise), as
+    ``tree_pages`` in csrc/dynamic_graph.h: ``L = ceil(d / C)`` data pages plus, for every
+    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages."""
     s = _page_shift(page_size)
-    n = (degree + page_size - 1) >> s
-    total = n.clone()
-    for _ in range(_max_levels(s)):
-        n = torch.where(n > 1, (n + page_size - 1) >> s, torch.zeros_like(n))
-        total += n
-    return total
+    leaves = (degree + page_size - 1) >> s
+    shifts = s * torch.arange(1, 62 // s + 1, device=degree.device, dtype=torch.int64)
+    per_level = (leaves[..., None] + (1 << shifts) - 1) >> shifts
+    needed = leaves[..., None] > (1 << (shifts - s))
+    return leaves + (per_level * needed).sum(-1)
 
 
 def _page_shift(page_size: int) -> int:
@@ -121,11 +121,6 @@ def _page_shift(page_size: int) -> int:
     if page_size < 4 or page_size > 4096 or page_size & (page_size - 1):
         raise ValueError(f"page_size must be a power of two in [4, 4096], got {page_size}")
     return page_size.bit_length() - 1
-
-
-def _max_levels(s: int) -> int:
-    """Index levels a list of up to 2**62 entries can need."""
-    return math.ceil(62 / s)
 
 
 # --- op wrappers ---------------------------------------------------------------------------
