@@ -316,7 +316,7 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=32)
     ap.add_argument("--headroom", type=float, default=0.25)
     ap.add_argument("--rebuild-edges", type=int, default=None,
-                    help="edges of the from_coo rebuild measurement (default 64 M; 0: skip)")
+                    help="edges of the from_coo rebuild measurement (default 32 M; 0: skip)")
     ap.add_argument("--full-rebuild", action="store_true", help="rebuild the whole graph (minutes at scale 24)")
     ap.add_argument("--no-unified", action="store_true", help="skip the unified-pool variant")
     ap.add_argument("--graphs", default="kronecker,uniform")
@@ -334,7 +334,7 @@ def main() -> int:
     if quick:
         args.rounds = min(args.rounds, 3)
     if args.rebuild_edges is None:
-        args.rebuild_edges = 1 << 26
+        args.rebuild_edges = 1 << 25
     os.makedirs(args.out, exist_ok=True)
 
     wall0 = time.perf_counter()

@@ -9,6 +9,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <c10/core/DeviceType.h>
+
 #include <initializer_list>
 #include <optional>
 #include <utility>
@@ -87,6 +89,74 @@ inline void check_pool_weights(const std::optional<at::Tensor>& weights, const a
   TORCH_CHECK_VALUE(weights->numel() == pool.numel(), "weights must have one entry per pool slot (", pool.numel(),
                     "), got ", weights->numel());
   check_same_device(pool, "pool", *weights, "weights");
+}
+
+// The pool and per-vertex state of an op that reads lists, on `device`; returns the pages.
+inline int64_t check_reader(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                            const at::Tensor& degree, int s, c10::DeviceType device, const char* op) {
+  const int64_t pages = check_lists(pool, root, height, degree, s, op);
+  check_device_type(pool, device, "pool");
+  return pages;
+}
+
+// check_reader plus the page table, for the ops that sweep it.
+inline int64_t check_sweeper(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                             const at::Tensor& degree, const at::Tensor& page_owner, const at::Tensor& page_rank,
+                             const at::Tensor& meta, int s, c10::DeviceType device, const char* op) {
+  const int64_t pages = check_reader(pool, root, height, degree, s, device, op);
+  check_page_tables(pool, pages, page_owner, page_rank, meta, op);
+  return pages;
+}
+
+// Every state tensor of a mutating op: written in place, so also contiguous.
+inline void check_writer(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
+                         const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
+                         const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta, int s,
+                         c10::DeviceType device, const char* op) {
+  const int64_t pages = check_sweeper(pool, root, height, degree, page_owner, page_rank, meta, s, device, op);
+  check_ring(pool, pages, page_ring, op);
+  check_pool_weights(weights, pool);
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&pool, "pool"}, {&root, "root"},
+                                {&height, "height"}, {&degree, "degree"}, {&page_owner, "page_owner"},
+                                {&page_rank, "page_rank"}, {&page_ring, "page_ring"}, {&meta, "meta"},
+                                {weights ? &*weights : &pool, "weights"}}) {
+    TORCH_CHECK_VALUE(t->is_contiguous(), op, ": ", name, " is written in place and must be contiguous");
+  }
+}
+
+// run_weights of an append: given exactly when the graph has weights, one per run_dst, of the
+// weights' dtype. Returns them contiguous (undefined without weights).
+inline at::Tensor check_run_weights(const std::optional<at::Tensor>& weights,
+                                    const std::optional<at::Tensor>& run_weights, const at::Tensor& run_dst,
+                                    const at::Tensor& pool, const char* op) {
+  TORCH_CHECK_VALUE(weights.has_value() == run_weights.has_value(), op,
+                    ": run_weights must be given exactly when the graph has weights");
+  if (!run_weights) return at::Tensor();
+  check_dim(*run_weights, 1, "run_weights");
+  check_dtype(*run_weights, weights->scalar_type(), "run_weights");
+  TORCH_CHECK_VALUE(run_weights->numel() == run_dst.numel(), op, ": run_weights must have one entry per run_dst (",
+                    run_dst.numel(), "), got ", run_weights->numel());
+  check_same_device(pool, "pool", *run_weights, "run_weights");
+  return run_weights->contiguous();
+}
+
+inline void check_mask(const at::Tensor& mask, const at::Tensor& root, const at::Tensor& pool, const char* op) {
+  check_dim(mask, 1, "mask");
+  check_dtype(mask, at::kBool, "mask");
+  TORCH_CHECK_VALUE(mask.numel() == root.numel(), op, ": mask must have one entry per vertex id (", root.numel(),
+                    "), got ", mask.numel());
+  check_same_device(pool, "pool", mask, "mask");
+}
+
+inline void check_seeds(const at::Tensor& seeds, const at::Tensor& pool, int64_t fanout, const char* op) {
+  check_dim(seeds, 1, "seeds");
+  check_dtype(seeds, at::kLong, "seeds");
+  check_same_device(pool, "pool", seeds, "seeds");
+  TORCH_CHECK_VALUE(fanout >= -1, op, ": fanout must be -1 (all neighbours) or >= 0, got ", fanout);
+}
+
+inline void check_bfs_source(int64_t source, int64_t num_ids, const char* op) {
+  TORCH_CHECK_INDEX(source >= 0 && source < num_ids, op, ": source must be in [0, ", num_ids, "), got ", source);
 }
 
 // A batch of runs: `vertices` (int64) and `offsets` (int64, one more entry) delimiting each

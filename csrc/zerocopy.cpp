@@ -105,9 +105,10 @@ TORCH_LIBRARY(zerocopy, m) {
         "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
         "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size) -> ()");
   // The CSR snapshot: indptr = [0, cumsum(degree)] (int64), the column ids in list order (ids'
-  // dtype), their weights (empty without weights) and each entry's pool slot (int64).
+  // dtype), their weights (empty without weights) and, with `with_slots`, each entry's pool slot
+  // (int64; empty otherwise).
   m.def("dynamic_graph_to_csr(Tensor pool, Tensor? weights, Tensor root, Tensor height, Tensor degree, "
-        "Tensor page_owner, Tensor page_rank, Tensor meta, int page_size) "
+        "Tensor page_owner, Tensor page_rank, Tensor meta, int page_size, bool with_slots) "
         "-> (Tensor indptr, Tensor indices, Tensor weights_out, Tensor slots)");
   // sample_neighbors (uniform, csrc/sampling.h) over the paged lists: the same offsets,
   // neighbours and seed indices as sample_neighbors on the to_csr snapshot for the same seed;

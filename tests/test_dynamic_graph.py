@@ -477,7 +477,8 @@ def test_opcheck(seed):
                           test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_sample.default, (*lists, L([1, 7, 3]), 3, False, 5, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_to_csr.default,
-                          (dg.pool, None, *lists[1:], dg.page_owner, dg.page_rank, dg.meta, 4), test_utils=utils)
+                          (dg.pool, None, *lists[1:], dg.page_owner, dg.page_rank, dg.meta, 4, True),
+                          test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_bfs.default,
                           (*lists, dg.page_owner, dg.page_rank, dg.meta, 0, True, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_append.default,
@@ -648,3 +649,40 @@ def test_cuda_bad_batches_leave_graph_unchanged(seed):
     torch.cuda.synchronize()
     assert_same_state(dg, _with_state(before))
     assert dg.insert_edges([0], [1]) in (0, 1)  # the context is still usable
+
+
+def test_training_while_updates_arrive(seed):
+    """GraphSAGE minibatches sampled from the DynamicGraph, with edge and vertex updates applied
+    between minibatches: every sampled edge exists in the graph as it was when sampled."""
+    from pytorch_zerocopy.dgl.nn import SAGEConv
+
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    dg = DynamicGraph.from_csr(random_csr(rng, n=200, m=1500, symmetrize=True), page_size=8)
+    feats = torch.randn(400, 8)
+    layers = torch.nn.ModuleList([SAGEConv(8, 16, activation=torch.relu), SAGEConv(16, 2)])
+    opt = torch.optim.SGD(layers.parameters(), lr=0.1)
+    for step in range(6):
+        live = torch.nonzero(dg.is_alive()).flatten()
+        seeds = live[torch.from_numpy(rng.choice(live.numel(), 16, replace=False))]
+        blocks = dg.sample_layers(seeds, [5, 3], seed=step)
+        for b in blocks:  # edge_dir='in' on a symmetric graph: dst's list holds src
+            nodes = b.srcdata["_ID"]
+            assert bool(dg.has_edges(nodes[b.dst], nodes[b.src]).all())
+        h = feats[blocks[0].srcdata["_ID"]]
+        for layer, b in zip(layers, blocks):
+            h = layer(b, h)
+        loss = torch.nn.functional.cross_entropy(h, seeds % 2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert torch.isfinite(loss)
+        # updates between minibatches
+        src = torch.from_numpy(rng.integers(0, dg.num_nodes, 100))
+        dst = torch.from_numpy(rng.integers(0, dg.num_nodes, 100))
+        ok = dg.is_alive()[src] & dg.is_alive()[dst]
+        dg.insert_edges(src[ok], dst[ok])
+        dg.delete_edges(src[ok][:40], dst[ok][:40])
+        new = dg.insert_vertices(2)
+        dg.insert_edges(new, live[:2])
+        dg.delete_vertices(live[-1:])

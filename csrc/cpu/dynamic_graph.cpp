@@ -25,11 +25,7 @@ namespace {
 
 using namespace dyngraph;
 
-void require_cpu(const at::Tensor& t, const char* name) { check_device_type(t, c10::kCPU, name); }
-
-void require_writable(const at::Tensor& t, const char* name, const char* op) {
-  TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " is written in place and must be contiguous");
-}
+constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
 
 // The content check of a batch (see dynamic_graph_checks.h). `degree` non-null: `values` are
 // list positions of the runs' vertices, else destination ids.
@@ -107,23 +103,6 @@ void move_slot(idx_t* pool, const std::optional<at::Tensor>& weights, int64_t fr
   }
 }
 
-void check_state_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
-                     const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
-                     const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta, int s,
-                     const char* op) {
-  const int64_t pages = check_lists(pool, root, height, degree, s, op);
-  check_page_tables(pool, pages, page_owner, page_rank, meta, op);
-  check_ring(pool, pages, page_ring, op);
-  check_pool_weights(weights, pool);
-  require_cpu(pool, "pool");
-  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&pool, "pool"}, {&root, "root"},
-                                {&height, "height"}, {&degree, "degree"}, {&page_owner, "page_owner"},
-                                {&page_rank, "page_rank"}, {&page_ring, "page_ring"}, {&meta, "meta"}}) {
-    require_writable(*t, name, op);
-  }
-  if (weights) require_writable(*weights, "weights", op);
-}
-
 // ---------------------------------------------------------------------------------------------
 // append
 
@@ -190,19 +169,9 @@ void append_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
                 const std::optional<at::Tensor>& run_weights, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_append";
   const int s = page_shift(page_size, op);
-  check_state_cpu(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCpu, op);
   check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op, /*any_index=*/true);
-  TORCH_CHECK_VALUE(weights.has_value() == run_weights.has_value(), op,
-                    ": run_weights must be given exactly when the graph has weights");
-  at::Tensor run_w;
-  if (run_weights) {
-    check_dim(*run_weights, 1, "run_weights");
-    check_dtype(*run_weights, weights->scalar_type(), "run_weights");
-    TORCH_CHECK_VALUE(run_weights->numel() == run_dst.numel(), op, ": run_weights must have one entry per run_dst (",
-                      run_dst.numel(), "), got ", run_weights->numel());
-    require_cpu(*run_weights, "run_weights");
-    run_w = run_weights->contiguous();
-  }
+  const at::Tensor run_w = check_run_weights(weights, run_weights, run_dst, pool, op);
   const at::Tensor vtx = vertices.contiguous(), off = run_offsets.contiguous(), dst = run_dst.contiguous();
   check_batch(vtx, off, dst, "run_offsets", "run_dst", root.numel(), nullptr, op);
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
@@ -222,9 +191,8 @@ void append_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
 void check_query_cpu(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
                      const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& run_offsets,
                      const at::Tensor& run_dst, int s, const char* op) {
-  check_lists(pool, root, height, degree, s, op);
+  check_reader(pool, root, height, degree, s, kCpu, op);
   check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op);
-  require_cpu(pool, "pool");
   check_batch(vertices.contiguous(), run_offsets.contiguous(), run_dst.contiguous(), "run_offsets", "run_dst",
               root.numel(), nullptr, op);
 }
@@ -308,14 +276,8 @@ std::tuple<at::Tensor, at::Tensor> find_touching_cpu(const at::Tensor& pool_in, 
                                                      int64_t page_size) {
   constexpr const char* op = "dynamic_graph_find_touching";
   const int s = page_shift(page_size, op);
-  const int64_t pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, pages, page_owner, page_rank, meta, op);
-  check_dim(mask_in, 1, "mask");
-  check_dtype(mask_in, at::kBool, "mask");
-  TORCH_CHECK_VALUE(mask_in.numel() == root_in.numel(), op, ": mask must have one entry per vertex id (",
-                    root_in.numel(), "), got ", mask_in.numel());
-  check_same_device(pool_in, "pool", mask_in, "mask");
-  require_cpu(pool_in, "pool");
+  check_sweeper(pool_in, root_in, height_in, degree_in, page_owner, page_rank, meta, s, kCpu, op);
+  check_mask(mask_in, root_in, pool_in, op);
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
                    degree = degree_in.contiguous(), mask_t = mask_in.contiguous();
   const int64_t n = root.numel();
@@ -414,7 +376,7 @@ void remove_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
                 int64_t page_size) {
   constexpr const char* op = "dynamic_graph_remove";
   const int s = page_shift(page_size, op);
-  check_state_cpu(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCpu, op);
   check_runs(pool, vertices, pos_offsets, positions, "pos_offsets", "positions", op);
   const at::Tensor vtx = vertices.contiguous(), off = pos_offsets.contiguous(), pos = positions.contiguous();
   check_batch(vtx, off, pos, "pos_offsets", "positions", root.numel(), degree.data_ptr<int64_t>(), op);
@@ -430,13 +392,11 @@ void remove_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
     const at::Tensor& pool_in, const std::optional<at::Tensor>& weights_in, const at::Tensor& root_in,
     const at::Tensor& height_in, const at::Tensor& degree_in, const at::Tensor& page_owner,
-    const at::Tensor& page_rank, const at::Tensor& meta, int64_t page_size) {
+    const at::Tensor& page_rank, const at::Tensor& meta, int64_t page_size, bool with_slots) {
   constexpr const char* op = "dynamic_graph_to_csr";
   const int s = page_shift(page_size, op);
-  const int64_t pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, pages, page_owner, page_rank, meta, op);
+  check_sweeper(pool_in, root_in, height_in, degree_in, page_owner, page_rank, meta, s, kCpu, op);
   check_pool_weights(weights_in, pool_in);
-  require_cpu(pool_in, "pool");
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
                    degree = degree_in.contiguous();
   const int64_t n = root.numel();
@@ -445,10 +405,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
   const int64_t* ptr = indptr.data_ptr<int64_t>();
   const int64_t edges = ptr[n];
   at::Tensor indices = at::empty({edges}, pool.options());
-  at::Tensor slots = at::empty({edges}, degree.options());
-  at::Tensor w_out = weights_in ? at::empty({edges}, weights_in->options()) : at::empty({0}, pool.options().dtype(at::kFloat));
+  // Slots are needed for the weights' gather even when not returned.
+  at::Tensor slots = at::empty({with_slots || weights_in ? edges : 0}, degree.options());
+  at::Tensor w_out =
+      weights_in ? at::empty({edges}, weights_in->options()) : at::empty({0}, pool.options().dtype(at::kFloat));
   const at::Tensor w = weights_in ? weights_in->contiguous() : at::Tensor();
-  int64_t* sl = slots.data_ptr<int64_t>();
+  int64_t* sl = slots.numel() ? slots.data_ptr<int64_t>() : nullptr;
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     const Lists<index_t> g(pool, root, height, degree, s);
     index_t* out = indices.data_ptr<index_t>();
@@ -456,13 +418,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
       for (int64_t v = b; v < e; ++v) {
         g.each(v, [&](int64_t pos, int64_t slot) {
           out[ptr[v] + pos] = g.pool[slot];
-          sl[ptr[v] + pos] = slot;
+          if (sl) sl[ptr[v] + pos] = slot;
         });
       }
     });
   });
   if (weights_in && edges > 0) w_out.copy_(w.index_select(0, slots));
-  return {indptr, indices, w_out, slots};
+  return {indptr, indices, w_out, with_slots ? slots : slots.slice(0, 0, 0)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -496,12 +458,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
     const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_sample";
   const int s = page_shift(page_size, op);
-  check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_dim(seeds_in, 1, "seeds");
-  check_dtype(seeds_in, at::kLong, "seeds");
-  check_same_device(pool_in, "pool", seeds_in, "seeds");
-  require_cpu(pool_in, "pool");
-  TORCH_CHECK_VALUE(fanout >= -1, op, ": fanout must be -1 (all neighbours) or >= 0, got ", fanout);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCpu, op);
+  check_seeds(seeds_in, pool_in, fanout, op);
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
                    degree = degree_in.contiguous(), seeds = seeds_in.contiguous();
   const int64_t n = seeds.numel(), num_ids = root.numel();
@@ -550,11 +508,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cpu(const at::Tensor& pool_in
                                                       int64_t page_size) {
   constexpr const char* op = "dynamic_graph_bfs";
   const int s = page_shift(page_size, op);
-  const int64_t pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, pages, page_owner, page_rank, meta, op);
-  require_cpu(pool_in, "pool");
+  check_sweeper(pool_in, root_in, height_in, degree_in, page_owner, page_rank, meta, s, kCpu, op);
   const int64_t n = root_in.numel();
-  TORCH_CHECK_INDEX(source >= 0 && source < n, op, ": source must be in [0, ", n, "), got ", source);
+  check_bfs_source(source, n, op);
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
                    degree = degree_in.contiguous();
   at::Tensor depth = at::full({n}, -1, degree.options().dtype(at::kInt));

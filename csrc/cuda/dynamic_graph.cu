@@ -86,28 +86,7 @@ at::Tensor offsets_of(const at::Tensor& counts) {
   return out;
 }
 
-void require_cuda(const at::Tensor& t, const char* name) { check_device_type(t, c10::kCUDA, name); }
-
-void require_writable(const at::Tensor& t, const char* name, const char* op) {
-  TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " is written in place and must be contiguous");
-}
-
-void check_state(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
-                 const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
-                 const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta, int s,
-                 const char* op) {
-  const int64_t pages = check_lists(pool, root, height, degree, s, op);
-  check_page_tables(pool, pages, page_owner, page_rank, meta, op);
-  check_ring(pool, pages, page_ring, op);
-  check_pool_weights(weights, pool);
-  require_cuda(pool, "pool");
-  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&pool, "pool"}, {&root, "root"},
-                                {&height, "height"}, {&degree, "degree"}, {&page_owner, "page_owner"},
-                                {&page_rank, "page_rank"}, {&page_ring, "page_ring"}, {&meta, "meta"}}) {
-    require_writable(*t, name, op);
-  }
-  if (weights) require_writable(*weights, "weights", op);
-}
+constexpr c10::DeviceType kCuda = c10::DeviceType::CUDA;
 
 // 32-bit words of a weights tensor (float32 or int32: kernels only copy them).
 int32_t* weight_words(const std::optional<at::Tensor>& w) {
@@ -263,20 +242,9 @@ void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
                  const std::optional<at::Tensor>& run_weights, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_append";
   const int s = page_shift(page_size, op);
-  check_state(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
   check_runs(pool, vertices_in, run_offsets_in, run_dst_in, "run_offsets", "run_dst", op, /*any_index=*/true);
-  TORCH_CHECK_VALUE(weights.has_value() == run_weights.has_value(), op,
-                    ": run_weights must be given exactly when the graph has weights");
-  at::Tensor run_w;
-  if (run_weights) {
-    check_dim(*run_weights, 1, "run_weights");
-    check_dtype(*run_weights, weights->scalar_type(), "run_weights");
-    TORCH_CHECK_VALUE(run_weights->numel() == run_dst_in.numel(), op,
-                      ": run_weights must have one entry per run_dst (", run_dst_in.numel(), "), got ",
-                      run_weights->numel());
-    check_same_device(pool, "pool", *run_weights, "run_weights");
-    run_w = run_weights->contiguous();
-  }
+  const at::Tensor run_w = check_run_weights(weights, run_weights, run_dst_in, pool, op);
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor vertices = vertices_in.contiguous(), off = run_offsets_in.contiguous(),
@@ -400,18 +368,34 @@ __global__ void find_kernel(const idx_t* __restrict__ pool, const idx_t* __restr
   }
 }
 
-struct QueryArgs {
-  at::Tensor pool, root, height, degree, vertices, offsets, dst;
+// A checked query batch and its items, one per (run, data page of the run's list): item_off
+// (runs + 1) and the item count, read back with the content check.
+struct Query {
+  at::Tensor pool, root, height, degree, vertices, offsets, dst, item_off;
+  int64_t runs, items;
 };
 
-QueryArgs prepare_query(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
-                        const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& run_offsets,
-                        const at::Tensor& run_dst, int s, const char* op) {
-  check_lists(pool, root, height, degree, s, op);
+Query prepare_query(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                    const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& run_offsets,
+                    const at::Tensor& run_dst, int s, cudaStream_t stream, const char* op) {
+  check_reader(pool, root, height, degree, s, kCuda, op);
   check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op);
-  require_cuda(pool, "pool");
-  return {pool.contiguous(), root.contiguous(), height.contiguous(), degree.contiguous(), vertices.contiguous(),
-          run_offsets.contiguous(), run_dst.contiguous()};
+  Query q{pool.contiguous(), root.contiguous(), height.contiguous(), degree.contiguous(), vertices.contiguous(),
+          run_offsets.contiguous(), run_dst.contiguous(), at::Tensor(), vertices.numel(), 0};
+  const int64_t num_ids = q.root.numel();
+  at::Tensor leaves = at::zeros({q.runs}, q.vertices.options());
+  if (q.runs > 0) {
+    leaf_counts_kernel<<<blocks_for(q.runs), kBlock, 0, stream>>>(q.vertices.data_ptr<int64_t>(), q.runs,
+                                                                   q.degree.data_ptr<int64_t>(), num_ids, s,
+                                                                   leaves.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  q.item_off = offsets_of(leaves);
+  const at::Tensor first = launch_batch_check(q.vertices, q.offsets, q.dst, num_ids, nullptr, stream);
+  const std::vector<int64_t> h = read_back({first, q.item_off.slice(0, q.runs)});
+  raise_if_bad(h.data(), q.vertices, q.offsets, q.dst, "run_offsets", "run_dst", num_ids, op);
+  q.items = h[kNumBatchErrors];
+  return q;
 }
 
 at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
@@ -421,28 +405,15 @@ at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, c
   const int s = page_shift(page_size, op);
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const QueryArgs a = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in,
-                                    s, op);
-  const int64_t runs = a.vertices.numel(), num_ids = a.root.numel();
-  at::Tensor leaves = at::zeros({runs}, a.vertices.options());
-  if (runs > 0) {
-    leaf_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(a.vertices.data_ptr<int64_t>(), runs,
-                                                                 a.degree.data_ptr<int64_t>(), num_ids, s,
-                                                                 leaves.data_ptr<int64_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor item_off = offsets_of(leaves);
-  const at::Tensor first = launch_batch_check(a.vertices, a.offsets, a.dst, num_ids, nullptr, stream);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
-  raise_if_bad(h.data(), a.vertices, a.offsets, a.dst, "run_offsets", "run_dst", num_ids, op);
-  const int64_t items = h[kNumBatchErrors];
-  at::Tensor found = at::zeros({a.dst.numel()}, a.dst.options().dtype(at::kBool));
-  if (items == 0) return found;
-  AT_DISPATCH_INDEX_TYPES(a.pool.scalar_type(), op, [&] {
-    contains_kernel<index_t><<<blocks_for(items * kWarp), kBlock, 0, stream>>>(
-        a.pool.data_ptr<index_t>(), a.root.data_ptr<index_t>(), a.height.data_ptr<int8_t>(),
-        a.degree.data_ptr<int64_t>(), a.vertices.data_ptr<int64_t>(), a.offsets.data_ptr<int64_t>(),
-        item_off.data_ptr<int64_t>(), runs, items, a.dst.data_ptr<int64_t>(), found.data_ptr<bool>(), s);
+  const Query q = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in, s,
+                                stream, op);
+  at::Tensor found = at::zeros({q.dst.numel()}, q.dst.options().dtype(at::kBool));
+  if (q.items == 0) return found;
+  AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
+    contains_kernel<index_t><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
+        q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
+        q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
+        q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(), found.data_ptr<bool>(), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return found;
@@ -456,39 +427,26 @@ std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at
   const int s = page_shift(page_size, op);
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const QueryArgs a = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in,
-                                    s, op);
-  const int64_t runs = a.vertices.numel(), num_ids = a.root.numel();
-  at::Tensor leaves = at::zeros({runs}, a.vertices.options());
-  if (runs > 0) {
-    leaf_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(a.vertices.data_ptr<int64_t>(), runs,
-                                                                 a.degree.data_ptr<int64_t>(), num_ids, s,
-                                                                 leaves.data_ptr<int64_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor item_off = offsets_of(leaves);
-  const at::Tensor first = launch_batch_check(a.vertices, a.offsets, a.dst, num_ids, nullptr, stream);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
-  raise_if_bad(h.data(), a.vertices, a.offsets, a.dst, "run_offsets", "run_dst", num_ids, op);
-  const int64_t items = h[kNumBatchErrors];
-  at::Tensor item_count = at::zeros({items}, a.vertices.options());
+  const Query q = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in, s,
+                                stream, op);
+  at::Tensor item_count = at::zeros({q.items}, q.vertices.options());
   at::Tensor positions, pos_offsets;
-  AT_DISPATCH_INDEX_TYPES(a.pool.scalar_type(), op, [&] {
+  AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
     auto launch = [&](auto counting, const int64_t* item_pos, int64_t* out) {
-      if (items == 0) return;
-      find_kernel<index_t, decltype(counting)::value><<<blocks_for(items * kWarp), kBlock, 0, stream>>>(
-          a.pool.data_ptr<index_t>(), a.root.data_ptr<index_t>(), a.height.data_ptr<int8_t>(),
-          a.degree.data_ptr<int64_t>(), a.vertices.data_ptr<int64_t>(), a.offsets.data_ptr<int64_t>(),
-          item_off.data_ptr<int64_t>(), runs, items, a.dst.data_ptr<int64_t>(), item_count.data_ptr<int64_t>(),
-          item_pos, out, s);
+      if (q.items == 0) return;
+      find_kernel<index_t, decltype(counting)::value><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
+          q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
+          q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
+          q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(),
+          item_count.data_ptr<int64_t>(), item_pos, out, s);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     };
     launch(std::true_type{}, nullptr, nullptr);
     const at::Tensor item_pos = offsets_of(item_count);
-    positions = at::empty({item_pos.slice(0, items).item<int64_t>()}, a.vertices.options());
+    positions = at::empty({item_pos.slice(0, q.items).item<int64_t>()}, q.vertices.options());
     launch(std::false_type{}, item_pos.data_ptr<int64_t>(), positions.data_ptr<int64_t>());
     // Run r's positions start where its first item's do.
-    pos_offsets = item_pos.index_select(0, item_off);
+    pos_offsets = item_pos.index_select(0, q.item_off);
   });
   return {pos_offsets, positions};
 }
@@ -555,14 +513,9 @@ std::tuple<at::Tensor, at::Tensor> find_touching_cuda(const at::Tensor& pool_in,
                                                       int64_t page_size) {
   constexpr const char* op = "dynamic_graph_find_touching";
   const int s = page_shift(page_size, op);
-  const int64_t num_pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, num_pages, page_owner_in, page_rank_in, meta_in, op);
-  check_dim(mask_in, 1, "mask");
-  check_dtype(mask_in, at::kBool, "mask");
-  TORCH_CHECK_VALUE(mask_in.numel() == root_in.numel(), op, ": mask must have one entry per vertex id (",
-                    root_in.numel(), "), got ", mask_in.numel());
-  check_same_device(pool_in, "pool", mask_in, "mask");
-  require_cuda(pool_in, "pool");
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
+  check_mask(mask_in, root_in, pool_in, op);
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor pool = pool_in.contiguous(), degree = degree_in.contiguous(), owner = page_owner_in.contiguous(),
@@ -646,7 +599,7 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
                  int64_t page_size) {
   constexpr const char* op = "dynamic_graph_remove";
   const int s = page_shift(page_size, op);
-  check_state(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
   check_runs(pool, vertices_in, pos_offsets_in, positions_in, "pos_offsets", "positions", op);
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -716,7 +669,7 @@ __global__ void to_csr_kernel(const idx_t* __restrict__ pool, const int32_t* __r
         for (int64_t k = lane; k < n; k += kWarp) {
           const int64_t slot = (p << s) + k;
           indices[base + k] = pool[slot];
-          slots[base + k] = slot;
+          if (slots) slots[base + k] = slot;
           if (weights) w_out[base + k] = weights[slot];
         }
       });
@@ -725,13 +678,12 @@ __global__ void to_csr_kernel(const idx_t* __restrict__ pool, const int32_t* __r
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cuda(
     const at::Tensor& pool_in, const std::optional<at::Tensor>& weights_in, const at::Tensor& root_in,
     const at::Tensor& height_in, const at::Tensor& degree_in, const at::Tensor& page_owner_in,
-    const at::Tensor& page_rank_in, const at::Tensor& meta_in, int64_t page_size) {
+    const at::Tensor& page_rank_in, const at::Tensor& meta_in, int64_t page_size, bool with_slots) {
   constexpr const char* op = "dynamic_graph_to_csr";
   const int s = page_shift(page_size, op);
-  const int64_t num_pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, num_pages, page_owner_in, page_rank_in, meta_in, op);
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
   check_pool_weights(weights_in, pool_in);
-  require_cuda(pool_in, "pool");
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor pool = pool_in.contiguous(), degree = degree_in.contiguous(), owner = page_owner_in.contiguous(),
@@ -741,7 +693,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cuda(
   const at::Tensor indptr = offsets_of(degree);
   const int64_t edges = indptr.slice(0, n).item<int64_t>();
   at::Tensor indices = at::empty({edges}, pool.options());
-  at::Tensor slots = at::empty({edges}, degree.options());
+  at::Tensor slots = at::empty({with_slots ? edges : 0}, degree.options());
   at::Tensor w_out = weights_in ? at::empty({edges}, w.options()) : at::empty({0}, pool.options().dtype(at::kFloat));
   if (num_pages > 0 && edges > 0) {
     AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
@@ -749,7 +701,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cuda(
           pool.data_ptr<index_t>(), weights_in ? static_cast<const int32_t*>(w.data_ptr()) : nullptr,
           degree.data_ptr<int64_t>(), owner.data_ptr<index_t>(), rank.data_ptr<int32_t>(), meta.data_ptr<int64_t>(),
           n, indptr.data_ptr<int64_t>(), indices.data_ptr<index_t>(),
-          weights_in ? static_cast<int32_t*>(w_out.data_ptr()) : nullptr, slots.data_ptr<int64_t>(), s);
+          weights_in ? static_cast<int32_t*>(w_out.data_ptr()) : nullptr,
+          with_slots ? slots.data_ptr<int64_t>() : nullptr, s);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
   }
@@ -825,12 +778,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cuda(
     const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_sample";
   const int s = page_shift(page_size, op);
-  check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_dim(seeds_in, 1, "seeds");
-  check_dtype(seeds_in, at::kLong, "seeds");
-  check_same_device(pool_in, "pool", seeds_in, "seeds");
-  require_cuda(pool_in, "pool");
-  TORCH_CHECK_VALUE(fanout >= -1, op, ": fanout must be -1 (all neighbours) or >= 0, got ", fanout);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
+  check_seeds(seeds_in, pool_in, fanout, op);
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
@@ -916,11 +865,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& pool_i
                                                        int64_t page_size) {
   constexpr const char* op = "dynamic_graph_bfs";
   const int s = page_shift(page_size, op);
-  const int64_t num_pages = check_lists(pool_in, root_in, height_in, degree_in, s, op);
-  check_page_tables(pool_in, num_pages, page_owner_in, page_rank_in, meta_in, op);
-  require_cuda(pool_in, "pool");
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
   const int64_t n = root_in.numel();
-  TORCH_CHECK_INDEX(source >= 0 && source < n, op, ": source must be in [0, ", n, "), got ", source);
+  check_bfs_source(source, n, op);
   TORCH_CHECK_VALUE(n < INT32_MAX, op, ": supports fewer than 2^31 vertex ids, got ", n);
   const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();

@@ -12,6 +12,8 @@ Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory) and ``
 (CUDA managed memory, the UVM baseline). Read variants of the ops: ``"naive"``, ``"merged"``,
 ``"aligned"`` (default) and ``"frontier"`` (see :mod:`pytorch_zerocopy.graph.traversal`).
 File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
+Graphs that change: :class:`DynamicGraph` (:mod:`pytorch_zerocopy.graph.dynamic`), batched edge
+and vertex updates applied by GPU kernels to paged adjacency lists, with sampling and BFS on them.
 """
 
 from .csr import PLACEMENTS, CSRGraph

@@ -160,10 +160,11 @@ def _find_touching_fake(pool, root, height, degree, page_owner, page_rank, meta,
 
 
 @register_fake("zerocopy::dynamic_graph_to_csr")
-def _to_csr_fake(pool, weights, root, height, degree, page_owner, page_rank, meta, page_size):
+def _to_csr_fake(pool, weights, root, height, degree, page_owner, page_rank, meta, page_size, with_slots):
     edges = torch.library.get_ctx().new_dynamic_size()
     w = weights.new_empty((edges,)) if weights is not None else pool.new_empty((0,), dtype=torch.float32)
-    return degree.new_empty((degree.shape[0] + 1,)), pool.new_empty((edges,)), w, degree.new_empty((edges,))
+    slots = degree.new_empty((edges if with_slots else 0,))
+    return degree.new_empty((degree.shape[0] + 1,)), pool.new_empty((edges,)), w, slots
 
 
 @register_fake("zerocopy::dynamic_graph_sample")
@@ -574,7 +575,7 @@ class DynamicGraph:
         n = self._num_nodes
         indptr, indices, weights, slots = _ops().dynamic_graph_to_csr.default(
             self.pool, self.weights, self.root[:n], self.height[:n], self.degree[:n], self.page_owner,
-            self.page_rank, self.meta, self.page_size)
+            self.page_rank, self.meta, self.page_size, bool(return_slots))
         placement = "cuda" if indptr.device.type == "cuda" else "cpu"
         csr = CSRGraph(indptr, indices, weights if self.weights is not None else None, symmetric=self.symmetric,
                        placement=placement, validate=False)
