@@ -1,11 +1,12 @@
 """DynamicGraph: a graph whose edges and vertices change in batches, updated on the GPU.
 
 A :class:`DynamicGraph` holds adjacency lists in fixed-size pages cut from one pool, as faimGraph
-does (Winter et al.; the thesis in ``shared/papers``), with the pages managed on the device:
-freed pages go to a free-page queue and are reused before fresh pages, deleted vertex ids go to
-a free-vertex queue and are reused before fresh ids. Each list is a small radix tree of pages
-(a page table instead of faimGraph's linked pages), so entry ``k`` of any list is
-``O(log_page_size(degree))`` loads away and sampling costs about what it costs on a CSR. Layout,
+does (Winter et al., SC 2018), with the pages managed on the device: freed pages go to a
+free-page queue and are reused before fresh pages (Ouroboros's index queue), deleted vertex ids
+go to a free-vertex queue and are reused before fresh ids. Each list is a small radix tree of
+pages (a page table instead of faimGraph's linked pages), so entry ``k`` of any list is
+``1 + height`` dependent loads away (height 0 up to ``page_size`` entries, 1 up to
+``page_size**2``, ...): random access, which sampling needs, without walking a chain. Layout,
 page order and queue arithmetic: ``csrc/dynamic_graph.h``.
 
 Placements: ``"cuda"`` (everything in GPU memory), ``"unified"`` (the page pool, which holds the
