@@ -481,8 +481,13 @@ def test_opcheck(seed):
                           test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_bfs.default,
                           (*lists, dg.page_owner, dg.page_rank, dg.meta, 0, True, 4), test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_find_touching.default,
+                          (*lists, dg.page_owner, dg.page_rank, dg.meta, dg.alive & (dg.degree > 3), 4),
+                          test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_append.default,
                           (*_state_args(dg), L([1, 7]), L([0, 2, 3]), L([3, 5, 9]), None, 4), test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_remove.default,
+                          (*_state_args(dg), L([7]), L([0, 2]), L([0, 2]), 4), test_utils=utils)
 
 
 # --- reads: same results as on the snapshot -------------------------------------------------------

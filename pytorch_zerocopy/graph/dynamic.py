@@ -434,7 +434,8 @@ class DynamicGraph:
 
     def delete_edges(self, src, dst) -> int:
         """Removes every copy of each edge ``src[i] -> dst[i]`` (both directions on a symmetric
-        graph); edges not present are ignored. Returns how many list entries were removed."""
+        graph); edges not present are ignored, ids must be alive. Returns how many list entries
+        were removed. All-or-nothing (see the module docstring)."""
         op = "delete_edges"
         s, d = self._edge_batch(src, dst, op)
         if self.symmetric:
