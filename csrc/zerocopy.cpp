@@ -110,4 +110,56 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("block_mean(Tensor h_src, Tensor src, Tensor dst, int n_dst) -> (Tensor out, Tensor inv_deg)");
   // grad_h_src[s] = sum over edges e with src[e] == s of grad_out[dst[e]] * inv_deg[dst[e]].
   m.def("block_mean_backward(Tensor grad_out, Tensor src, Tensor dst, Tensor inv_deg, int n_src) -> Tensor");
+
+  // Dynamic graphs (pytorch_zerocopy.graph.DynamicGraph): adjacency lists in pages of
+  // `page_size` slots; layout, page order and the free-page queue in csrc/dynamic_graph.h.
+  // State: pool (ids' dtype, pages * page_size slots), weights (float32/int32 per slot, or
+  // None), per vertex id root (ids' dtype), height (int8) and degree (int64), per page
+  // page_owner (ids' dtype) and page_rank (int32), page_ring (ids' dtype, the free-page queue)
+  // and meta (int64 [head, tail, fresh]). Every tensor on one device; the pool and weights may
+  // be unified tensors. A batch is a set of runs: `vertices` (int64) and offsets (int64,
+  // len(vertices) + 1) delimiting each vertex's slice of an int64 per-entry array. The mutating
+  // ops check the batch's contents first and write nothing when they raise.
+  //
+  // Appends run_dst[offsets[r]:offsets[r+1]] (with run_weights) to the list of vertices[r], in
+  // that order. vertices strictly ascending, run_dst (int32 or int64) valid vertex ids; raises
+  // when the pool lacks the pages (tree_pages(new degree) - tree_pages(old degree) per vertex).
+  m.def("dynamic_graph_append(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
+        "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
+        "Tensor vertices, Tensor run_offsets, Tensor run_dst, Tensor? run_weights, int page_size) -> ()");
+  // found[j]: whether run_dst[j] is in the list of its run's vertex. Each run's destinations
+  // ascending.
+  m.def("dynamic_graph_contains(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "Tensor run_offsets, Tensor run_dst, int page_size) -> Tensor");
+  // The list positions holding any of each run's (ascending) destinations: positions
+  // [pos_offsets[r], pos_offsets[r+1]) belong to vertices[r], ascending.
+  m.def("dynamic_graph_find(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "Tensor run_offsets, Tensor run_dst, int page_size) -> (Tensor pos_offsets, Tensor positions)");
+  // Every (vertex, position) whose vertex or destination is marked in `mask` (bool per vertex
+  // id), sorted by vertex then position: the edges a vertex deletion removes.
+  m.def("dynamic_graph_find_touching(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor page_owner, "
+        "Tensor page_rank, Tensor meta, Tensor mask, int page_size) -> (Tensor vertices, Tensor positions)");
+  // Deletes the list positions positions[pos_offsets[r]:pos_offsets[r+1]] (distinct,
+  // ascending) of vertices[r] (strictly ascending), moving the list's tail into the holes, and
+  // returns pages left empty to the free-page queue.
+  m.def("dynamic_graph_remove(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
+        "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
+        "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size) -> ()");
+  // The CSR snapshot: indptr = [0, cumsum(degree)] (int64), the column ids in list order (ids'
+  // dtype), their weights (empty without weights) and, with `with_slots`, each entry's pool slot
+  // (int64; empty otherwise).
+  m.def("dynamic_graph_to_csr(Tensor pool, Tensor? weights, Tensor root, Tensor height, Tensor degree, "
+        "Tensor page_owner, Tensor page_rank, Tensor meta, int page_size, bool with_slots) "
+        "-> (Tensor indptr, Tensor indices, Tensor weights_out, Tensor slots)");
+  // sample_neighbors (uniform, csrc/sampling.h) over the paged lists: the same offsets,
+  // neighbours and seed indices as sample_neighbors on the to_csr snapshot for the same seed;
+  // the third output holds pool slots instead of CSR positions.
+  m.def("dynamic_graph_sample(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor seeds, int fanout, "
+        "bool replace, int seed, int page_size) -> (Tensor, Tensor, Tensor, Tensor)");
+  // graph_bfs over the paged lists: depth (int32, -1 unreachable), pred (ids' dtype; empty
+  // unless asked) and stats (int64 [edges_scanned, levels]). On the CPU, lists are walked in
+  // order, so pred equals graph_bfs's on the snapshot.
+  m.def("dynamic_graph_bfs(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor page_owner, "
+        "Tensor page_rank, Tensor meta, int source, bool predecessors, int page_size) "
+        "-> (Tensor depth, Tensor pred, Tensor stats)");
 }

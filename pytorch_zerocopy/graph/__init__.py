@@ -12,9 +12,12 @@ Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory) and ``
 (CUDA managed memory, the UVM baseline). Read variants of the ops: ``"naive"``, ``"merged"``,
 ``"aligned"`` (default) and ``"frontier"`` (see :mod:`pytorch_zerocopy.graph.traversal`).
 File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
+Graphs that change: :class:`DynamicGraph` (:mod:`pytorch_zerocopy.graph.dynamic`), batched edge
+and vertex updates applied by GPU kernels to paged adjacency lists, with sampling and BFS on them.
 """
 
 from .csr import PLACEMENTS, CSRGraph
+from .dynamic import DynamicGraph, MemoryFootprint, PoolFullError
 from .generators import grid_graph, kronecker_graph, power_law_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
 from .reorder import NodeOrder, degree_order, presample_order
@@ -22,8 +25,11 @@ from .traversal import VARIANTS, bfs, connected_components, pagerank, sssp
 
 __all__ = [
     "CSRGraph",
+    "DynamicGraph",
+    "MemoryFootprint",
     "NodeOrder",
     "PLACEMENTS",
+    "PoolFullError",
     "VARIANTS",
     "bfs",
     "connected_components",
