@@ -101,7 +101,7 @@ void gather_rows_out_cpu(const at::Tensor& table, const at::Tensor& index, bool 
   check_cpu_args(table, index);
   const at::Tensor rows = gather_rows_table(table, index);
   check_device_type(out, c10::kCPU, "gather_rows: out (for a CPU table)");
-  check_gather_rows_out(out, table, index.numel());
+  check_gather_rows_out(out, table, index);
   gather_rows_cpu_into(rows, index, check_bounds, out);
 }
 

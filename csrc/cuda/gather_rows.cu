@@ -335,7 +335,7 @@ void gather_rows_out_cuda(const at::Tensor& table, const at::Tensor& index, bool
   const c10::cuda::CUDAGuard guard(rows.device());
   TORCH_CHECK_VALUE(out.device() == table.device(), "gather_rows: out must be on ", table.device(),
                     " (the table's device), got ", out.device());
-  check_gather_rows_out(out, rows, idx.numel());
+  check_gather_rows_out(out, table, index);
   gather_rows_cuda_into(rows, idx, index_sorted, check_bounds, out);
 }
 
