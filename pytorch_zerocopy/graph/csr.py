@@ -220,13 +220,13 @@ class CSRGraph:
             raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
         if top > num_nodes:
             raise ValueError(f"src/dst: vertex id {top - 1} is out of range for num_nodes={num_nodes}")
+        idx_dtype = _index_dtype(num_nodes, index_dtype)
         # The offsets and the per-vertex counts they are summed from: checked before allocating.
         _unified.require_host_memory(
             16 * (num_nodes + 1),
-            f"CSRGraph.from_coo: the offsets of {num_nodes} vertices"
+            f"CSRGraph.from_coo: a CSR of {num_nodes} vertices"
             + (f" (vertex id {top - 1} implies that many)" if implied else ""),
             "renumber the vertex ids densely" + (", or pass a smaller num_nodes" if not implied else ""))
-        idx_dtype = _index_dtype(num_nodes, index_dtype)
         if drop_self_loops:
             keep = s != d
             s, d = s[keep], d[keep]
