@@ -155,6 +155,8 @@ def test_ctrl_c_of_a_data_parallel_run_exits_130_cleanly(tmpdir_for_run):
         assert "Traceback" not in err and "SignalException" not in err, err
         _, alive = psutil.wait_procs(kids, timeout=15)
         assert [p.pid for p in alive if _live(p)] == [], "processes outlived the interrupted run"
+        left = sorted(n for n in os.listdir(tmpdir) if not n.startswith("torchinductor_"))
+        assert left == [], "the interrupted run left temp files behind"
     finally:
         _kill_all(kids)
         if proc.poll() is None:
