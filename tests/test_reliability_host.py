@@ -54,7 +54,8 @@ START_LIMIT_S = 120  # a loaded 2-core machine starts a dozen Python processes s
 
 
 def _env(tmpdir):
-    return dict(os.environ, TMPDIR=str(tmpdir), OMP_NUM_THREADS="1")
+    # The CPU path everywhere (CPU workers over gloo for --gpus N), also on a GPU machine.
+    return dict(os.environ, TMPDIR=str(tmpdir), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
 
 
 @pytest.fixture
@@ -80,15 +81,15 @@ def _descendants(pid):
         return []
 
 
-def _wait_for_roles(proc, count):
-    """Waits until ``proc`` has ``count`` descendants that are pipeline roles; returns them all."""
+def _started_processes(proc, count):
+    """Waits until ``proc`` has started ``count`` Python processes (spawned roles or workers),
+    lets the rest of the run start, and returns every live descendant."""
     deadline = time.monotonic() + START_LIMIT_S
     while time.monotonic() < deadline and proc.poll() is None:
-        kids = _descendants(proc.pid)
-        roles = [k for k in kids if "resource_tracker" not in " ".join(k.cmdline())
-                 and "multiprocessing.spawn" in " ".join(k.cmdline())]
-        if len(roles) >= count:
-            return kids
+        spawned = [k for k in _descendants(proc.pid) if "multiprocessing.spawn" in " ".join(k.cmdline())]
+        if len(spawned) >= count:
+            time.sleep(2.0)  # the remaining roles start and map the dataset
+            return _descendants(proc.pid)
         time.sleep(0.2)
     out, err = proc.communicate(timeout=30) if proc.poll() is not None else ("", "")
     pytest.fail(f"the run did not start {count} processes in {START_LIMIT_S} s: {out}\n{err}")
@@ -123,8 +124,7 @@ def test_children_die_with_a_killed_parent(tmpdir_for_run):
                             text=True, env=_env(tmpdir), start_new_session=True)
     kids = []
     try:
-        kids = _wait_for_roles(proc, 3)
-        time.sleep(1.0)  # the roles map the dataset and start working
+        kids = _started_processes(proc, 2)  # at least the trainer and a sampler or producer
         pids = [k.pid for k in kids]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -146,8 +146,7 @@ def test_ctrl_c_of_a_data_parallel_run_exits_130_cleanly(tmpdir_for_run):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     kids = []
     try:
-        kids = _wait_for_roles(proc, 2 + 2 * 3)  # 2 workers, each with sampler, producer, consumer
-        time.sleep(2.0)
+        kids = _started_processes(proc, 2 + 2 * 2)  # 2 workers, each with at least 2 roles
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err
