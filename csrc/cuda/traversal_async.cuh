@@ -17,7 +17,8 @@
 // producer on the consumer that claimed the cell's previous ticket (which reads next). Neither
 // wait crosses a warp-collective operation, and a warp that has not started holds no ticket, so
 // nothing depends on blocks that are not resident. The grid is sized from the occupancy
-// calculator all the same, so every block is resident and polls.
+// calculator all the same (capped at kAsyncBlocksPerSm blocks per SM), so every block is
+// resident and polls.
 //
 // Termination. `pending` counts items reserved and not yet finished. A warp adds the items it
 // will publish before publishing them (so pending cannot reach 0 while they are in flight) and
@@ -57,10 +58,14 @@ namespace zerocopy {
 namespace traversal {
 
 constexpr int kAsyncBlock = 128;
+// 16 warps per SM: enough loads in flight for host-memory latency, and few enough idle warps
+// that their polling of the queue counters stays far below what the L2 serves.
+constexpr int kAsyncBlocksPerSm = 4;
 constexpr int kLaneEdges = 4;  // lists up to this long are expanded by one lane
 constexpr int kCarryChain = 64;  // hops a lane follows before it publishes again
 constexpr int kBudgetCheckSteps = 16;  // a busy warp reads `done` (and checks its budget) this often
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr unsigned kMaxSleepNs = 8192;  // an idle warp polls at least this often
 
 // Counters, each in its own 128-byte line: [head, tail, pending, done, work] at int64 offsets
 // 0, 16, 32, 48, 64.
@@ -287,7 +292,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
     if (!busy) {
       if (claimed == 0) {
         __nanosleep(sleep_ns);
-        sleep_ns = sleep_ns < 4096 ? sleep_ns * 2 : 4096;
+        sleep_ns = sleep_ns < kMaxSleepNs ? sleep_ns * 2 : kMaxSleepNs;
       } else {
         sleep_ns = 64;
       }
@@ -345,7 +350,8 @@ struct AsyncQueue {
   template <typename Kernel, typename Op>
   void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, long long* stats,
               cudaStream_t stream) {
-    kernel<<<resident_blocks(kernel, kAsyncBlock), kAsyncBlock, 0, stream>>>(indptr, indices, op, view, stats);
+    kernel<<<resident_blocks(kernel, kAsyncBlock, kAsyncBlocksPerSm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
+                                                                                              view, stats);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

@@ -12,10 +12,10 @@
 //
 // Direction variant (Beamer et al., SC 2012): each level goes top-down as the frontier variant
 // does, or bottom-up: every unvisited vertex reads its in-neighbour list until it meets a
-// vertex of the current level, and stops there. A step of the bottom-up read is one 8-lane
-// group reading one aligned block of 8 ids (32 bytes of int32 ids, a single sector), so a
-// vertex whose first in-neighbours include a frontier vertex costs one sector, not its whole
-// list: that is how the direction variant reads less than the edge list. The choice is made on
+// vertex of the current level, and stops there. A step of the bottom-up read is one group of
+// lanes reading one aligned 64-byte block of ids (16 int32 ids, one request), so a vertex whose
+// first in-neighbours include a frontier vertex costs one such block, not its whole list: that
+// is how the direction variant reads less than the edge list. The choice is made on
 // the device at the start of each level from counters the previous level left: bottom-up when
 // the frontier's out-edges exceed 1/kAlpha of the edges into unvisited vertices and the
 // frontier holds more than 1/kBeta of the vertices (Beamer's alpha = 14, beta = 24).
@@ -45,7 +45,7 @@ namespace {
 
 constexpr long long kAlpha = 14;
 constexpr long long kBeta = 24;
-constexpr int kGroup = 8;  // lanes per vertex in a bottom-up step
+constexpr int kBottomUpStepBytes = 64;  // what one vertex reads per bottom-up step
 
 __device__ __forceinline__ bool level_has_work(const long long* top, int64_t level) {
   return *reinterpret_cast<const volatile long long*>(top) >= level;
@@ -197,10 +197,11 @@ __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, co
   ctl->in_edges[0] = in_indptr[source + 1] - in_indptr[source];
 }
 
-// Bottom-up level: every unvisited vertex (tiles of 32 consecutive ids per warp, four vertices
-// at a time, one 8-lane group each) reads its in-neighbour list in aligned blocks of 8 ids and
-// stops at the first block holding a vertex of level `cur`; the first such neighbour becomes
-// its parent. Only the group of v writes depth[v], so no atomics are needed.
+// Bottom-up level: every unvisited vertex (tiles of 32 consecutive ids per warp, one group of
+// kGroup lanes per vertex) reads its in-neighbour list in aligned blocks of kGroup ids
+// (kBottomUpStepBytes: two 32-byte sectors, one request) and stops at the first block holding a
+// vertex of level `cur`; the first such neighbour becomes its parent. Only the group of v writes
+// depth[v], so no atomics are needed.
 template <typename T>
 __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restrict__ indptr,
                                               const int64_t* __restrict__ in_indptr,
@@ -208,6 +209,8 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
                                               T* queue_out, long long* count_out, int32_t cur,
                                               unsigned long long& edges, bool& found, unsigned long long& out_sum,
                                               unsigned long long& in_sum) {
+  constexpr int kGroup = kBottomUpStepBytes / static_cast<int>(sizeof(T));
+  constexpr unsigned kGroupMask = (1u << kGroup) - 1u;
   const int lane = threadIdx.x % kWarp;
   const int group = lane / kGroup, sub = lane % kGroup;
   const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
@@ -227,7 +230,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
       if (v >= 0) {
         lo = in_indptr[v];
         hi = in_indptr[v + 1];
-        pos = aligned_start_to<kGroup * static_cast<int>(sizeof(T))>(in_indices, lo);
+        pos = aligned_start_to<kBottomUpStepBytes>(in_indices, lo);
       }
       bool searching = v >= 0 && lo < hi;
       bool hit_found = false;
@@ -239,7 +242,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         const T u = valid ? in_indices[e] : T(0);
         if (valid) ++edges;
         const bool hit = valid && depth[u] == cur;
-        const unsigned mine = (__ballot_sync(0xffffffffu, hit) >> (group * kGroup)) & ((1u << kGroup) - 1u);
+        const unsigned mine = (__ballot_sync(0xffffffffu, hit) >> (group * kGroup)) & kGroupMask;
         const int src = mine ? group * kGroup + __ffs(mine) - 1 : lane;
         const T from = __shfl_sync(0xffffffffu, u, src);
         if (searching) {

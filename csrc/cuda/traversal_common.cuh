@@ -165,15 +165,16 @@ inline int64_t full_grid_blocks() {
   return full;
 }
 
-// Blocks of `block` threads of `kernel` that are resident on the device at once: a persistent
-// kernel launched with at most this many blocks has all of them running together.
+// Blocks of `block` threads of `kernel` that are resident on the device at once, at most
+// `max_per_sm` per SM: a persistent kernel launched with this many blocks has all of them
+// running together.
 template <typename Kernel>
-int64_t resident_blocks(Kernel kernel, int block) {
+int64_t resident_blocks(Kernel kernel, int block, int max_per_sm) {
   const int device = c10::cuda::current_device();
   int sms = 0, per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
-  return std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  return std::max<int64_t>(1, static_cast<int64_t>(sms) * std::min(per_sm, max_per_sm));
 }
 
 inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {

@@ -17,7 +17,7 @@ that device. ``variant`` picks how a GPU schedules the work and reads neighbour 
                   component). pagerank: power iteration with an edge-balanced sweep.
 * ``"direction"`` bfs: direction-optimizing. Levels with a large frontier go bottom-up: every
                   unvisited vertex reads its in-neighbour list (the graph itself when it is
-                  symmetric, else :meth:`CSRGraph.csc`) in 32-byte steps and stops at the first
+                  symmetric, else :meth:`CSRGraph.csc`) in 64-byte steps and stops at the first
                   neighbour in the frontier, so most lists are read only in part.
 * ``"async"``     bfs / sssp / pagerank: one persistent kernel over a device worklist (Atos): no
                   level barrier and no host round trip until the work runs out. It wins where
