@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
@@ -187,8 +188,11 @@ def torch_pagerank_fp64(indptr: torch.Tensor, indices: torch.Tensor, alpha: floa
     dangling = deg == 0
     if symmetric:  # A^T = A: one sparse matrix-vector product per iteration
         idx_dtype = torch.int32 if m < 2**31 else torch.int64
-        a = torch.sparse_csr_tensor(indptr.to(idx_dtype), indices.to(idx_dtype),
-                                    torch.ones(m, dtype=torch.float64, device=dev), (n, n))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+            a = torch.sparse_csr_tensor(indptr.to(idx_dtype), indices.to(idx_dtype),
+                                        torch.ones(m, dtype=torch.float64, device=dev), (n, n),
+                                        check_invariants=False)
         walk = lambda c: torch.mv(a, c)  # noqa: E731
     else:
         rows = _edge_rows(indptr)
@@ -511,6 +515,13 @@ def write_markdown(path: str, result: dict) -> None:
                          f"{'-' if xp is None else f'{xp:.2f}'} | {r['bytes_read'] / 1e9:.2f} | "
                          f"{max(x['iterations'] for x in r['runs'])} | {'-' if l1 is None else f'{l1:.1e}'} | "
                          f"{'yes' if r['matched'] else 'NO'} | {'-' if emogi is None else f'{emogi:.0f}'} |")
+    if result.get("correctness"):
+        bad = [c for c in result["correctness"] if not c["ok"]]
+        lines += ["", "## First look: new kernels against the CPU implementations", "",
+                  f"{len(result['correctness']) - len(bad)} cases passed, {len(bad)} failed.", ""]
+        if bad:
+            lines += ["| graph | placement | case | error |", "|---|---|---|---|"]
+            lines += [f"| {c['graph']} | {c['placement']} | {c['case']} | {c['error'] or 'wrong result'} |" for c in bad]
     lines += ["", "EMOGI ms: EMOGI's published code on the same graph and an H100 (MEASUREMENTS.md); its PageRank "
               "figure is 69 iterations of its residual push, with no accuracy stated. UVM rows (`managed`) are "
               "cold: every page starts in host memory.", ""]

@@ -732,3 +732,31 @@ def test_cc_frontier_skips_lists_in_the_largest_component(placement):
     labels, stats = connected_components(kron.to(placement, 0), variant="frontier", return_stats=True)
     assert torch.equal(labels.cpu(), connected_components(kron))
     assert int(stats[0]) < kron.indices.numel() // 2
+
+
+def test_peer_benchmark_quick(tmp_path):
+    """benchmarks/traversal_peer.py --quick runs every op and variant on small graphs (on the
+    CPU here) and writes the bars the full run reports."""
+    import json
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, root)
+    try:
+        from benchmarks import traversal_peer
+    finally:
+        sys.path.remove(root)
+    assert traversal_peer.main(["--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "traversal_peer_quick.json").read_text())
+    bars = result["bars"]
+    for key in ("bfs_unified_ms", "cc_default_unified_ms", "pagerank_unified_ms", "pagerank_l1_vs_fp64",
+                "async_over_frontier_high_diameter"):
+        assert bars[key] is not None and bars[key] > 0, key
+    assert bars["every_variant_matches_reference"] is True
+    assert bars["pagerank_l1_vs_fp64"] <= 1e-4
+    ran = {(r["op"], r["variant"]) for g in result["graphs"] for r in g["rows"] if r["runs"]}
+    for op, short in (("bfs", "bfs"), ("sssp", "sssp"), ("connected_components", "cc"), ("pagerank", "pagerank")):
+        for variant in variants_of(op):
+            assert (short, variant) in ran, (op, variant)
+    assert (tmp_path / "traversal_peer_quick.md").exists()
