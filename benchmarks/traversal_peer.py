@@ -24,7 +24,7 @@ Bars (``benchmarks/results/traversal_peer.json``, key ``"bars"``): ``bfs_unified
 variants on the unified graph), ``async_over_frontier_high_diameter`` (the larger of BFS's and
 SSSP's frontier-time / async-time on the grid, unified) and ``every_variant_matches_reference``.
 
-Modes. Full (default; one H100 or H200): about 4-5 minutes, generation included; ``--budget``
+Modes. Full (default; one H100 or H200): about 3-5 minutes, generation included; ``--budget``
 (default 330 s) skips what is left. ``--first-look``: under 2 minutes; correctness of every new
 kernel on small and medium graphs against the CPU implementations, then every variant timed on
 ``uniform_random_graph(24, 8)`` and the async variant against frontier on a 1024 x 1024 grid.
@@ -52,6 +52,7 @@ if ROOT not in sys.path:  # python benchmarks/traversal_peer.py from a checkout
 
 import pytorch_zerocopy  # noqa: E402
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
+from benchmarks.traversal import Clock, log, sync  # noqa: E402
 from pytorch_zerocopy.graph import (OP_VARIANTS, CSRGraph, auto_variant, bfs, connected_components,  # noqa: E402
                                     grid_graph, kronecker_graph, pagerank, sssp, uniform_random_graph)
 
@@ -61,26 +62,8 @@ SHORT = {"bfs": "bfs", "sssp": "sssp", "connected_components": "cc", "pagerank":
 EMOGI_UNIFIED_MS = {"bfs": 157.0, "connected_components": 266.0, "pagerank": 4660.0}
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def gpu() -> bool:
     return torch.cuda.is_available() and pytorch_zerocopy.gpu_backed()
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-class Clock:
-    def __init__(self, budget: float):
-        self.start = time.perf_counter()
-        self.budget = budget
-
-    def left(self) -> float:
-        return self.budget - (time.perf_counter() - self.start)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,10 +319,12 @@ def summarize(row: dict, op: str, graph: CSRGraph, ceiling: Optional[float]) -> 
 
 
 def variants_for(spec: GraphSpec, op: str) -> List[str]:
-    """auto first (the bars), naive last (the slowest)."""
+    """auto first (the bars), then the others, the slowest last: naive, and async, which on a
+    graph of small diameter reads its lists in worklist (random) order."""
     if spec.variants and op in spec.variants:
         return list(spec.variants[op])
-    return ["auto"] + [v for v in OP_VARIANTS[op] if v != "naive"] + ["naive"]
+    slow = [v for v in ("naive", "async") if v in OP_VARIANTS[op]]
+    return ["auto"] + [v for v in OP_VARIANTS[op] if v not in slow] + slow
 
 
 def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -> dict:
@@ -383,7 +368,7 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -
                     record(op, placement, variant, [], auto_variant(op, g) if variant == "auto" else variant)
                     continue
                 resolved = auto_variant(op, g) if variant == "auto" else variant
-                # async on a small-diameter graph: one source (it is measured, not expected to win)
+                # async on a small-diameter graph: one run (it is measured, not expected to win)
                 srcs = sources[:1] if resolved == "async" and spec.kind == "urand" and variant != "auto" else sources
                 record(op, placement, variant, measure(op, g, variant, srcs, refs, args, clock), resolved)
     # UVM: the auto variant with the edge list in managed memory, cold before every run.

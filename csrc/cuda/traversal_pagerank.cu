@@ -118,13 +118,17 @@ __global__ void pr_update_kernel(int64_t n, float* rank, float* acc, double alph
   add_block_double(diff, &scalars->diff);
 }
 
-__global__ void pr_finish_kernel(PageRankScalars* scalars, long long* top, long long* stats, double threshold,
+// Ends iteration `step`: counts it, keeps the run going unless scalars->diff (power iteration:
+// the change; push: |r|_1) is at most `bound`, and resets the sums.
+__global__ void pr_finish_kernel(PageRankScalars* scalars, long long* top, long long* stats, double bound,
                                  int64_t step) {
   if (*top < step) return;
   stats[1] += 1;
-  if (!(scalars->diff <= threshold)) *top = step + 1;
+  if (!(scalars->diff <= bound)) *top = step + 1;
   scalars->dangling = 0;
   scalars->diff = 0;
+  scalars->sweeping = scalars->active;
+  scalars->active = 0;
 }
 
 template <typename T>
@@ -275,17 +279,6 @@ __global__ void prp_update_kernel(int64_t n, const int64_t* __restrict__ indptr,
   add_block_double(active, &scalars->active);
 }
 
-__global__ void prp_finish_kernel(PageRankScalars* scalars, long long* top, long long* stats, double target,
-                                  int64_t step) {
-  if (*top < step) return;
-  stats[1] += 1;
-  if (!(scalars->diff <= target)) *top = step + 1;
-  scalars->dangling = 0;
-  scalars->diff = 0;
-  scalars->sweeping = scalars->active;
-  scalars->active = 0;
-}
-
 // The state of the residual form, in GPU memory: x (the result), r, what each vertex pushes
 // (c), the pushes' sum per vertex (acc), the per-round sums and the step counter.
 template <typename T>
@@ -348,7 +341,7 @@ struct Residual {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     prp_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, acc, eps, scalars, top, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    prp_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, target, step);
+    pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, target, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 };
