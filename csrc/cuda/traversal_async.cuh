@@ -24,7 +24,8 @@
 // will publish before publishing them (so pending cannot reach 0 while they are in flight) and
 // subtracts the items it finished after their pushes; the thread that brings pending to 0 sets
 // `done`. pending == 0 means no item is queued or being expanded, and only an expansion pushes,
-// so it stays 0. Idle warps back off with __nanosleep and leave once `done` is set. With a work
+// so it stays 0; a warp that finds it 0 when it starts (nothing seeded, or all done) leaves at
+// once. Idle warps back off with __nanosleep and leave once `done` is set. With a work
 // budget (edges expanded), busy warps also add their edges to a global count every
 // kBudgetCheckSteps steps and set `done` once it passes the budget, so a run stops within about
 // warps * kBudgetCheckSteps * 32 edges of it; the host then finds pending > 0.
@@ -180,6 +181,12 @@ __global__ void __launch_bounds__(kAsyncBlock)
   unsigned sleep_ns = 64;
   int since_check = 0;
   unsigned long long reported = 0;  // lane 0: the warp's edges already added to q.work
+
+  // Nothing seeded (or all done before this warp started): nothing can ever be pushed, and no
+  // decrement will set `done`, so leave now.
+  unsigned long long seeded = 0;
+  if (lane == 0) seeded = ld_relaxed(q.pending);
+  if (__shfl_sync(kFullMask, seeded, 0) == 0) return;
 
   // Takes vertex w as the lane's item; returns whether it finished at once (nothing to expand).
   auto start = [&](int64_t w) -> bool {
