@@ -34,20 +34,29 @@ TORCH_LIBRARY(zerocopy, m) {
 
   // Graph traversal over a CSR graph (pytorch_zerocopy/graph). `indptr` is int64 row offsets
   // (length num_nodes + 1), `indices` int32/int64 column ids, `weights` float32/int32 edge
-  // weights (None: unit weights). `variant`: 0 naive (thread per vertex), 1 merged (warp per
-  // vertex), 2 aligned (merged + 128-byte-aligned start), 3 frontier (a queue of active vertices
-  // for bfs/sssp; an edge-balanced streaming sweep for cc/pagerank). Every op also returns
-  // `stats`, int64 [edges_scanned, iterations], on the device where it ran. The ops trust the
-  // offsets (CSRGraph validates them once); sizes, dtypes, devices and `source` are checked.
-  m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors) "
-        "-> (Tensor depth, Tensor pred, Tensor stats)");
+  // weights (None: unit weights). `variant` (csrc/traversal_checks.h says which op takes which):
+  // 0 naive (thread per vertex), 1 merged (warp per vertex), 2 aligned (merged + 128-byte-aligned
+  // start), 3 frontier (a queue of active vertices for bfs/sssp; sampled union-find for cc; an
+  // edge-balanced streaming sweep for pagerank), 4 direction (bfs: bottom-up steps over the
+  // in-neighbour lists), 5 async (bfs/sssp/pagerank: one persistent kernel over a device
+  // worklist), 6 push (pagerank: residual push), 7 staged (cc: the edge list streamed through GPU
+  // memory by DMA). Every op also returns `stats`, int64 [edges_read, iterations], on the device
+  // where it ran. The ops trust the offsets (CSRGraph validates them once); sizes, dtypes,
+  // devices and `source` are checked.
+  // bfs `in_indptr`/`in_indices`: the in-neighbour lists (the transpose) that the direction
+  // variant reads in bottom-up steps; required by it, checked and ignored by the others.
+  m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors, "
+        "Tensor? in_indptr=None, Tensor? in_indices=None) -> (Tensor depth, Tensor pred, Tensor stats)");
   // sssp `delta`: bucket width of the frontier variant's near-far worklist (<= 0: chosen from
   // the mean weight and degree); the other variants and the CPU ignore it.
   m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant, "
         "float delta=0.0) -> (Tensor dist, Tensor stats)");
   // `symmetric`: every edge has its reverse, so each pair need only be united from one end.
-  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False) "
-        "-> (Tensor labels, Tensor stats)");
+  // `chunk_edges`: edges per GPU-memory chunk of the staged variant (0: 2^26); others ignore it.
+  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False, "
+        "int chunk_edges=0) -> (Tensor labels, Tensor stats)");
+  // `tol` bounds the L1 distance of the result to the exact PageRank (traversal_checks.h);
+  // `max_iter` caps the iterations (push: rounds; async: edge work, in passes over the edges).
   m.def("graph_pagerank(Tensor indptr, Tensor indices, float alpha, float tol, int max_iter, "
         "int variant) -> (Tensor rank, Tensor stats)");
   // A copy of the CPU tensor `src` in CUDA managed memory (cudaMallocManaged, advised
