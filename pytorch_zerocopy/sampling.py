@@ -83,6 +83,22 @@ def _compute_device(t: torch.Tensor) -> torch.device:
     return t.device
 
 
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on Python ints (csrc/sampling.h's ``mix64``)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def layer_seed(seed: int, layer: int) -> int:
+    """The seed layer ``layer`` of a multi-layer sample drawn with ``seed`` uses (layer 0 is
+    sampled from the seeds): csrc/sampling.h's ``layer_seed``, for samplers of other graph
+    structures (:class:`~pytorch_zerocopy.graph.DynamicGraph`) that must draw the same."""
+    seed &= _MASK64
+    return _signed64(seed if layer == 0 else _mix64(seed ^ _mix64(layer)))
+
+
 def _signed64(x: int) -> int:
     x &= _MASK64
     return x - (1 << 64) if x >= (1 << 63) else x
@@ -295,7 +311,13 @@ def sample_layers(
     ``graph``, indexed by edge id, finite and >= 0 (0: never sampled); place it like the graph
     (a CPU tensor is copied to the GPU on each call). ``seed=None`` draws one from torch's
     default generator; a given seed reproduces the sample.
+
+    A graph of another structure that defines ``__zerocopy_sample_layers__`` (a
+    :class:`~pytorch_zerocopy.graph.DynamicGraph`) samples itself, with the same arguments.
     """
+    own = getattr(type(graph), "__zerocopy_sample_layers__", None)
+    if own is not None:
+        return own(graph, seeds, fanouts, edge_dir=edge_dir, replace=replace, probs=probs, seed=seed)
     call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
     nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
     return call.blocks(nodes, src, dst, eids)

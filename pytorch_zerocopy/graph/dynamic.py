@@ -58,7 +58,7 @@ import torch
 from .. import unified as _unified
 from .._compat import register_fake
 from ..block import Block
-from ..sampling import SampledNeighbors, _check_seeds, _signed64, compact, layer_seed
+from ..sampling import SampledNeighbors, _signed64, compact, layer_seed
 from .csr import CSRGraph, _as_tensor, _cuda_device
 from .traversal import _check_source
 
@@ -629,7 +629,7 @@ class DynamicGraph:
         for f in fanouts:
             if isinstance(f, bool) or not isinstance(f, int) or f < -1:
                 raise ValueError(f"fanouts must be ints >= 0 or -1 (all neighbours), got {fanouts}")
-        seeds = _check_seeds(seeds, self._num_nodes).to(self.device).long()
+        seeds = _distinct_seeds(seeds, self._num_nodes).to(self.device).long()
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         layers: List[Block] = []
@@ -662,6 +662,23 @@ class DynamicGraph:
     # pytorch_zerocopy.graph.bfs(graph, ...) hand a graph that has them to these methods.
     __zerocopy_sample_layers__ = sample_layers
     __zerocopy_bfs__ = bfs
+
+
+def _distinct_seeds(seeds, num_nodes: int) -> torch.Tensor:
+    """``seeds`` as a 1-D int tensor of distinct ids in ``[0, num_nodes)``, or a clear error."""
+    if not isinstance(seeds, torch.Tensor):
+        seeds = torch.as_tensor(seeds)
+    if seeds.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"seeds must be an int32 or int64 tensor, got {seeds.dtype}")
+    seeds = seeds.reshape(-1)
+    if seeds.numel():
+        lo, hi = int(seeds.min()), int(seeds.max())
+        if lo < 0 or hi >= num_nodes:
+            raise IndexError(f"seeds: node id {lo if lo < 0 else hi} is out of range for a graph with "
+                             f"{num_nodes} nodes")
+        if torch.unique(seeds).numel() != seeds.numel():
+            raise ValueError("seeds must not repeat a node id (message flow graphs number each once)")
+    return seeds
 
 
 class _SizedGraph:

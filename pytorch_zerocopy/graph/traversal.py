@@ -176,7 +176,12 @@ def bfs(
     CPU the first one found). With ``return_stats=True`` an int64 tensor
     ``[edges_read, levels]`` comes last (the direction variant reads some lists only in part).
     The direction variant on a directed graph computes :meth:`CSRGraph.csc` on first use.
+    A graph of another structure that defines ``__zerocopy_bfs__`` (a
+    :class:`~pytorch_zerocopy.graph.DynamicGraph`) searches itself, with the same arguments.
     """
+    own = getattr(type(graph), "__zerocopy_bfs__", None)
+    if own is not None:
+        return own(graph, source, variant=variant, predecessors=predecessors, return_stats=return_stats)
     _check_graph(graph, "bfs")
     source = _check_source(graph, source, "bfs")
     v = _variant("bfs", variant, graph)
