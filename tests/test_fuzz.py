@@ -574,8 +574,6 @@ SAMPLING_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=False, reason="sample_neighbors trusts indptr and NaN probabilities: the sampling op's "
-                                        "own validation (issue 14/15, the sampler's part) makes this pass")
 def test_sample_neighbors_in_a_subprocess():
     # A malformed CSR can corrupt the heap inside this op until it validates its arguments, so
     # it runs in a child: a signal there is a failure here, not the end of the test run.
@@ -618,8 +616,6 @@ CLI_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=False, reason="the training plan's CLI validation (issue 15, the stack's part) makes "
-                                        "every bad option a usage error")
 def test_train_cli_refuses_bad_options():
     examples = str(max(6, FUZZ.max_examples // 3))
     out = subprocess.run([sys.executable, "-c", CLI_SCRIPT, examples], capture_output=True, text=True, timeout=600,

@@ -183,7 +183,7 @@ def _ogb_csv(root, edges, n=4, labels=None, train=(0, 1)):
 
 def test_ogb_edge_ids_beyond_the_nodes_are_refused(tmp_path):
     ds = load_ogb(_ogb_csv(tmp_path / "ok", [(0, 1), (1, 2), (2, 3)]))
-    assert int(ds.indptr[-1]) == ds.indices.numel() == 6
+    assert int(ds.graph.indptr[-1]) == ds.graph.indices.numel() == 6
     with pytest.raises(ValueError, match="node id 4, outside \\[0, 4\\)"):
         load_ogb(_ogb_csv(tmp_path / "big", [(0, 1), (1, 4)]))
     with pytest.raises(ValueError, match="node id -1"):

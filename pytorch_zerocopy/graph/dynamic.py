@@ -58,7 +58,7 @@ import torch
 from .. import unified as _unified
 from .._compat import register_fake
 from ..block import Block
-from ..sampling import SampledNeighbors, _signed64, compact, layer_seed
+from .. import sampling as _sampling  # attribute access at call time: sampling imports graph
 from .csr import CSRGraph, _as_tensor, _cuda_device
 from .traversal import _check_source
 
@@ -584,7 +584,7 @@ class DynamicGraph:
         return (csr, slots) if return_slots else csr
 
     def sample_neighbors(self, seeds: torch.Tensor, fanout: int, *, replace: bool = False,
-                         seed: Optional[int] = None) -> SampledNeighbors:
+                         seed: Optional[int] = None) -> "_sampling.SampledNeighbors":
         """:func:`pytorch_zerocopy.sampling.sample_neighbors` (uniform) over the out-neighbour
         lists: the same offsets, neighbours and seed indices as that op on :meth:`to_csr` for
         the same ``seed``; ``edge_pos`` holds pool slots (valid until the next update; a
@@ -602,9 +602,9 @@ class DynamicGraph:
         seeds = seeds.reshape(-1).to(device=self.device, dtype=torch.int64)
         out = _ops().dynamic_graph_sample.default(self.pool, self.root[: self._num_nodes],
                                                   self.height[: self._num_nodes], self.degree[: self._num_nodes],
-                                                  seeds, int(fanout), bool(replace), _signed64(int(seed)),
+                                                  seeds, int(fanout), bool(replace), _sampling._signed64(int(seed)),
                                                   self.page_size)
-        return SampledNeighbors(*out)
+        return _sampling.SampledNeighbors(*out)
 
     def sample_layers(self, seeds: torch.Tensor, fanouts: Sequence[int], *, edge_dir: str = "in",
                       replace: bool = False, probs: Optional[torch.Tensor] = None,
@@ -634,8 +634,8 @@ class DynamicGraph:
             seed = int(torch.randint(0, 2**62, ()).item())
         layers: List[Block] = []
         for depth, fanout in enumerate(reversed(fanouts)):
-            s = self.sample_neighbors(seeds, fanout, replace=replace, seed=layer_seed(seed, depth))
-            nodes, src_local = compact(seeds, s.neighbors)
+            s = self.sample_neighbors(seeds, fanout, replace=replace, seed=_sampling.layer_seed(seed, depth))
+            nodes, src_local = _sampling.compact(seeds, s.neighbors)
             layers.append(Block(src_local, s.seed_index, nodes.numel(), seeds.numel(), nodes=nodes,
                                 eids=s.edge_pos))
             seeds = nodes
