@@ -325,7 +325,9 @@ class FeatureTable:
         from .ops import gather_rows
 
         kwargs = dict(kwargs or {})
-        if func is torch.index_select:
+        # By name: libraries may wrap torch.index_select (torch_geometric does), and the wrapper
+        # reaches here with torch's own function.
+        if func is torch.index_select or getattr(func, "__name__", None) == "index_select":
             named = dict(zip(("input", "dim", "index"), args), **kwargs)
             table, index = named.get("input"), named.get("index")
             if isinstance(table, FeatureTable) and named.get("dim") in (0, -2) and index.dim() <= 1:
