@@ -678,6 +678,7 @@ def test_gpu_result_devices_and_stream():
 
 
 @pytest.mark.cuda
+@pytest.mark.whole_gpu
 def test_managed_refuses_more_than_free_memory():
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(0)
