@@ -7,8 +7,8 @@ blocks, SAGEConv), with this package's loader: a DGL script changes its import l
     python examples/dgl_graphsage.py --nodes 3000 --epochs 1 # seconds on any machine
 
 DGL itself is optional: where it is installed (it supports torch <= 2.2) the graph is a real
-``dgl.graph`` and the layers ``dgl.nn.SAGEConv``; elsewhere the graph is this package's
-``pytorch_zerocopy.dgl.Graph`` and the layers ``pytorch_zerocopy.dgl.nn.SAGEConv``, which read
+``dgl.graph`` and the layers ``dgl.nn.SAGEConv``; elsewhere the graph is built by ``pytorch_zerocopy.dgl.graph`` (as
+``dgl.graph`` builds one) and the layers ``pytorch_zerocopy.dgl.nn.SAGEConv``, which read
 the same blocks. On a GPU, neighbours are sampled on it from the host-resident graph
 (``use_uva=True``) and feature rows gathered from host memory in place.
 """
@@ -24,21 +24,19 @@ from pytorch_zerocopy.dgl import DataLoader, NeighborSampler, real_dgl
 
 
 def build_graph(ds):
-    """The dataset as a DGL graph, or as this package's Graph without DGL."""
+    """The dataset as a DGL graph, or as this package's graph (``pytorch_zerocopy.dgl.graph``)
+    without DGL."""
     dgl = real_dgl()
     ndata = {"feat": ds.features, "label": ds.labels}
-    # The dataset lists in-neighbours: edge indices[i] -> v for v's list.
-    dst = torch.repeat_interleave(torch.arange(ds.num_nodes), ds.indptr[1:] - ds.indptr[:-1])
-    src = ds.indices.long()
+    src, dst = ds.edges()  # source -> target, in edge-id order
     if dgl is not None:
         g = dgl.graph((src, dst), num_nodes=ds.num_nodes)
         g.ndata.update(ndata)
         return g, dgl.nn.SAGEConv
-    from pytorch_zerocopy.dgl import Graph
+    from pytorch_zerocopy.dgl import graph
     from pytorch_zerocopy.dgl.nn import SAGEConv
-    from pytorch_zerocopy.graph import CSRGraph
 
-    return Graph(CSRGraph.from_coo(src, dst, num_nodes=ds.num_nodes), ndata=ndata), SAGEConv
+    return graph((src, dst), num_nodes=ds.num_nodes, ndata=ndata), SAGEConv
 
 
 class SAGE(torch.nn.Module):
@@ -97,7 +95,7 @@ def main(argv=None) -> float:
                 correct += int((pred == blocks[-1].dstdata["label"]).sum())
         acc = correct / ds.test_idx.numel()
         print(f"epoch {epoch}: loss {total_loss / len(train_loader):.4f}, test acc {acc:.4f}, {seconds:.2f} s "
-              f"({'DGL' if real_dgl() else 'no DGL: pytorch_zerocopy.dgl.Graph'}, {device})")
+              f"({'DGL' if real_dgl() else 'no DGL: pytorch_zerocopy.dgl.graph'}, {device})")
     return acc
 
 

@@ -54,8 +54,8 @@ def main(argv=None) -> dict:
                                   batch_size=args.batch_size, epochs=args.epochs, max_batches=args.max_batches,
                                   use_gpu=None if gpus else False, quiet=True)
     for epoch, stats in enumerate(results[0]):
-        print(f"rank 0, epoch {epoch}: {stats['train_seconds']:.2f} s, {stats['train_batches']} minibatches, "
-              f"loss {stats['loss']:.4f}, val acc {stats['val_acc']:.4f}")
+        print(f"rank 0, epoch {epoch}: {stats.train_seconds:.2f} s, {stats.train_batches} minibatches, "
+              f"loss {stats.loss:.4f}, val acc {stats.val_acc:.4f}")
     print(f"{len(results)} workers finished in {time.perf_counter() - start:.1f} s")
     return results
 

@@ -56,9 +56,7 @@ def data_from_dataset(dataset) -> Data:
     ``edge_index`` its edges (source -> target; the dataset lists in-neighbours) and
     ``train_mask``/``val_mask``/``test_mask`` its splits."""
     n = dataset.num_nodes
-    indptr = dataset.indptr
-    dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
-    edge_index = torch.stack([dataset.indices.long(), dst])
+    edge_index = torch.stack(dataset.edges())
     masks = {}
     for name, idx in (("train_mask", dataset.train_idx), ("val_mask", dataset.val_idx),
                       ("test_mask", dataset.test_idx)):
