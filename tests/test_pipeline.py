@@ -16,6 +16,7 @@ from pytorch_zerocopy.pipeline.minibatches import epoch_batches
 from pytorch_zerocopy.pipeline.producer import producer_main
 from pytorch_zerocopy.pipeline.ring import RingReader
 from pytorch_zerocopy.pipeline.sampler import sampler_main
+from pytorch_zerocopy.train import _printer
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
     assert not producer.is_alive()
     assert grown >= 2  # slots grew
     assert packed_grown >= (2 if device == "cuda" else 0)
-    assert seen_batches == 7 + 2
+    assert seen_batches == 7 + 2 + 2  # training, validation, test
 
 
 def test_sampler_replay_and_packing(small):
@@ -179,7 +180,21 @@ def test_cpu_pipeline_trains_end_to_end(small):
     assert all(e.train_batches == n_train for e in epochs)
     assert all(e.val_nodes == small.val_idx.numel() for e in epochs)
     steps = [m for m in messages if isinstance(m, StepDone)]
-    assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256))
+    n_test = -(-small.test_idx.numel() // 256)
+    assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256)) + n_test
+    # The test split is evaluated once, after the last epoch, and reported with it.
+    assert epochs[0].test_nodes == 0 and epochs[0].test_acc != epochs[0].test_acc  # nan
+    assert epochs[-1].test_nodes == small.test_idx.numel() and epochs[-1].test_acc > 0.5
+    # `zerocopy train`'s progress bars count each phase's minibatches: the training bar's total
+    # is what the epoch's summary reports, and what arrives.
+    totals = _printer(plan, small, quiet=True).totals
+    for e in epochs:
+        for phase, want in ((Phase.TRAIN, e.train_batches), (Phase.VAL, None), (Phase.TEST, None)):
+            arrived = sum(1 for m in steps if m.epoch == e.epoch and m.phase is phase)
+            if phase is Phase.TEST and e.epoch != epochs[-1].epoch:
+                assert arrived == 0
+                continue
+            assert arrived == totals[phase] and (want is None or want == arrived)
     assert epochs[-1].val_acc > 0.5
     assert epochs[-1].loss < epochs[0].loss
     assert all(e.feature_bytes > 0 and e.train_seconds > 0 for e in epochs)

@@ -22,10 +22,12 @@ from multiprocessing import queues as mp_queues
 from multiprocessing.connection import wait
 from typing import Callable, Dict, List, Optional
 
+import torch
 import torch.multiprocessing as mp
 
 from ..datasets.base import NodeDataset
 from .consumer import consumer_main
+from .gather import choose_cached_rows
 from .messages import PartitionInfo
 from .plan import GatherIn, Partition, Plan
 from .producer import producer_main
@@ -216,17 +218,25 @@ def _main_thread() -> bool:
 
 
 def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[object], None]] = None,
-                 on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[EpochStats]:
+                 on_start: Optional[Callable[[Dict[str, int]], None]] = None,
+                 cached_rows: Optional[torch.Tensor] = None) -> List[EpochStats]:
     """Runs the plan's roles to completion: ``plan.sampler_processes`` samplers, a producer
     (``plan.gather_in`` producer) and the trainer. The plan was validated when it was built.
 
     Returns the trainer's per-epoch statistics. ``on_message`` sees every progress message
     (:class:`~.messages.StepDone`, :class:`~.messages.PartitionInfo`,
     :class:`~.stats.EpochStats`) as it arrives; ``on_start`` the role processes' pids.
+    ``cached_rows``: the rows of ``plan.cache``, when already chosen
+    (:func:`~.gather.choose_cached_rows`; data-parallel ranks share one choice); else they are
+    chosen here, before any role starts.
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"run_pipeline needs a Plan (pytorch_zerocopy.pipeline.make_plan), got {type(plan).__name__}")
     ds.share_memory_()
+    if plan.cache is None:
+        cached_rows = None
+    elif cached_rows is None:
+        cached_rows = choose_cached_rows(plan, ds)
     epochs: List[EpochStats] = []
     partition = PartitionInfo(Partition.NONE)
 
@@ -238,6 +248,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
         if isinstance(message, EpochStats):
             message.partition = partition  # how the GPU was shared in this run
             message.gather_batches = plan.gather_batches
+            message.cache_rows = 0 if cached_rows is None else int(cached_rows.numel())
             epochs.append(message)
         if on_message is not None:
             on_message(message)
@@ -274,9 +285,10 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
             for w in range(samplers):
                 sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier))
             if plan.gather_in is GatherIn.PRODUCER:
-                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"]),
+                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"], cached_rows),
                           producer_env)
-            sup.start("consumer", consumer_main, (plan, ds, queues), consumer_env)
+            inline_rows = cached_rows if plan.gather_in is GatherIn.TRAINER else None
+            sup.start("consumer", consumer_main, (plan, ds, queues, inline_rows), consumer_env)
             if on_start is not None:
                 on_start(sup.pids())
             try:
