@@ -3,6 +3,7 @@ also on a GPU, with the producer sampling there)."""
 
 import queue
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -239,3 +240,29 @@ def test_trace_summary_percentiles():
     assert (s["n"], s["p10"], s["p50"], s["p90"], s["max"], s["mean"]) == (100, 10.0, 50.0, 90.0, 100.0, 50.5)
     assert summarise([3.0]) == {"n": 1, "mean": 3.0, "max": 3.0, "p10": 3.0, "p50": 3.0, "p90": 3.0}
     assert summarise([]) == {"n": 0}
+
+
+def test_cpu_roles_start_with_passive_openmp_waits(small, monkeypatch):
+    """Every role of a CPU run starts with OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep
+    rather than spin on cores the other roles need), unless the environment sets a policy."""
+    import psutil
+
+    from pytorch_zerocopy.pipeline.runner import cpu_role_environment
+
+    plan = cpu_ring(num_slots=2, batch_size=512, epochs=1, max_batches=2, val_batches=1, fanouts=(3, 3), hidden=16)
+    seen = {}
+
+    def look(pids):
+        for name, pid in pids.items():
+            env, deadline = {}, time.monotonic() + 10
+            while not env and time.monotonic() < deadline:  # empty while the child is still exec'ing
+                env = psutil.Process(pid).environ()
+            seen[name] = env.get("OMP_WAIT_POLICY")
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    run_pipeline(plan, small, on_start=look)
+    assert set(seen) == {"sampler0", "producer1", "consumer2"} and set(seen.values()) == {"PASSIVE"}, seen
+    assert "OMP_WAIT_POLICY" not in __import__("os").environ  # the parent's own environment is unchanged
+    assert cpu_role_environment(replace(plan, mode=Mode.ZEROCOPY, device="cuda:0")) == {}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert cpu_role_environment(plan) == {}

@@ -435,18 +435,21 @@ _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches
 
 
 def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
-    """Torch threads per role, from the ``cores`` available to the run.
+    """Torch threads per role, from the ``cores`` available to the run, so that the roles
+    together never ask for more threads than there are cores (one each at least): an OpenMP
+    thread that waits at a barrier for a descheduled sibling stalls its whole process.
 
-    A CPU trainer uses every core (training is the heavy part; samplers get a quarter between
-    them). On a GPU the trainer's and the producer's hosts only issue work: one thread each,
-    and the rest goes to the CPU samplers, if any; the DMA path's CPU gather takes half the
-    cores first."""
+    A CPU trainer gets the cores the other roles leave (training is the heavy part; samplers
+    get a quarter between them, the producer one). On a GPU the trainer's and the producer's
+    hosts only issue work: one thread each, and the rest goes to the CPU samplers, if any; the
+    DMA path's CPU gather takes half the cores first."""
     cores = max(1, cores)
     samplers = max(0, samplers)
     if not on_gpu:
-        return dict(sampler_threads=max(1, cores // (4 * max(1, samplers))), producer_threads=1,
-                    consumer_threads=cores)
-    producer = max(1, cores // 2) if mode is Mode.DMA else 1
+        sampler = max(1, cores // (4 * max(1, samplers)))
+        return dict(sampler_threads=sampler, producer_threads=1,
+                    consumer_threads=max(1, cores - samplers * sampler - 1))
+    producer = max(1, min(cores // 2, cores - samplers - 1)) if mode is Mode.DMA else 1
     sampler = max(1, (cores - producer - 1) // max(1, samplers))
     return dict(sampler_threads=sampler, producer_threads=producer, consumer_threads=1)
 

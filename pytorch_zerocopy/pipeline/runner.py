@@ -9,6 +9,11 @@ role, with its traceback. Ctrl-C reaches only the parent (children start with SI
 which shuts down the same way and re-raises ``KeyboardInterrupt``; SIGTERM to the parent does
 the same. Nothing outlives the run: children are joined, queues closed, the ring's GPU buffers
 die with their owner, shared-memory segments are unlinked at creation.
+
+Threads: each role sets its torch threads from the plan (:func:`~.plan.make_plan` shares the
+cores out). The roles of a CPU run also start with ``OMP_WAIT_POLICY=PASSIVE`` unless the
+environment sets it: an idle OpenMP thread then sleeps instead of spinning, so one role's
+waiting threads take no core from another role, or from other work on the machine.
 """
 
 from __future__ import annotations
@@ -217,6 +222,13 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def cpu_role_environment(plan: Plan) -> Dict[str, str]:
+    """What the roles' environment adds on a CPU run (see the module docstring)."""
+    if plan.on_gpu or "OMP_WAIT_POLICY" in os.environ:
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[object], None]] = None,
                  on_start: Optional[Callable[[Dict[str, int]], None]] = None,
                  cached_rows: Optional[torch.Tensor] = None) -> List[EpochStats]:
@@ -266,8 +278,9 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     stack = contextlib.ExitStack()
     try:
         with stack, _sigterm_raises():
-            producer_env: Dict[str, str] = {}
-            consumer_env: Dict[str, str] = {}
+            role_env = cpu_role_environment(plan)
+            producer_env: Dict[str, str] = dict(role_env)
+            consumer_env: Dict[str, str] = dict(role_env)
             if plan.partition is Partition.MPS:
                 from .partition import MpsDaemon, shared_daemon
 
@@ -276,14 +289,14 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
                 shared = daemon is not None
                 if daemon is None:
                     daemon = stack.enter_context(MpsDaemon())
-                producer_env = daemon.client_env(plan.producer_share)
-                consumer_env = daemon.client_env(100.0 - plan.producer_share)
+                producer_env.update(daemon.client_env(plan.producer_share))
+                consumer_env.update(daemon.client_env(100.0 - plan.producer_share))
                 dispatch(("progress", PartitionInfo(Partition.MPS, producer_share=plan.producer_share,
                                                     consumer_share=100.0 - plan.producer_share,
                                                     shared_daemon=shared)))
             barrier = ctx.Barrier(samplers) if samplers > 1 else None
             for w in range(samplers):
-                sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier))
+                sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier), role_env)
             if plan.gather_in is GatherIn.PRODUCER:
                 sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"], cached_rows),
                           producer_env)
