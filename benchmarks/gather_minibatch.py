@@ -55,7 +55,8 @@ from pytorch_zerocopy import hotness  # noqa: E402
 from pytorch_zerocopy import unified as _unified  # noqa: E402
 from pytorch_zerocopy.feature_table import FeatureTable  # noqa: E402
 from pytorch_zerocopy.graph import NodeOrder, power_law_graph  # noqa: E402
-from pytorch_zerocopy.sampling import Adjacency, sample_layers  # noqa: E402
+from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
+from pytorch_zerocopy.sampling import sample_layers  # noqa: E402
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -137,7 +138,7 @@ def fill_random(dst_u8: torch.Tensor, gpu: bool, seed: int) -> None:
         torch.cuda.synchronize()
 
 
-def minibatches(adj: Adjacency, train: torch.Tensor, fanouts: Sequence[int], batch_size: int, count: int,
+def minibatches(adj: CSRGraph, train: torch.Tensor, fanouts: Sequence[int], batch_size: int, count: int,
                 seed: int) -> List[torch.Tensor]:
     """Input node ids of ``count`` minibatches of ``batch_size`` distinct training seeds."""
     gen = torch.Generator().manual_seed(seed)
@@ -185,9 +186,10 @@ def main() -> int:
     report["timing_s"]["graph"] = time.perf_counter() - t0
     report["edges"] = g.num_edges
     if gpu:
-        adj = Adjacency(g.indptr.to(dev), zc.to_unified(g.indices))  # UVA sampling: the lists stay in host memory
+        # UVA sampling: the lists stay in host memory.
+        adj = CSRGraph(g.indptr.to(dev), zc.to_unified(g.indices), placement="unified", validate=False)
     else:
-        adj = Adjacency(g.indptr, g.indices)
+        adj = g
     print(f"graph: {n:,} nodes, {g.num_edges:,} edges in {report['timing_s']['graph']:.1f} s", flush=True)
 
     t0 = time.perf_counter()
@@ -201,7 +203,7 @@ def main() -> int:
 
     num_train = max(args.batch_size, int(n * args.train_fraction))
     train = torch.randperm(n, generator=torch.Generator().manual_seed(5))[:num_train]
-    scores = {"degree": hotness.degree_hotness(adj)}
+    scores = {"degree": hotness.degree_hotness(adj, "out")}
     orders: Dict[str, NodeOrder] = {}
 
     bars: Dict[str, object] = {}

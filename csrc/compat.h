@@ -2,11 +2,13 @@
 // version test lives here; code elsewhere uses these names and stays identical across torch.
 #pragma once
 
+#include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/version.h>
 
+#include <cstring>
 #include <utility>
 
 #define ZC_TORCH_AT_LEAST(major, minor) \
@@ -20,6 +22,17 @@ namespace compat {
 constexpr bool kStreamAccessorsNoexcept =
     noexcept(std::declval<const c10::impl::DeviceGuardImplInterface&>().getStream(
         std::declval<c10::Device>()));
+
+// c10::Allocator::allocate is `const` up to torch 2.2 and not from 2.3 on, where the pure
+// `copy_data` appeared. An allocator of host memory derives from this base and implements
+// allocate_bytes; the base declares both spellings of allocate (whichever the torch in use
+// declares virtual is the override) and copy_data as a memcpy.
+struct HostAllocatorBase : public c10::Allocator {
+  virtual c10::DataPtr allocate_bytes(size_t nbytes) const = 0;
+  c10::DataPtr allocate(size_t nbytes) const { return allocate_bytes(nbytes); }
+  c10::DataPtr allocate(size_t nbytes) { return allocate_bytes(nbytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+};
 
 }  // namespace compat
 }  // namespace zerocopy

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 namespace zerocopy {
 
@@ -28,13 +29,43 @@ inline int64_t gather_rows_pitch_bytes(const at::Tensor& table) {
   return table.stride(0) * static_cast<int64_t>(table.itemsize());
 }
 
-// Checks a caller-provided output: the table's dtype, shape [index.numel(), width], contiguous.
-inline void check_gather_rows_out(const at::Tensor& out, const at::Tensor& table, int64_t rows_out) {
+// The byte range [first, last) that a strided tensor's elements can occupy; empty (0, 0) for a
+// tensor without elements. Spans are compared as addresses: unified tensors reach the kernels as
+// CPU or CUDA aliases over the same (unified-addressed) bytes, so aliasing is seen whichever
+// tensor object or storage each argument came through.
+inline std::pair<uintptr_t, uintptr_t> gather_rows_byte_span(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t lo = 0;
+  int64_t hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t extent = (t.size(d) - 1) * t.stride(d);
+    (extent < 0 ? lo : hi) += extent;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  const auto item = static_cast<int64_t>(t.itemsize());
+  return {base + lo * item, base + (hi + 1) * item};
+}
+
+inline bool gather_rows_overlap(const at::Tensor& a, const at::Tensor& b) {
+  const auto sa = gather_rows_byte_span(a);
+  const auto sb = gather_rows_byte_span(b);
+  return sa.first < sa.second && sb.first < sb.second && sa.first < sb.second && sb.first < sa.second;
+}
+
+// Checks a caller-provided output against the caller's table and index: the table's dtype,
+// shape [index.numel(), width], contiguous, and sharing no memory with table or index (the
+// kernels read those while writing out, so an overlap would return wrong rows silently).
+inline void check_gather_rows_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& index) {
+  const int64_t rows_out = index.numel();
   TORCH_CHECK_TYPE(out.scalar_type() == table.scalar_type(), "gather_rows: out must have the table's dtype ",
                    table.scalar_type(), ", got ", out.scalar_type());
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == rows_out && out.size(1) == table.size(1),
                     "gather_rows: out must have shape [", rows_out, ", ", table.size(1), "], got ", out.sizes());
   TORCH_CHECK_VALUE(out.is_contiguous(), "gather_rows: out must be contiguous, got strides ", out.strides());
+  TORCH_CHECK_VALUE(!gather_rows_overlap(out, table), "gather_rows: out overlaps table in memory (rows would be "
+                    "overwritten while they are read); pass an out that shares no memory with table");
+  TORCH_CHECK_VALUE(!gather_rows_overlap(out, index), "gather_rows: out overlaps index in memory (indices would "
+                    "be overwritten while they are read); pass an out that shares no memory with index");
 }
 
 // Raises the IndexError for the index at `position` (the first bad one in caller order).

@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <utility>
+
 namespace zerocopy {
 
 // Both tables with the elements of each row contiguous (rows may have any pitch), copied to
@@ -39,14 +41,24 @@ inline CachedLayout check_gather_rows_cached(const at::Tensor& table, const at::
   return {rows, cache_rows};
 }
 
-// A caller-provided output: the table's dtype, shape [rows_out, width], contiguous.
-inline void check_gather_rows_cached_out(const at::Tensor& out, const at::Tensor& table, int64_t rows_out) {
+// A caller-provided output: the table's dtype, shape [index.numel(), width], contiguous, and
+// sharing no memory with any input (the kernels read those while writing out).
+inline void check_gather_rows_cached_out(const at::Tensor& out, const at::Tensor& table, const at::Tensor& cache,
+                                         const at::Tensor& slot_of, const at::Tensor& index) {
+  const int64_t rows_out = index.numel();
   TORCH_CHECK_TYPE(out.scalar_type() == table.scalar_type(), "gather_rows_cached: out must have the table's dtype ",
                    table.scalar_type(), ", got ", out.scalar_type());
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == rows_out && out.size(1) == table.size(1),
                     "gather_rows_cached: out must have shape [", rows_out, ", ", table.size(1), "], got ",
                     out.sizes());
   TORCH_CHECK_VALUE(out.is_contiguous(), "gather_rows_cached: out must be contiguous, got strides ", out.strides());
+  const std::pair<const at::Tensor*, const char*> inputs[] = {
+      {&table, "table"}, {&cache, "cache"}, {&slot_of, "slot_of"}, {&index, "index"}};
+  for (const auto& [input, name] : inputs) {
+    TORCH_CHECK_VALUE(!gather_rows_overlap(out, *input), "gather_rows_cached: out overlaps ", name,
+                      " in memory (it would be overwritten while it is read); pass an out that shares no "
+                      "memory with ", name);
+  }
 }
 
 }  // namespace zerocopy

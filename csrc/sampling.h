@@ -16,7 +16,12 @@
 //                                   -log(u)/p (Efraimidis-Spirakis), ascending key; when
 //                                   #positive < fanout, every positive edge in list order
 //   weighted, with replacement      fanout positions by inverse-CDF of p (0 if no p > 0)
-// Probabilities <= 0 (and NaN) are never sampled.
+// Probabilities are finite and >= 0 (the kernels raise on NaN, inf or a negative value, checked
+// on every list they visit); an edge with probability 0 is never sampled.
+//
+// Layers. Layer l of a multi-layer sample draws with layer_seed(seed, l): layer 0 with `seed`
+// itself (a one-layer sample equals sample_neighbors with the same seed), every later layer
+// with its own derived seed, so a node that is a seed in two layers gets independent samples.
 #pragma once
 
 #include <cmath>
@@ -70,6 +75,14 @@ ZC_HD double weighted_key(uint64_t seed, int64_t node, int64_t pos, double p) {
   return -log(open_unit(draw(seed, node, kKeyStream + pos))) / p;
 }
 
+// The seed of layer `layer` of a multi-layer sample drawn with `seed` (see the top).
+ZC_HD uint64_t layer_seed(uint64_t seed, int64_t layer) {
+  return layer == 0 ? seed : mix64(seed ^ mix64(static_cast<uint64_t>(layer)));
+}
+
+// A sampling probability the kernels accept: finite and >= 0 (NaN fails both tests).
+ZC_HD bool valid_prob(float p) { return p >= 0.0f && p <= 3.402823466e38f; }
+
 // Number of edges a seed gets (see the table above). `positive` is the number of edges with
 // p > 0 (the degree when there are no probabilities).
 ZC_HD int64_t sample_count(int64_t positive, int64_t fanout, bool replace) {
@@ -77,6 +90,20 @@ ZC_HD int64_t sample_count(int64_t positive, int64_t fanout, bool replace) {
   if (replace) return positive > 0 ? fanout : 0;
   return positive < fanout ? positive : fanout;
 }
+
+// What the sampling kernels check on the data they visit, one error word per kind. A word holds
+// the smallest `where` reported for its kind (all ones: none); csrc/sampling_errors.h turns
+// the first kind that fired into an exception naming the argument.
+enum SampleError : int {
+  kBadSeed = 0,        // where: index in seeds of a node id outside [0, num_nodes)
+  kDuplicateSeed = 1,  // where: index in seeds of a node id that an earlier seed already holds
+  kBadIndptr = 2,      // where: node v with not 0 <= indptr[v] <= indptr[v+1] <= len(indices)
+  kBadNeighbor = 3,    // where: position e with indices[e] outside [0, num_nodes)
+  kBadEdgeId = 4,      // where: position e with eids[e] outside [0, len(indices))
+  kBadProb = 5,        // where: edge id with a NaN, infinite or negative probability
+  kInternal = 6,       // a broken invariant (a full hash table; the graph changed during the call)
+  kNumSampleErrors = 7,
+};
 
 }  // namespace sampling
 }  // namespace zerocopy

@@ -34,20 +34,29 @@ TORCH_LIBRARY(zerocopy, m) {
 
   // Graph traversal over a CSR graph (pytorch_zerocopy/graph). `indptr` is int64 row offsets
   // (length num_nodes + 1), `indices` int32/int64 column ids, `weights` float32/int32 edge
-  // weights (None: unit weights). `variant`: 0 naive (thread per vertex), 1 merged (warp per
-  // vertex), 2 aligned (merged + 128-byte-aligned start), 3 frontier (a queue of active vertices
-  // for bfs/sssp; an edge-balanced streaming sweep for cc/pagerank). Every op also returns
-  // `stats`, int64 [edges_scanned, iterations], on the device where it ran. The ops trust the
-  // offsets (CSRGraph validates them once); sizes, dtypes, devices and `source` are checked.
-  m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors) "
-        "-> (Tensor depth, Tensor pred, Tensor stats)");
+  // weights (None: unit weights). `variant` (csrc/traversal_checks.h says which op takes which):
+  // 0 naive (thread per vertex), 1 merged (warp per vertex), 2 aligned (merged + 128-byte-aligned
+  // start), 3 frontier (a queue of active vertices for bfs/sssp; sampled union-find for cc; an
+  // edge-balanced streaming sweep for pagerank), 4 direction (bfs: bottom-up steps over the
+  // in-neighbour lists), 5 async (bfs/sssp/pagerank: one persistent kernel over a device
+  // worklist), 6 push (pagerank: residual push), 7 staged (cc: the edge list streamed through GPU
+  // memory by DMA). Every op also returns `stats`, int64 [edges_read, iterations], on the device
+  // where it ran. The ops trust the offsets (CSRGraph validates them once); sizes, dtypes,
+  // devices and `source` are checked.
+  // bfs `in_indptr`/`in_indices`: the in-neighbour lists (the transpose) that the direction
+  // variant reads in bottom-up steps; required by it, checked and ignored by the others.
+  m.def("graph_bfs(Tensor indptr, Tensor indices, int source, int variant, bool predecessors, "
+        "Tensor? in_indptr=None, Tensor? in_indices=None) -> (Tensor depth, Tensor pred, Tensor stats)");
   // sssp `delta`: bucket width of the frontier variant's near-far worklist (<= 0: chosen from
   // the mean weight and degree); the other variants and the CPU ignore it.
   m.def("graph_sssp(Tensor indptr, Tensor indices, Tensor? weights, int source, int variant, "
         "float delta=0.0) -> (Tensor dist, Tensor stats)");
   // `symmetric`: every edge has its reverse, so each pair need only be united from one end.
-  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False) "
-        "-> (Tensor labels, Tensor stats)");
+  // `chunk_edges`: edges per GPU-memory chunk of the staged variant (0: 2^26); others ignore it.
+  m.def("graph_connected_components(Tensor indptr, Tensor indices, int variant, bool symmetric=False, "
+        "int chunk_edges=0) -> (Tensor labels, Tensor stats)");
+  // `tol` bounds the L1 distance of the result to the exact PageRank (traversal_checks.h);
+  // `max_iter` caps the iterations (push: rounds; async: edge work, in passes over the edges).
   m.def("graph_pagerank(Tensor indptr, Tensor indices, float alpha, float tol, int max_iter, "
         "int variant) -> (Tensor rank, Tensor stats)");
   // A copy of the CPU tensor `src` in CUDA managed memory (cudaMallocManaged, advised
@@ -68,6 +77,35 @@ TORCH_LIBRARY(zerocopy, m) {
   // The unique ids of cat(seeds, neighbors) in order of first appearance (int64), and the
   // position of each neighbour in that list (int64): a message flow graph's compaction.
   m.def("compact_ids(Tensor seeds, Tensor neighbors) -> (Tensor, Tensor)");
+  // Multi-layer neighbour sampling with compaction, all layers in one call. `fanouts` in the
+  // order applied: fanouts[0] is sampled from `seeds` (distinct node ids), fanouts[l] from the
+  // nodes of layer l - 1; layer l draws with sampling::layer_seed(seed, l). `eids` (int64, one
+  // per position of `indices`, optional) maps a list position to its edge id (absent: the
+  // position is the id); `probs` (float32, optional) is indexed by edge id. Per layer l:
+  //   nodes[l]  int64 global ids of the layer's nodes: the layer's seeds first, in order, then
+  //             the new sampled neighbours in order of first appearance in (seed, draw) order
+  //   src[l]    int64 index in nodes[l] of each sampled edge's neighbour
+  //   dst[l]    int64 index of the edge's seed (its index in nodes[l - 1], or in `seeds`)
+  //   eids[l]   int64 edge id of each sampled edge
+  // Edges are in (seed, draw) order. Every offset pair, neighbour id, edge id and probability
+  // visited is checked (IndexError / ValueError naming the argument). On CUDA the whole call
+  // makes one host synchronisation (reading every layer's sizes and the error words at the
+  // end), plus one per fanout == -1 layer (its size has no bound known in advance).
+  m.def("sample_layers(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, Tensor? probs, "
+        "Tensor? eids, int seed) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eids)");
+  // sample_layers without its synchronisation (CUDA): every output is a buffer of an upper-bound
+  // size, and `status` (int64, on the GPU) holds the sizes and error words, to be copied to the
+  // host when the work is done and read by sample_layers_check before any output is used:
+  // status[0..L] node counts (L = len(fanouts); status[0] = len(seeds), status[l + 1] =
+  // len(nodes[l])), status[L + 1 + l] = edges of layer l, then sampling::kNumSampleErrors error
+  // words. fanout == -1 layers still synchronise once each.
+  m.def("sample_layers_launch(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, "
+        "Tensor? probs, Tensor? eids, int seed) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eids, "
+        "Tensor status)");
+  // Raises the first error recorded in a host copy of sample_layers_launch's `status` (reading
+  // the offending values from the call's inputs), else returns status[0 : 2L + 1]: the sizes.
+  m.def("sample_layers_check(Tensor status, Tensor indptr, Tensor indices, Tensor seeds, Tensor? probs, "
+        "Tensor? eids) -> int[]");
 
   // GraphSAGE's mean aggregation over a sampled block, fused: out[d] = mean of h_src[src[e]]
   // over the edges e with dst[e] == d (a zero row where d has no edge). h_src: floating
@@ -81,4 +119,56 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("block_mean(Tensor h_src, Tensor src, Tensor dst, int n_dst) -> (Tensor out, Tensor inv_deg)");
   // grad_h_src[s] = sum over edges e with src[e] == s of grad_out[dst[e]] * inv_deg[dst[e]].
   m.def("block_mean_backward(Tensor grad_out, Tensor src, Tensor dst, Tensor inv_deg, int n_src) -> Tensor");
+
+  // Dynamic graphs (pytorch_zerocopy.graph.DynamicGraph): adjacency lists in pages of
+  // `page_size` slots; layout, page order and the free-page queue in csrc/dynamic_graph.h.
+  // State: pool (ids' dtype, pages * page_size slots), weights (float32/int32 per slot, or
+  // None), per vertex id root (ids' dtype), height (int8) and degree (int64), per page
+  // page_owner (ids' dtype) and page_rank (int32), page_ring (ids' dtype, the free-page queue)
+  // and meta (int64 [head, tail, fresh]). Every tensor on one device; the pool and weights may
+  // be unified tensors. A batch is a set of runs: `vertices` (int64) and offsets (int64,
+  // len(vertices) + 1) delimiting each vertex's slice of an int64 per-entry array. The mutating
+  // ops check the batch's contents first and write nothing when they raise.
+  //
+  // Appends run_dst[offsets[r]:offsets[r+1]] (with run_weights) to the list of vertices[r], in
+  // that order. vertices strictly ascending, run_dst (int32 or int64) valid vertex ids; raises
+  // when the pool lacks the pages (tree_pages(new degree) - tree_pages(old degree) per vertex).
+  m.def("dynamic_graph_append(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
+        "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
+        "Tensor vertices, Tensor run_offsets, Tensor run_dst, Tensor? run_weights, int page_size) -> ()");
+  // found[j]: whether run_dst[j] is in the list of its run's vertex. Each run's destinations
+  // ascending.
+  m.def("dynamic_graph_contains(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "Tensor run_offsets, Tensor run_dst, int page_size) -> Tensor");
+  // The list positions holding any of each run's (ascending) destinations: positions
+  // [pos_offsets[r], pos_offsets[r+1]) belong to vertices[r], ascending.
+  m.def("dynamic_graph_find(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "Tensor run_offsets, Tensor run_dst, int page_size) -> (Tensor pos_offsets, Tensor positions)");
+  // Every (vertex, position) whose vertex or destination is marked in `mask` (bool per vertex
+  // id), sorted by vertex then position: the edges a vertex deletion removes.
+  m.def("dynamic_graph_find_touching(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor page_owner, "
+        "Tensor page_rank, Tensor meta, Tensor mask, int page_size) -> (Tensor vertices, Tensor positions)");
+  // Deletes the list positions positions[pos_offsets[r]:pos_offsets[r+1]] (distinct,
+  // ascending) of vertices[r] (strictly ascending), moving the list's tail into the holes, and
+  // returns pages left empty to the free-page queue.
+  m.def("dynamic_graph_remove(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
+        "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
+        "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size) -> ()");
+  // The CSR snapshot: indptr = [0, cumsum(degree)] (int64), the column ids in list order (ids'
+  // dtype), their weights (empty without weights) and, with `with_slots`, each entry's pool slot
+  // (int64; empty otherwise).
+  m.def("dynamic_graph_to_csr(Tensor pool, Tensor? weights, Tensor root, Tensor height, Tensor degree, "
+        "Tensor page_owner, Tensor page_rank, Tensor meta, int page_size, bool with_slots) "
+        "-> (Tensor indptr, Tensor indices, Tensor weights_out, Tensor slots)");
+  // sample_neighbors (uniform, csrc/sampling.h) over the paged lists: the same offsets,
+  // neighbours and seed indices as sample_neighbors on the to_csr snapshot for the same seed;
+  // the third output holds pool slots instead of CSR positions.
+  m.def("dynamic_graph_sample(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor seeds, int fanout, "
+        "bool replace, int seed, int page_size) -> (Tensor, Tensor, Tensor, Tensor)");
+  // graph_bfs over the paged lists: depth (int32, -1 unreachable), pred (ids' dtype; empty
+  // unless asked) and stats (int64 [edges_scanned, levels]). On the CPU, lists are walked in
+  // order, so pred equals graph_bfs's on the snapshot.
+  m.def("dynamic_graph_bfs(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor page_owner, "
+        "Tensor page_rank, Tensor meta, int source, bool predecessors, int page_size) "
+        "-> (Tensor depth, Tensor pred, Tensor stats)");
 }

@@ -7,8 +7,8 @@ blocks, SAGEConv), with this package's loader: a DGL script changes its import l
     python examples/dgl_graphsage.py --nodes 3000 --epochs 1 # seconds on any machine
 
 DGL itself is optional: where it is installed (it supports torch <= 2.2) the graph is a real
-``dgl.graph`` and the layers ``dgl.nn.SAGEConv``; elsewhere the graph is built by ``pytorch_zerocopy.dgl.graph`` (as
-``dgl.graph`` builds one) and the layers ``pytorch_zerocopy.dgl.nn.SAGEConv``, which read
+``dgl.graph`` and the layers ``dgl.nn.SAGEConv``; elsewhere the graph is this package's
+``pytorch_zerocopy.dgl.Graph`` and the layers ``pytorch_zerocopy.dgl.nn.SAGEConv``, which read
 the same blocks. On a GPU, neighbours are sampled on it from the host-resident graph
 (``use_uva=True``) and feature rows gathered from host memory in place.
 """
@@ -24,11 +24,11 @@ from pytorch_zerocopy.dgl import DataLoader, NeighborSampler, real_dgl
 
 
 def build_graph(ds):
-    """The dataset as a DGL graph, or as this package's graph (``pytorch_zerocopy.dgl.graph``)
-    without DGL."""
+    """The dataset as a DGL graph, or as this package's graph (``pytorch_zerocopy.dgl.graph``,
+    DGL's constructor) without DGL."""
     dgl = real_dgl()
     ndata = {"feat": ds.features, "label": ds.labels}
-    src, dst = ds.edges()  # source -> target, in edge-id order
+    src, dst = ds.edges()
     if dgl is not None:
         g = dgl.graph((src, dst), num_nodes=ds.num_nodes)
         g.ndata.update(ndata)

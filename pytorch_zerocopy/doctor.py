@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -99,15 +99,41 @@ def check_host() -> List[Check]:
     except OSError:
         checks.append(Check("FAIL", "/dev/shm", "missing: shared-memory tables cannot be created; mount a tmpfs there"))
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
-        detail = "unlimited" if soft == resource.RLIM_INFINITY else f"{format_bytes(soft)} (root: not enforced)"
-        checks.append(Check("OK", "memlock limit", detail))
-    else:
-        checks.append(Check("WARN", "memlock limit", f"{format_bytes(soft)}: cudaHostRegister of larger tables may "
-                            "fail; raise it with ulimit -l unlimited (docker: --ulimit memlock=-1)"))
+    checks.append(check_memlock(soft, effective_capabilities()))
     thp = _read("/sys/kernel/mm/transparent_hugepage/enabled")
     checks.append(Check("OK", "transparent hugepages", (thp or "unknown") + " (GPU-side throughput does not depend on it)"))
     return checks
+
+
+CAP_IPC_LOCK = 14  # linux/capability.h: exempts a process from RLIMIT_MEMLOCK
+
+
+def effective_capabilities(status_path: str = "/proc/self/status") -> Optional[int]:
+    """The effective capability mask (``CapEff`` of /proc/self/status), None where unreadable."""
+    for line in _read(status_path).splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return int(line.split()[1], 16)
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def check_memlock(soft_limit: int, capabilities: Optional[int]) -> Check:
+    """What RLIMIT_MEMLOCK means for page-locking host memory here.
+
+    The limit binds every process without CAP_IPC_LOCK, root included (containers run root
+    without that capability by default); ``capabilities`` is the effective mask (None: unknown,
+    taken as lacking it)."""
+    if soft_limit == resource.RLIM_INFINITY:
+        return Check("OK", "memlock limit", "unlimited")
+    if capabilities is not None and capabilities >> CAP_IPC_LOCK & 1:
+        return Check("OK", "memlock limit", f"{format_bytes(soft_limit)} (CAP_IPC_LOCK: not enforced)")
+    return Check("WARN", "memlock limit",
+                 f"{format_bytes(soft_limit)}, enforced (no CAP_IPC_LOCK"
+                 + ("" if capabilities is not None else ": capabilities unreadable") + "): page-locking more host "
+                 "memory than that may fail; raise it with ulimit -l unlimited (docker: --ulimit memlock=-1, or "
+                 "--cap-add IPC_LOCK)")
 
 
 def check_partitioning() -> List[Check]:

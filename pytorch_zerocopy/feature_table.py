@@ -135,8 +135,8 @@ def _gather_rows_cached_out_fake(table, cache, slot_of, index, *, check_bounds=T
 def cached_rows_for(graph: Any, config: CacheConfig, num_rows: int, row_bytes: int, *,
                     seeds: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The ids (int64, CPU) of the rows ``config`` caches for a table of ``num_rows`` rows of
-    ``row_bytes`` whose rows are the nodes of ``graph`` (anything
-    :func:`pytorch_zerocopy.sampling.adjacency_of` accepts). ``seeds`` (the training nodes) are
+    ``row_bytes`` whose rows are the nodes of ``graph`` (a
+    :class:`~pytorch_zerocopy.graph.CSRGraph` or an ``(indptr, indices)`` pair). ``seeds`` (the training nodes) are
     needed by ``CachePolicy.PRESAMPLE``. Runs where sampling runs: a CPU graph keeps this
     process free of a GPU context, so a parent can choose the rows and hand ``(table, ids)``
     to the processes that build FeatureTables on their GPUs."""

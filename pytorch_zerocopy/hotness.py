@@ -43,18 +43,12 @@ def _count_ids(ids: torch.Tensor, num_nodes: int) -> torch.Tensor:
 def degree_hotness(graph, edge_dir: str = "in") -> torch.Tensor:
     """int64 per node: the number of neighbour lists holding it in the adjacency that sampling
     with ``edge_dir`` reads (``'in'``: in-neighbour lists, so a node's out-degree; ``'out'``:
-    its in-degree). ``graph`` is anything :func:`pytorch_zerocopy.sampling.adjacency_of`
-    accepts; an :class:`~pytorch_zerocopy.sampling.Adjacency` or ``(indptr, indices)`` pair is
-    taken as the lists sampling reads, whatever ``edge_dir``."""
+    its in-degree). ``graph`` is a :class:`~pytorch_zerocopy.graph.CSRGraph` or an
+    ``(indptr, indices)`` pair (what :func:`pytorch_zerocopy.sampling.sample_layers` takes)."""
     if edge_dir not in ("in", "out"):
         raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
-    if isinstance(graph, _sampling.Adjacency) or isinstance(graph, (tuple, list)):
-        adj = _sampling.adjacency_of(graph, "out")
-        return _count_ids(adj.indices, adj.num_nodes)
-    if not (hasattr(graph, "indptr") and hasattr(graph, "indices")):
-        raise TypeError(f"graph must be an Adjacency, an (indptr, indices) pair or a CSR graph, got "
-                        f"{type(graph).__name__}")
-    num_nodes = int(graph.indptr.numel()) - 1
+    graph = _sampling.as_csr_graph(graph)
+    num_nodes = graph.num_nodes
     if edge_dir == "out":
         return _count_ids(graph.indices, num_nodes)
     # In-neighbour lists hold each node once per out-edge: its out-degree, no transpose needed.
@@ -81,7 +75,7 @@ def presample_hotness(
     seeds = torch.as_tensor(seeds).reshape(-1)
     if seeds.numel() == 0:
         raise ValueError("presample_hotness needs at least one seed node")
-    adj = _sampling.adjacency_of(graph, edge_dir)
+    graph = _sampling.as_csr_graph(graph)
     epoch = math.ceil(seeds.numel() / batch_size)
     batches = epoch if num_batches is None else int(num_batches)
     if batches < 1:
@@ -95,10 +89,10 @@ def presample_hotness(
         if k == 0 and b > 0:
             order = torch.randperm(host_seeds.numel(), generator=gen)
         batch = host_seeds[order[k * batch_size:(k + 1) * batch_size]]
-        blocks = _sampling.sample_layers(adj, batch, fanouts, edge_dir="out", seed=seed * 1_000_003 + b)
+        blocks = _sampling.sample_layers(graph, batch, fanouts, edge_dir=edge_dir, seed=seed * 1_000_003 + b)
         nodes = blocks[0].nodes
         if counts is None:
-            counts = torch.zeros(adj.num_nodes, dtype=torch.int64, device=nodes.device)
+            counts = torch.zeros(graph.num_nodes, dtype=torch.int64, device=nodes.device)
         counts.index_add_(0, nodes, torch.ones_like(nodes))
     return counts
 

@@ -9,9 +9,12 @@ machine holds one copy whatever the number of workers (paper §3.4, Listing 3).
 Rendezvous is torchrun's: a single machine uses a private c10d store on localhost; several
 machines pass torchrun's standard ``--nnodes``, ``--node-rank``, ``--rdzv-backend``,
 ``--rdzv-endpoint`` and ``--rdzv-id``. A worker that fails ends the job: elastic stops the
-others and :func:`launch` raises with the failing worker's traceback. Shared memory is
-released when the last process holding it exits (its segment is unlinked at creation), so a
-crash leaks nothing.
+others and :func:`launch` raises with the failing worker's traceback. Ctrl-C (SIGINT) or SIGTERM
+to the launcher stops every worker and raises ``KeyboardInterrupt``, as a single pipeline does.
+Workers die with the launcher (even one killed by SIGKILL) and keep their temp files (and
+elastic's logs, unless ``log_dir`` is given) in a directory removed when the job ends. Shared
+memory is released when the last process holding it exits (its segment is unlinked at
+creation), so a crash leaks nothing.
 
     from pytorch_zerocopy.launch import LaunchOptions, launch, init_worker
     results = launch(my_worker, (shared_table,), LaunchOptions(nproc_per_node=2))
@@ -20,13 +23,20 @@ crash leaks nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import signal
 import socket
+import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
+
+from ._process import enter_child
 
 
 class WorkerFailed(RuntimeError):
@@ -68,6 +78,7 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
     WORLD_SIZE, MASTER_ADDR, MASTER_PORT); :func:`init_worker` reads it. ``entrypoint`` must be
     importable (a module-level function): workers are started with spawn.
     """
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -82,31 +93,63 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
     rdzv_configs = {"rank": options.node_rank}
     if options.single_machine():
         rdzv_configs["is_host"] = True
-    config = LaunchConfig(
-        min_nodes=min_nodes,
-        max_nodes=max_nodes,
-        nproc_per_node=options.nproc_per_node,
-        run_id=options.rdzv_id or f"zerocopy-{uuid.uuid4().hex[:12]}",
-        rdzv_backend=options.rdzv_backend,
-        rdzv_endpoint=endpoint,
-        rdzv_configs=rdzv_configs,
-        max_restarts=options.max_restarts,
-        monitor_interval=options.monitor_interval,
-        start_method="spawn",
-        logs_specs=_logs_specs(options.log_dir),
-    )
+    tempdir = tempfile.mkdtemp(prefix="zc-")
     env_before = dict(os.environ)
-    os.environ.update(options.extra_env)
     try:
-        return elastic_launch(config, entrypoint)(*args)
+        config = LaunchConfig(
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            nproc_per_node=options.nproc_per_node,
+            run_id=options.rdzv_id or f"zerocopy-{uuid.uuid4().hex[:12]}",
+            rdzv_backend=options.rdzv_backend,
+            rdzv_endpoint=endpoint,
+            rdzv_configs=rdzv_configs,
+            max_restarts=options.max_restarts,
+            monitor_interval=options.monitor_interval,
+            start_method="spawn",
+            logs_specs=_logs_specs(options.log_dir or os.path.join(tempdir, "logs")),
+        )
+        os.environ.update(options.extra_env)
+        with _signal_handlers_restored():
+            return elastic_launch(config, _worker_entry)(entrypoint, os.getpid(), tempdir, *args)
     except ChildFailedError as e:
         raise WorkerFailed(_describe_failure(e)) from None
+    except SignalException as e:
+        # elastic has stopped every worker (the signal, then SIGKILL after its timeout).
+        raise KeyboardInterrupt(f"interrupted by {e.sigval.name}: all workers stopped") from None
     finally:
         os.environ.clear()
         os.environ.update(env_before)
+        shutil.rmtree(tempdir, ignore_errors=True)
 
 
-def _logs_specs(log_dir: Optional[str]):
+def _worker_entry(entrypoint: Callable[..., Any], launcher_pid: int, tempdir: str, *args: Any) -> Any:
+    """A worker's first frame: it dies with the launcher and keeps its temp files in the job's
+    directory (:func:`pytorch_zerocopy._process.enter_child`), then runs ``entrypoint``."""
+    enter_child(launcher_pid, tempdir)
+    return entrypoint(*args)
+
+
+_ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+
+
+@contextlib.contextmanager
+def _signal_handlers_restored():
+    """elastic installs handlers that raise SignalException for these signals and leaves them
+    installed: the caller's own handlers (Ctrl-C raising KeyboardInterrupt) come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {name: signal.getsignal(getattr(signal, name)) for name in _ELASTIC_SIGNALS if hasattr(signal, name)}
+    try:
+        yield
+    finally:
+        for name, handler in saved.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
+
+
+def _logs_specs(log_dir: str):
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 
     return DefaultLogsSpecs(log_dir=log_dir, redirects=Std.NONE, tee=Std.NONE)

@@ -1,43 +1,66 @@
-"""Neighbour sampling over a CSR/CSC adjacency held in CPU, GPU or unified (host-mapped) memory.
+"""Neighbour sampling over a graph held in CPU, GPU or unified (host-mapped) memory.
 
 One layer: :func:`sample_neighbors` picks, for every seed node, up to ``fanout`` entries of its
-neighbour list (``indices[indptr[v]:indptr[v+1]]``). With a CSC adjacency (DGL's default
-``edge_dir='in'``) the list holds in-neighbours; with a CSR one, out-neighbours. Several layers:
-:func:`sample_layers` samples outward from the seeds with one fanout per layer and compacts each
-layer into a message flow graph (unique nodes, destination nodes first; relabelled edges).
+neighbour list (``indices[indptr[v]:indptr[v+1]]``). Several layers: :func:`sample_layers`
+samples outward from the seeds with one fanout per layer and compacts each layer into a message
+flow graph (:class:`~pytorch_zerocopy.block.Block`: unique nodes, destination nodes first;
+relabelled edges), all layers in one call of the op ``zerocopy::sample_layers``.
 
-Where it runs. On the GPU when the adjacency is a CUDA tensor or a unified tensor on a machine
-with a GPU (the kernel reads the neighbour lists from host memory over PCIe: DGL's "UVA
-sampling"); on the CPU otherwise, multithreaded. Seeds are moved to that device.
+The graph is a :class:`~pytorch_zerocopy.graph.CSRGraph` (row ``v`` lists ``v``'s
+out-neighbours). ``edge_dir='out'`` samples its rows; ``'in'`` (DGL's default) samples its
+transpose :meth:`CSRGraph.csc() <pytorch_zerocopy.graph.CSRGraph.csc>`, computed once per graph
+and kept. A raw ``(indptr, indices)`` pair is turned into a validated CSRGraph on each call
+(and, for ``'in'``, transposed each call): build the CSRGraph once to sample it many times.
+
+Where it runs. On the GPU when the graph's ``indptr`` is a CUDA tensor (placements ``"cuda"``
+and ``"unified"``: the kernels then read the neighbour lists from host memory over PCIe, DGL's
+"UVA sampling"); on the CPU otherwise, multithreaded. Seeds are moved to that device.
+
+Synchronisation. On the GPU a :func:`sample_layers` call makes one host synchronisation: it reads
+every layer's sizes and the kernels' error words at once, at the end (plus one per layer with
+fanout ``-1``, whose size has no bound known in advance). :func:`sample_layers_async` makes
+none: it returns a :class:`PendingSample` whose :meth:`~PendingSample.result` waits for this
+call's work only (a CUDA event), so sampling minibatch ``i + 1`` can overlap other work.
 
 Determinism. Every random draw is a hash of ``(seed, seed node id, draw number)``: a given seed
 gives the same sample on every run and every thread count, and the CPU and CUDA kernels give
-identical uniform samples. Layer ``l`` uses a seed derived from ``(seed, l)``, so a node that is a
-seed in two layers gets independent samples in each.
+identical uniform samples, with identical node order after compaction. Layer ``l`` (counted from
+the seeds) draws with a seed derived from ``(seed, l)`` (layer 0 with ``seed`` itself), so a node
+that is a seed in two layers gets independent samples in each.
+
+Validation. The kernels never trust the graph: every offset pair, neighbour id, edge id and
+probability they visit is checked, and bad input raises ``IndexError`` (seeds out of range) or
+``ValueError`` naming the argument; NaN, infinite or negative probabilities are errors.
 """
 
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import unified as _unified
-from .block import Block
 from ._compat import register_fake
+from .block import Block
+from .graph.csr import CSRGraph
 
 __all__ = [
-    "Adjacency",
     "Block",
+    "PendingSample",
     "SampledNeighbors",
-    "adjacency_of",
+    "as_csr_graph",
     "compact",
-    "csr_to_csc",
     "sample_layers",
+    "sample_layers_async",
     "sample_neighbors",
 ]
 
 _MASK64 = (1 << 64) - 1
+_NUM_SAMPLE_ERRORS = 7  # sampling::kNumSampleErrors (csrc/sampling.h): error words in a status
+EDGE_DIRS = ("in", "out")
+
+GraphLike = Union[CSRGraph, Tuple[torch.Tensor, torch.Tensor]]
 
 
 class SampledNeighbors(NamedTuple):
@@ -50,24 +73,6 @@ class SampledNeighbors(NamedTuple):
     seed_index: torch.Tensor  # int64: the i of the seed each sampled edge belongs to
 
 
-class Adjacency(NamedTuple):
-    """A neighbour-list view of a graph.
-
-    ``indptr`` (int64, num_nodes + 1) and ``indices`` list each node's neighbours; ``eids``, if
-    given, maps a position in ``indices`` to the graph's edge id (absent: the position is the
-    id); ``probs``, if given, holds one sampling weight per position of ``indices``.
-    """
-
-    indptr: torch.Tensor
-    indices: torch.Tensor
-    eids: Optional[torch.Tensor] = None
-    probs: Optional[torch.Tensor] = None
-
-    @property
-    def num_nodes(self) -> int:
-        return self.indptr.numel() - 1
-
-
 def _compute_device(t: torch.Tensor) -> torch.device:
     """Where an op on ``t`` runs: its own device; for a unified tensor, its GPU or the CPU."""
     if _unified.is_unified(t):
@@ -76,6 +81,64 @@ def _compute_device(t: torch.Tensor) -> torch.device:
         index = t.device.index if t.device.index is not None else torch.cuda.current_device()
         return torch.device("cuda", index)
     return t.device
+
+
+def _mix64(z: int) -> int:
+    """splitmix64's finaliser on Python ints (csrc/sampling.h's ``mix64``)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def layer_seed(seed: int, layer: int) -> int:
+    """The seed layer ``layer`` of a multi-layer sample drawn with ``seed`` uses (layer 0 is
+    sampled from the seeds): csrc/sampling.h's ``layer_seed``, for samplers of other graph
+    structures (:class:`~pytorch_zerocopy.graph.DynamicGraph`) that must draw the same."""
+    seed &= _MASK64
+    return _signed64(seed if layer == 0 else _mix64(seed ^ _mix64(layer)))
+
+
+def _signed64(x: int) -> int:
+    x &= _MASK64
+    return x - (1 << 64) if x >= (1 << 63) else x
+
+
+def _resolve_seed(seed: Optional[int]) -> int:
+    if seed is None:
+        return int(torch.randint(0, 2**62, ()).item())
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+    return _signed64(seed)
+
+
+def _as_probs(probs: Optional[torch.Tensor], num_edges: int, device: torch.device) -> Optional[torch.Tensor]:
+    """float32 probabilities on ``device`` (unified ones stay where they are)."""
+    if probs is None:
+        return None
+    if not isinstance(probs, torch.Tensor):
+        raise TypeError(f"probs must be a tensor, got {type(probs).__name__}")
+    if probs.dim() != 1 or probs.numel() != num_edges:
+        raise ValueError(f"probs must hold one value per edge ({num_edges} edges), got shape {tuple(probs.shape)}")
+    if not probs.is_floating_point():
+        raise TypeError(f"probs must be a floating tensor, got {probs.dtype}")
+    if probs.dtype != torch.float32:
+        probs = probs.float()
+    if _unified.is_unified(probs):
+        return probs
+    return probs.to(device)
+
+
+def _as_seeds(seeds, device: torch.device) -> torch.Tensor:
+    if not isinstance(seeds, torch.Tensor):
+        seeds = torch.as_tensor(seeds)
+    if seeds.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"seeds must be an int32 or int64 tensor, got {seeds.dtype}")
+    return seeds.reshape(-1).to(device)
+
+
+# ----------------------------------------------------------------------------------------------
+# One layer.
 
 
 def sample_neighbors(
@@ -91,9 +154,12 @@ def sample_neighbors(
     """Samples up to ``fanout`` neighbours of every node in ``seeds`` (see the module doc).
 
     ``fanout=-1`` takes every neighbour (every one with a positive probability when ``probs``
-    is given). Without replacement a seed gets ``min(fanout, degree)`` distinct edges; with
-    replacement exactly ``fanout`` (none when it has no neighbour). Edges with probability
-    ``<= 0`` are never sampled. ``seed=None`` draws one from torch's default generator.
+    is given: one per position of ``indices``). Without replacement a seed gets
+    ``min(fanout, degree)`` distinct edges; with replacement exactly ``fanout`` (none when it
+    has no neighbour). Edges with probability 0 are never sampled. ``seed=None`` draws one from
+    torch's default generator. The same kernels as layer 0 of :func:`sample_layers` with the
+    same seed, without the compaction; on the GPU two host synchronisations (the edge total,
+    then the error words).
     """
     for name, t in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
         if not isinstance(t, torch.Tensor):
@@ -104,46 +170,13 @@ def sample_neighbors(
         raise ValueError(f"sample_neighbors: fanout must be -1 (all neighbours) or >= 0, got {fanout}")
     if indptr.dtype != torch.int64:
         indptr = indptr.long()
-    if probs is not None:
-        if not isinstance(probs, torch.Tensor):
-            raise TypeError(f"sample_neighbors: probs must be a tensor, got {type(probs).__name__}")
-        if probs.dim() != 1 or probs.numel() != indices.numel():
-            raise ValueError(
-                f"sample_neighbors: probs must hold one value per edge ({indices.numel()} edges), "
-                f"got shape {tuple(probs.shape)}"
-            )
-        if probs.dtype != torch.float32:
-            if not probs.is_floating_point():
-                raise TypeError(f"sample_neighbors: probs must be a floating tensor, got {probs.dtype}")
-            probs = probs.float()
-    if seeds.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"sample_neighbors: seeds must be int32 or int64, got {seeds.dtype}")
-    if seed is None:
-        seed = int(torch.randint(0, 2**62, ()).item())
     device = _compute_device(indptr)
-    seeds = seeds.reshape(-1).to(device)
+    probs = _as_probs(probs, indices.numel(), device)
+    seeds = _as_seeds(seeds, device)
     out = torch.ops.zerocopy.sample_neighbors.default(
-        indptr, indices, seeds, int(fanout), bool(replace), probs, _signed64(int(seed))
+        indptr, indices, seeds, int(fanout), bool(replace), probs, _resolve_seed(seed)
     )
     return SampledNeighbors(*out)
-
-
-def _signed64(x: int) -> int:
-    x &= _MASK64
-    return x - (1 << 64) if x >= (1 << 63) else x
-
-
-def _mix64(z: int) -> int:
-    """splitmix64's finaliser (the same mixer the kernels use), on Python ints."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def layer_seed(seed: int, layer: int) -> int:
-    """The seed of layer ``layer`` of a multi-layer sample drawn with ``seed``."""
-    return _mix64((seed & _MASK64) ^ _mix64(layer + 1))
 
 
 @register_fake("zerocopy::sample_neighbors")
@@ -168,100 +201,93 @@ def _compact_ids_fake(seeds, neighbors):
 
 def compact(seeds: torch.Tensor, neighbors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Unique node ids of ``cat(seeds, neighbors)`` in order of first appearance, and the
-    position of each neighbour in that list.
+    position of each neighbour in that list (both int64).
 
     With unique seeds the list starts with the seeds themselves, in order (the destination
-    nodes of a message flow graph come first), so seed ``i`` has local id ``i``. On the CPU a
-    parallel hash-table op (``zerocopy::compact_ids``); elsewhere torch ops on the tensors'
-    device.
+    nodes of a message flow graph come first), so seed ``i`` has local id ``i``. The op
+    ``zerocopy::compact_ids``: the hash-table compaction of :func:`sample_layers`, on the CPU or
+    the GPU (one host synchronisation there), on the seeds' device.
     """
-    if seeds.device.type == "cpu" and neighbors.device.type == "cpu":
-        nodes, local = torch.ops.zerocopy.compact_ids.default(seeds, neighbors)
-        return nodes, local
-    return _compact_torch(seeds, neighbors)
+    if neighbors.device != seeds.device:
+        neighbors = neighbors.to(seeds.device)
+    nodes, local = torch.ops.zerocopy.compact_ids.default(seeds, neighbors)
+    return nodes, local
 
 
-def _compact_torch(seeds: torch.Tensor, neighbors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """:func:`compact` with torch ops (sort-based unique; fast on the GPU)."""
-    seeds = seeds.long()
-    all_ids = torch.cat([seeds, neighbors.to(device=seeds.device, dtype=torch.int64)])
-    uniq, inverse = torch.unique(all_ids, return_inverse=True)
-    positions = torch.arange(all_ids.numel(), device=all_ids.device)
-    first = torch.full((uniq.numel(),), all_ids.numel(), dtype=torch.int64, device=all_ids.device)
-    first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device)
-    local = rank[inverse]
-    return uniq[order], local[seeds.numel():]
+# ----------------------------------------------------------------------------------------------
+# Multi-layer sampling.
 
 
-def csr_to_csc(indptr: torch.Tensor, indices: torch.Tensor, num_nodes: Optional[int] = None) -> Adjacency:
-    """The transpose of a CSR adjacency, with ``eids`` mapping each CSC position to the CSR
-    position (the edge id) it came from. Runs with torch ops where the inputs are."""
-    if _unified.is_unified(indptr) or _unified.is_unified(indices):
-        indptr, indices = indptr.cpu(), indices.cpu()
-    n = indptr.numel() - 1 if num_nodes is None else num_nodes
-    indptr = indptr.long()
-    deg = indptr[1:] - indptr[:-1]
-    src = torch.repeat_interleave(torch.arange(n, device=indptr.device), deg)
-    dst = indices.long()
-    order = torch.argsort(dst, stable=True)
-    counts = torch.bincount(dst, minlength=n)
-    t_indptr = torch.zeros(n + 1, dtype=torch.int64, device=indptr.device)
-    torch.cumsum(counts, 0, out=t_indptr[1:])
-    return Adjacency(t_indptr, src[order].to(indices.dtype), order)
-
-
-def adjacency_of(graph, edge_dir: str = "in") -> Adjacency:
-    """The neighbour lists to sample from for ``edge_dir``.
-
-    ``graph`` is an :class:`Adjacency`, a ``(indptr, indices)`` pair, or an object with
-    ``indptr``/``indices`` attributes (a CSR graph: row ``v`` lists ``v``'s out-neighbours).
-    ``edge_dir='out'`` uses those lists as they are; ``'in'`` needs in-neighbours: an object's
-    ``csc()`` method if it has one, else the transpose computed here.
-    """
-    if edge_dir not in ("in", "out"):
-        raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
-    if isinstance(graph, Adjacency):
+def as_csr_graph(graph: GraphLike) -> CSRGraph:
+    """``graph`` as a :class:`CSRGraph`: itself, or a validated graph over an ``(indptr, indices)``
+    pair (row ``v`` lists ``v``'s out-neighbours; the arrays are used in place, on their
+    device; the checks read them once on the host)."""
+    if isinstance(graph, CSRGraph):
         return graph
-    if isinstance(graph, (tuple, list)) and len(graph) in (2, 3):
-        indptr, indices = graph[0], graph[1]
-        eids = graph[2] if len(graph) == 3 else None
-    elif hasattr(graph, "indptr") and hasattr(graph, "indices"):
-        if edge_dir == "in" and callable(getattr(graph, "csc", None)):
-            return adjacency_of(graph.csc(), "out")
-        indptr, indices, eids = graph.indptr, graph.indices, getattr(graph, "eids", None)
-    else:
-        raise TypeError(
-            "graph must be an Adjacency, an (indptr, indices) pair or an object with indptr and "
-            f"indices attributes, got {type(graph).__name__}"
-        )
-    if edge_dir == "out":
-        return Adjacency(indptr, indices, eids)
-    csc = csr_to_csc(indptr, indices)
-    ceids = csc.eids if eids is None else eids.cpu()[csc.eids]
-    return Adjacency(csc.indptr, csc.indices, ceids)
+    if isinstance(graph, (tuple, list)) and len(graph) == 2:
+        indptr, indices = graph
+        if not isinstance(indptr, torch.Tensor) or not isinstance(indices, torch.Tensor):
+            raise TypeError("graph: an (indptr, indices) pair must hold two tensors, got "
+                            f"({type(indptr).__name__}, {type(indices).__name__})")
+        if indptr.dtype in (torch.int32, torch.int16, torch.int8, torch.uint8):
+            indptr = indptr.long()
+        if _unified.is_unified(indices):
+            placement = "unified"
+        else:
+            placement = "cuda" if indptr.is_cuda else "cpu"
+        return CSRGraph(indptr, indices, placement=placement)
+    raise TypeError(f"graph must be a CSRGraph or an (indptr, indices) pair, got {type(graph).__name__}")
 
 
-def _check_seeds(seeds: torch.Tensor, num_nodes: int) -> torch.Tensor:
-    if not isinstance(seeds, torch.Tensor):
-        seeds = torch.as_tensor(seeds)
-    if seeds.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"seeds must be an int32 or int64 tensor, got {seeds.dtype}")
-    seeds = seeds.reshape(-1)
-    if seeds.numel():
-        lo, hi = int(seeds.min()), int(seeds.max())
-        if lo < 0 or hi >= num_nodes:
-            bad = lo if lo < 0 else hi
-            raise IndexError(f"seeds: node id {bad} is out of range for a graph with {num_nodes} nodes")
-        if torch.unique(seeds).numel() != seeds.numel():
-            raise ValueError("seeds must not repeat a node id (message flow graphs number each once)")
-    return seeds
+@dataclass(frozen=True)
+class _LayersCall:
+    """The checked arguments of one multi-layer sample, in the op's terms."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    seeds: torch.Tensor
+    fanouts: List[int]  # in the order applied: fanouts[0] is sampled from the seeds
+    replace: bool
+    probs: Optional[torch.Tensor]
+    eids: Optional[torch.Tensor]
+    seed: int
+    device: torch.device  # where the op runs
+
+    def op_args(self) -> tuple:
+        return (self.indptr, self.indices, self.seeds, self.fanouts, self.replace, self.probs, self.eids,
+                self.seed)
+
+    def blocks(self, nodes: Sequence[torch.Tensor], src: Sequence[torch.Tensor], dst: Sequence[torch.Tensor],
+               eids: Sequence[torch.Tensor]) -> List[Block]:
+        """The op's layers as blocks, the layer farthest from the seeds first."""
+        out: List[Block] = []
+        num_dst = self.seeds.numel()
+        for layer_nodes, s, d, e in zip(nodes, src, dst, eids):
+            out.append(Block(s, d, layer_nodes.numel(), num_dst, nodes=layer_nodes, eids=e))
+            num_dst = layer_nodes.numel()
+        out.reverse()
+        return out
+
+
+def _layers_call(graph: GraphLike, seeds, fanouts: Sequence[int], edge_dir: str, replace: bool,
+                 probs: Optional[torch.Tensor], seed: Optional[int]) -> _LayersCall:
+    fanouts = list(fanouts)
+    if not fanouts:
+        raise ValueError("fanouts must hold at least one fanout (one per layer)")
+    for f in fanouts:
+        if isinstance(f, bool) or not isinstance(f, int) or f < -1:
+            raise ValueError(f"fanouts must be ints >= 0 or -1 (all neighbours), got {fanouts}")
+    if edge_dir not in EDGE_DIRS:
+        raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
+    g = as_csr_graph(graph)
+    adj = g if edge_dir == "out" else g.csc()
+    device = _compute_device(adj.indptr)
+    return _LayersCall(adj.indptr, adj.indices, _as_seeds(seeds, device), list(reversed(fanouts)), bool(replace),
+                       _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed), device)
 
 
 def sample_layers(
-    graph,
+    graph: GraphLike,
     seeds: torch.Tensor,
     fanouts: Sequence[int],
     *,
@@ -276,40 +302,115 @@ def sample_layers(
     applied to ``seeds`` first, and the returned list of :class:`~pytorch_zerocopy.block.Block`
     starts with the layer farthest from the seeds (``result[0].nodes`` are the input nodes,
     ``result[-1].nodes[:len(seeds)]`` the seeds). Block ``l``'s edges run from the sampled
-    neighbour (``src``) to the seed that sampled it (``dst``), whatever ``edge_dir``; its
-    ``eids`` are the graph's ids of those edges.
-    ``graph`` is anything :func:`adjacency_of` accepts (for ``edge_dir='in'`` pass an
-    :class:`Adjacency` over the CSC to avoid recomputing the transpose); ``probs`` is one weight
-    per edge id (or use ``Adjacency.probs``, one per position).
+    neighbour (``src``) to the seed that sampled it (``dst``), whatever ``edge_dir``, in
+    (seed, draw) order; its ``eids`` are the graph's ids of those edges; its nodes are its
+    destination nodes, then the new neighbours in order of first appearance.
+
+    ``graph``: a :class:`CSRGraph` or an ``(indptr, indices)`` pair (see the module doc).
+    ``seeds``: distinct node ids (int32/int64). ``probs``: one sampling weight per edge of
+    ``graph``, indexed by edge id, finite and >= 0 (0: never sampled); place it like the graph
+    (a CPU tensor is copied to the GPU on each call). ``seed=None`` draws one from torch's
+    default generator; a given seed reproduces the sample.
+
+    A graph of another structure that defines ``__zerocopy_sample_layers__`` (a
+    :class:`~pytorch_zerocopy.graph.DynamicGraph`) samples itself, with the same arguments.
     """
-    fanouts = list(fanouts)
-    if not fanouts:
-        raise ValueError("fanouts must hold at least one fanout (one per layer)")
-    for f in fanouts:
-        if isinstance(f, bool) or not isinstance(f, int) or f < -1:
-            raise ValueError(f"fanouts must be ints >= 0 or -1 (all neighbours), got {fanouts}")
-    adj = adjacency_of(graph, edge_dir)
-    pos_probs = adj.probs
-    if probs is not None:
-        if probs.numel() != adj.indices.numel():
-            raise ValueError(
-                f"probs must hold one value per edge ({adj.indices.numel()} edges), got {probs.numel()}"
-            )
-        pos_probs = probs if adj.eids is None else probs[adj.eids.to(probs.device)]
-    device = _compute_device(adj.indptr)
-    if pos_probs is not None and not _unified.is_unified(pos_probs):
-        pos_probs = pos_probs.to(device)
-    seeds = _check_seeds(seeds, adj.num_nodes).to(device).long()
-    if seed is None:
-        seed = int(torch.randint(0, 2**62, ()).item())
-    layers: List[Block] = []
-    for depth, fanout in enumerate(reversed(fanouts)):
-        s = sample_neighbors(adj.indptr, adj.indices, seeds, fanout, replace=replace,
-                             probs=pos_probs, seed=layer_seed(seed, depth))
-        nodes, src_local = compact(seeds, s.neighbors)
-        eids = s.edge_pos if adj.eids is None else adj.eids[s.edge_pos.to(_compute_device(adj.eids))]
-        layers.append(Block(src_local, s.seed_index, nodes.numel(), seeds.numel(), nodes=nodes,
-                            eids=eids.to(device)))
-        seeds = nodes
-    layers.reverse()
-    return layers
+    own = getattr(type(graph), "__zerocopy_sample_layers__", None)
+    if own is not None:
+        return own(graph, seeds, fanouts, edge_dir=edge_dir, replace=replace, probs=probs, seed=seed)
+    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
+    nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
+    return call.blocks(nodes, src, dst, eids)
+
+
+class PendingSample:
+    """A :func:`sample_layers_async` call whose GPU work may still be running.
+
+    Lifetime: the object keeps the graph's arrays, the seeds and the probabilities alive until
+    :meth:`result` returns (the kernels read them until then). The blocks are produced on the
+    CUDA stream that was current at the call: use them on that stream, or make another stream
+    wait on :attr:`event`. :meth:`result` waits for this call's work only (the event), never for
+    the whole device, and raises the errors the kernels found (bad seeds, offsets, ids or
+    probabilities) as :func:`sample_layers` would.
+    """
+
+    def __init__(self, call: _LayersCall, buffers: Optional[tuple], status: Optional[torch.Tensor],
+                 event: Optional[torch.cuda.Event], blocks: Optional[List[Block]] = None):
+        self._call = call
+        self._buffers = buffers
+        self._status = status
+        self.event = event
+        self._blocks = blocks
+
+    def ready(self) -> bool:
+        """Whether the GPU work has finished (never blocks)."""
+        return self._blocks is not None or self.event is None or self.event.query()
+
+    def result(self) -> List[Block]:
+        """The blocks, as :func:`sample_layers` returns them."""
+        if self._blocks is None:
+            self.event.synchronize()
+            c = self._call
+            sizes = torch.ops.zerocopy.sample_layers_check.default(self._status, c.indptr, c.indices, c.seeds,
+                                                                   c.probs, c.eids)
+            nodes, src, dst, eids = self._buffers
+            num_layers = len(c.fanouts)
+            node_counts = sizes[1:num_layers + 1]
+            edge_counts = sizes[num_layers + 1:]
+            self._blocks = c.blocks([t[:n] for t, n in zip(nodes, node_counts)],
+                                    [t[:e] for t, e in zip(src, edge_counts)],
+                                    [t[:e] for t, e in zip(dst, edge_counts)],
+                                    [t[:e] for t, e in zip(eids, edge_counts)])
+            self._call = self._buffers = self._status = None
+        return self._blocks
+
+
+def sample_layers_async(
+    graph: GraphLike,
+    seeds: torch.Tensor,
+    fanouts: Sequence[int],
+    *,
+    edge_dir: str = "in",
+    replace: bool = False,
+    probs: Optional[torch.Tensor] = None,
+    seed: Optional[int] = None,
+) -> PendingSample:
+    """:func:`sample_layers` without waiting: on the GPU the work is queued on the current stream
+    and the sizes are copied to pinned host memory behind it, with no host synchronisation
+    (except one per fanout ``-1`` layer). On the CPU the sample is taken now. Same arguments and
+    the same blocks, from :meth:`PendingSample.result`."""
+    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
+    if call.device.type != "cuda":
+        nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
+        return PendingSample(call, None, None, None, call.blocks(nodes, src, dst, eids))
+    nodes, src, dst, eids, status = torch.ops.zerocopy.sample_layers_launch.default(*call.op_args())
+    host = torch.empty(status.shape, dtype=torch.int64, pin_memory=True)
+    host.copy_(status, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(call.device))
+    return PendingSample(call, (nodes, src, dst, eids), host, event)
+
+
+def _layer_fakes(indptr: torch.Tensor, fanouts: Sequence[int]):
+    ctx = torch.library.get_ctx()
+    nodes, src, dst, eids = [], [], [], []
+    for _ in fanouts:
+        n, e = ctx.new_dynamic_size(), ctx.new_dynamic_size()
+        nodes.append(indptr.new_empty((n,), dtype=torch.int64))
+        src.append(indptr.new_empty((e,), dtype=torch.int64))
+        dst.append(indptr.new_empty((e,), dtype=torch.int64))
+        eids.append(indptr.new_empty((e,), dtype=torch.int64))
+    return nodes, src, dst, eids
+
+
+@register_fake("zerocopy::sample_layers")
+def _sample_layers_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed):
+    return _layer_fakes(indptr, fanouts)
+
+
+@register_fake("zerocopy::sample_layers_launch")
+def _sample_layers_launch_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed):
+    nodes, src, dst, out_eids = _layer_fakes(indptr, fanouts)
+    status = indptr.new_empty((2 * len(fanouts) + 1 + _NUM_SAMPLE_ERRORS,), dtype=torch.int64)
+    return nodes, src, dst, out_eids, status
+

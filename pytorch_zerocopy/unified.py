@@ -30,6 +30,20 @@ aliases handed to ops count), after queued GPU work has finished. The same memor
 mapped again afterwards, and overlapping tensors (views of one storage, small tensors that
 share a page) share one registration.
 
+Copies and files. ``copy.deepcopy(u)``, ``u.clone()`` and ``u.untyped_storage().clone()``
+give a new unified tensor (storage) over new shared host memory, mapped like the original;
+``torch.UntypedStorage(n, device=unified_device())`` allocates one. ``pickle`` and
+``torch.save`` write the bytes; loading in a process that has imported this package gives a
+unified tensor again (new host memory, mapped on the current GPU). A process without the
+package cannot make unified tensors: ``torch.load`` there says so, and
+``torch.load(..., map_location="cpu")`` gives CPU tensors of the same values. Unified storages
+never grow: resizing one is an error.
+
+Sizes. A shape whose byte count does not fit 63 bits is a ``ValueError``; an allocation larger
+than ``/dev/shm``'s free space or the memory the machine can still give raises
+``torch.OutOfMemoryError`` before anything is allocated, saying how many bytes were asked and
+how many are available.
+
 Sharing across processes (paper Listing 3). A CPU tensor in shared memory
 (``share_memory_()``, :func:`empty_unified`, :func:`load_unified`) passed to
 ``torch.multiprocessing`` children and converted there with ``.to("unified")`` maps the same
@@ -41,6 +55,7 @@ keep the old ones.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -92,11 +107,21 @@ def _device_module() -> types.ModuleType:
     mod.is_initialized = lambda: True
     mod.set_device = lambda device: torch.cuda.set_device(device) if _C.gpu_backed() else None
     mod.synchronize = lambda device=None: torch.cuda.synchronize() if _C.gpu_backed() else None
+    mod.device = _device_context
     mod._is_in_bad_fork = lambda: False
     mod.manual_seed_all = lambda seed: None
     mod.get_rng_state = lambda device=None: torch.empty(0, dtype=torch.uint8)
     mod.set_rng_state = lambda state, device=None: None
     return mod
+
+
+def _device_context(device) -> contextlib.AbstractContextManager:
+    """``with torch.privateuseone.device(d):`` (torch's storage moves use it): the GPU behind
+    unified device ``d`` is current inside; without a GPU, nothing changes."""
+    index = torch.device(device).index if isinstance(device, (str, torch.device)) else device
+    if not _C.gpu_backed() or index is None or index < 0:
+        return contextlib.nullcontext()
+    return torch.cuda.device(index)
 
 
 def _install_to() -> None:
@@ -232,6 +257,13 @@ def load_unified(
     return dst
 
 
+def require_host_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Raises ``torch.OutOfMemoryError`` naming ``what``, the bytes it needs and the bytes the
+    machine can still give (RAM and swap, within the memory cgroup) when ``nbytes`` exceed the
+    latter: the check every unified allocation makes before allocating."""
+    _C.require_host_memory(min(max(int(nbytes), 0), 2**64 - 1), what, hint)
+
+
 def registration_stats() -> dict:
     """Live host registrations of this process: for leak checks."""
     pieces, nbytes, total = _C.registration_stats()
@@ -289,6 +321,7 @@ __all__ = [
     "is_unified",
     "load_unified",
     "registration_stats",
+    "require_host_memory",
     "to_unified",
     "unified_device",
 ]

@@ -1,10 +1,26 @@
 """Shared fixtures. CUDA is queried when tests are collected, never when a module is imported,
-and CUDA cases are skipped cleanly on a machine without a GPU."""
+and CUDA cases are skipped cleanly on a machine without a GPU.
+
+GPU memory: every test gives back what it allocated. After each test the fixture below drops
+what a failure keeps alive (the traceback's frames), collects garbage, and empties torch's
+caching allocator, so later tests, and the child processes they start, find the GPU free
+(on an 80 GB GPU, one test's cached blocks left later tests' children unable to map even a
+few pages of host memory). A test that leaves more than ``LEAK_TOLERANCE_BYTES`` allocated, or
+mapped as unified memory, fails at teardown, named. Memory held by module- or session-scoped
+fixtures is not counted: they are set up before the snapshot and torn down after it.
+"""
+
+import gc
+import sys
 
 import pytest
 import torch
 
 from skip_summary import pytest_terminal_summary  # noqa: F401  (a count of skip reasons)
+
+# Allocations a test may leave behind: caches torch keeps on purpose (cuBLAS handles, kernel
+# images, compiled graphs) stay well below this; a leaked table or batch does not.
+LEAK_TOLERANCE_BYTES = 64 << 20
 
 
 def cuda_available() -> bool:
@@ -34,3 +50,46 @@ def gen():
     g = torch.Generator()
     g.seed()
     return g
+
+
+def _gpu_bytes_held() -> dict:
+    """Bytes torch's allocator has handed out per GPU (where this process has initialised
+    CUDA; nothing is initialised here), and bytes of host memory unified tensors keep mapped
+    for the GPUs (always 0 without a GPU)."""
+    held = {}
+    if torch.cuda.is_initialized():
+        held = {f"cuda:{d}": torch.cuda.memory_allocated(d) for d in range(torch.cuda.device_count())}
+    unified = sys.modules.get("pytorch_zerocopy.unified")
+    if unified is not None:
+        held["unified mappings"] = unified.registration_stats()["live_bytes"]
+    return held
+
+
+def _release_gpu_memory() -> None:
+    # A failed test's frames (and so its tensors) live on in sys.last_traceback.
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    if hasattr(sys, "last_exc"):
+        sys.last_exc = None
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_workspaces is not None:
+            clear_workspaces()
+        torch.cuda.empty_cache()
+
+
+@pytest.fixture(autouse=True)
+def gpu_memory_released(request):
+    """After each test: frees torch's GPU cache and fails a test that leaked GPU memory."""
+    before = _gpu_bytes_held()
+    yield
+    if not torch.cuda.is_initialized() and not any(_gpu_bytes_held().values()):
+        return  # nothing on a GPU (always so on a machine without one)
+    _release_gpu_memory()
+    after = _gpu_bytes_held()
+    leaked = {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > LEAK_TOLERANCE_BYTES}
+    if leaked:
+        detail = ", ".join(f"{k}: {v / 2**20:.0f} MiB" for k, v in leaked.items())
+        pytest.fail(f"{request.node.nodeid} left GPU memory allocated after it finished ({detail}); "
+                    "free what the test allocates (del the tensors, or run it in a subprocess)", pytrace=False)

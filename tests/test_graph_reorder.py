@@ -79,14 +79,15 @@ def test_rows_roundtrip_and_shared_memory(gen):
 
 def test_dataset_reordered():
     ds = community_graph(num_nodes=2000, num_classes=4, avg_degree=6, feature_dim=8, seed=1)
-    order = degree_order((ds.indptr, ds.indices))
+    order = degree_order(ds.graph, edge_dir="out")
     new = order.dataset(ds)
     torch.testing.assert_close(new.features[order.new_id], ds.features, rtol=0, atol=0)
     assert torch.equal(new.labels[order.new_id], ds.labels)
     assert torch.equal(new.train_idx, torch.sort(order.new_id[ds.train_idx]).values)
     assert new.features.is_shared()
-    want = edge_multiset(ds.indptr, ds.indices)
-    got = sorted((int(order.old_id[u]), int(order.old_id[v]), w) for u, v, w in edge_multiset(new.indptr, new.indices))
+    want = edge_multiset(ds.graph.indptr, ds.graph.indices)
+    got = sorted((int(order.old_id[u]), int(order.old_id[v]), w)
+                 for u, v, w in edge_multiset(new.graph.indptr, new.graph.indices))
     assert got == want
 
 

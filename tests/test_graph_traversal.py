@@ -1,5 +1,5 @@
 """bfs / sssp / connected_components / pagerank against plain-Python references, networkx and
-scipy, for every variant and placement available; bad input."""
+scipy, for every variant and placement available; the variant chooser; bad input."""
 
 import networkx as nx
 import numpy as np
@@ -8,13 +8,18 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import torch
 
-from graph_reference import (bfs_reference, components_reference, dijkstra_reference, np_csr,
+from graph_reference import (bfs_reference, components_reference, dijkstra_reference, np_csr, pagerank_exact,
                              pagerank_reference, poison_cuda_cache, shapes)
 
-from pytorch_zerocopy.graph import VARIANTS, CSRGraph, bfs, connected_components, pagerank, sssp
+from pytorch_zerocopy.graph import (OP_VARIANTS, CSRGraph, GraphTraits, bfs, choose_variant, connected_components,
+                                    pagerank, sssp)
 
 ID_DTYPES = [torch.int32, torch.int64]
 HOST_PLACEMENTS = ["cpu", "unified"]
+
+
+def variants_of(op):
+    return list(OP_VARIANTS[op]) + ["auto"]
 
 
 @pytest.fixture
@@ -50,9 +55,9 @@ def check_bfs_tree(g, depth, pred):
     assert np.all(pred[depth < 0] == -1)
 
 
-def run_bfs_checks(placement, variant, index_dtype, seed, device=None):
+def run_bfs_checks(placement, variant, index_dtype, seed, device=None, symmetrize=False):
     rng = np.random.default_rng(seed)
-    for name, g in make_graphs(seed, index_dtype):
+    for name, g in make_graphs(seed, index_dtype, symmetrize=symmetrize):
         pg = g.to(placement, device) if placement != "cpu" else g
         indptr, indices, _ = np_csr(g)
         for s in sources_of(g, rng):
@@ -68,7 +73,7 @@ def run_bfs_checks(placement, variant, index_dtype, seed, device=None):
 @pytest.mark.parametrize("placement", HOST_PLACEMENTS)
 @pytest.mark.parametrize("index_dtype", ID_DTYPES)
 def test_bfs_host(placement, index_dtype, seed):
-    for variant in VARIANTS:
+    for variant in variants_of("bfs"):
         run_bfs_checks(placement, variant, index_dtype, seed)
 
 
@@ -105,7 +110,7 @@ def run_sssp_checks(placement, variant, index_dtype, weights, seed, device=None)
 @pytest.mark.parametrize("placement", HOST_PLACEMENTS)
 @pytest.mark.parametrize("weights", [None, "int", "float"])
 def test_sssp_host(placement, weights, seed):
-    for variant in ("naive", "aligned", "frontier"):
+    for variant in variants_of("sssp"):
         for index_dtype in ID_DTYPES:
             run_sssp_checks(placement, variant, index_dtype, weights, seed)
 
@@ -146,7 +151,7 @@ def run_cc_checks(placement, variant, index_dtype, seed, device=None):
 @pytest.mark.parametrize("placement", HOST_PLACEMENTS)
 @pytest.mark.parametrize("index_dtype", ID_DTYPES)
 def test_cc_host(placement, index_dtype, seed):
-    for variant in VARIANTS:
+    for variant in variants_of("connected_components"):
         run_cc_checks(placement, variant, index_dtype, seed)
 
 
@@ -176,9 +181,53 @@ def run_pagerank_checks(placement, variant, index_dtype, seed, device=None):
 
 @pytest.mark.parametrize("placement", HOST_PLACEMENTS)
 def test_pagerank_host(placement, seed):
-    for variant in VARIANTS:
+    for variant in variants_of("pagerank"):
         for index_dtype in ID_DTYPES:
             run_pagerank_checks(placement, variant, index_dtype, seed)
+
+
+def run_pagerank_accuracy(placement, variant, seed, device=None, slack=1e-6):
+    """The result is within tol of the exact PageRank in L1, for several tol and alpha, on
+    graphs with dangling vertices; a looser tol takes no more iterations (async: its work
+    depends on scheduling, so only the bound is checked)."""
+    for name, g in make_graphs(seed, torch.int32):
+        if g.num_nodes < 2:
+            continue
+        pg = g.to(placement, device) if placement != "cpu" else g
+        indptr, indices, _ = np_csr(g)
+        for alpha in (0.5, 0.85):
+            exact = pagerank_exact(indptr, indices, alpha)
+            iterations = []
+            for tol in (1e-2, 1e-4, 1e-6):
+                rank, stats = pagerank(pg, alpha=alpha, tol=tol, max_iter=1000, variant=variant, return_stats=True)
+                l1 = np.abs(rank.cpu().numpy().astype(np.float64) - exact).sum()
+                assert l1 <= tol + slack, (name, variant, alpha, tol, l1)
+                iterations.append(int(stats[1]))
+            if variant != "async":
+                assert iterations == sorted(iterations), (name, variant, alpha, iterations)
+
+
+@pytest.mark.parametrize("placement", HOST_PLACEMENTS)
+def test_pagerank_accuracy_host(placement, seed):
+    for variant in variants_of("pagerank"):
+        run_pagerank_accuracy(placement, variant, seed)
+
+
+def test_pagerank_tol_is_an_accuracy_bound(seed):
+    """The bound holds on a graph where power iteration mixes slowly (a long directed cycle,
+    alpha close to 1), where an iteration's change understates the distance to the solution."""
+    n = 300
+    path = np.arange(n)
+    s = np.concatenate([path[:-1], [n - 1]])
+    d = np.concatenate([path[1:], [0]])  # a directed cycle: power iteration mixes slowly
+    rng = np.random.default_rng(seed)
+    extra = rng.integers(0, n, (2, 20))
+    g = CSRGraph.from_coo(np.concatenate([s, extra[0]]), np.concatenate([d, extra[1]]), n)
+    indptr, indices, _ = np_csr(g)
+    exact = pagerank_exact(indptr, indices, 0.95)
+    for tol in (1e-3, 1e-5):
+        rank = pagerank(g, alpha=0.95, tol=tol, max_iter=10_000).numpy().astype(np.float64)
+        assert np.abs(rank - exact).sum() <= tol + 1e-6
 
 
 def test_pagerank_matches_networkx(seed):
@@ -200,6 +249,8 @@ def test_pagerank_max_iter_stops(seed):
     g = CSRGraph.from_coo(s, d, 100)
     _, stats = pagerank(g, tol=0.0, max_iter=3, return_stats=True)
     assert int(stats[1]) == 3
+    rank = pagerank(g, max_iter=0)
+    assert torch.equal(rank, torch.full((100,), 1 / 100, dtype=torch.float32))
 
 
 def test_stats_count_edges(seed):
@@ -211,6 +262,49 @@ def test_stats_count_edges(seed):
     deg = np.diff(g.indptr.numpy())
     assert int(stats[0]) == deg[reached].sum()
     assert int(stats[1]) == depth.max().item() + 1
+
+
+# --- the variant chooser ------------------------------------------------------------------
+
+
+def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, n=1000, m=32_000):
+    return GraphTraits(placement=placement, on_gpu=on_gpu, symmetric=symmetric,
+                       has_in_lists=symmetric if has_in_lists is None else has_in_lists, num_nodes=n, num_edges=m)
+
+
+@pytest.mark.parametrize("t, op, want", [
+    (traits(), "bfs", "direction"),
+    (traits(symmetric=False), "bfs", "frontier"),
+    (traits(symmetric=False, has_in_lists=True), "bfs", "direction"),
+    (traits(placement="cuda", symmetric=False), "bfs", "aligned"),
+    (traits(m=4000), "bfs", "async"),
+    (traits(m=4000, on_gpu=False, placement="cpu"), "bfs", "direction"),
+    (traits(m=8000), "sssp", "async"),
+    (traits(m=8001), "sssp", "aligned"),
+    (traits(), "connected_components", "staged"),
+    (traits(placement="managed"), "connected_components", "staged"),
+    (traits(placement="cuda"), "connected_components", "frontier"),
+    (traits(placement="cuda", symmetric=False), "connected_components", "staged"),
+    (traits(), "pagerank", "push"),
+    (traits(placement="cuda", m=100), "pagerank", "push"),
+])
+def test_choose_variant(t, op, want):
+    assert choose_variant(op, t) == want
+    assert want in OP_VARIANTS[op]
+
+
+def test_choose_variant_huge_mesh_is_not_async():
+    assert choose_variant("bfs", traits(n=1 << 31, m=1 << 32)) == "direction"
+
+
+def test_auto_resolves_every_op_on_a_cpu_graph():
+    g = CSRGraph.from_coo([0, 1, 2], [1, 2, 0], 3, symmetrize=True)
+    from pytorch_zerocopy.graph import auto_variant
+
+    assert auto_variant("bfs", g) == "direction"
+    assert auto_variant("connected_components", g) == "frontier"
+    with pytest.raises(ValueError, match="op must be"):
+        auto_variant("dfs", g)
 
 
 # --- bad input ----------------------------------------------------------------------------
@@ -248,12 +342,62 @@ def test_directed_graph_refused_by_cc():
     assert labels.tolist() == [0, 0, 0, 3]
 
 
-def test_unknown_variant():
-    with pytest.raises(ValueError, match="variant"):
-        bfs(small_graph(), 0, variant="fastest")
+@pytest.mark.parametrize("call, bad", [
+    (lambda g, v: bfs(g, 0, variant=v), ["fastest", "staged", "push", 2]),
+    (lambda g, v: sssp(g, 0, variant=v), ["direction", "push", "staged"]),
+    (lambda g, v: connected_components(g, variant=v), ["direction", "async", "push"]),
+    (lambda g, v: pagerank(g, variant=v), ["direction", "staged"]),
+])
+def test_variant_not_for_this_op(call, bad):
+    g = small_graph(symmetric=True)
+    for v in bad:
+        with pytest.raises(ValueError, match="variant"):
+            call(g, v)
+
+
+@pytest.mark.parametrize("op, args, bad", [
+    ("graph_bfs", lambda g, v: (g.indptr, g.indices, 0, v, False), [-1, 6, 7, 8]),
+    ("graph_sssp", lambda g, v: (g.indptr, g.indices, None, 0, v), [4, 6, 7, 99]),
+    ("graph_connected_components", lambda g, v: (g.indptr, g.indices, v, True), [4, 5, 6, 8]),
+    ("graph_pagerank", lambda g, v: (g.indptr, g.indices, 0.85, 1e-4, 10, v), [4, 7, -3]),
+])
+def test_op_refuses_variant(op, args, bad):
+    g = small_graph(symmetric=True)
+    for v in bad:
+        with pytest.raises(ValueError, match="variant must be one of"):
+            getattr(torch.ops.zerocopy, op).default(*args(g, v))
+
+
+def test_direction_needs_in_lists():
     g = small_graph()
-    with pytest.raises(ValueError, match="variant"):
-        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 7, False)
+    with pytest.raises(ValueError, match="in-neighbour lists"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False)
+    with pytest.raises(ValueError, match="together"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False, g.indptr, None)
+    with pytest.raises(ValueError, match="in_indptr"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False, g.indptr[:-1], g.indices)
+    with pytest.raises(ValueError, match="in_indices"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False, g.indptr, g.indices[:-1])
+    with pytest.raises(TypeError, match="in_indices"):
+        torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False, g.indptr, g.indices.long())
+    t = g.csc()
+    depth = torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 0, 4, False, t.indptr, t.indices)[0]
+    assert depth.tolist() == [0, 1, 2, -1]
+
+
+def test_direction_on_a_directed_graph_uses_the_transpose(seed):
+    rng = np.random.default_rng(seed)
+    s, d = rng.integers(0, 300, 900), rng.integers(0, 300, 900)
+    g = CSRGraph.from_coo(s, d, 300)
+    indptr, indices, _ = np_csr(g)
+    for src in (0, 17, 299):
+        np.testing.assert_array_equal(bfs(g, src, variant="direction").numpy(), bfs_reference(indptr, indices, src))
+
+
+def test_chunk_edges_must_not_be_negative():
+    g = small_graph(symmetric=True)
+    with pytest.raises(ValueError, match="chunk_edges"):
+        torch.ops.zerocopy.graph_connected_components.default(g.indptr, g.indices, 7, True, -1)
 
 
 def test_op_checks_edge_count():
@@ -267,6 +411,8 @@ def test_pagerank_bad_args():
         pagerank(small_graph(), alpha=1.5)
     with pytest.raises(ValueError, match="max_iter"):
         pagerank(small_graph(), max_iter=-1)
+    with pytest.raises(ValueError, match="tol"):
+        torch.ops.zerocopy.graph_pagerank.default(small_graph().indptr, small_graph().indices, 0.85, -1.0, 10, 6)
 
 
 def test_fake_kernels_and_opcheck():
@@ -274,9 +420,12 @@ def test_fake_kernels_and_opcheck():
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
     torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 2, True))
+    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 4, True, g.indptr, g.indices))
     torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 4.0))
     torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 2))
+    torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 7, True, 2))
     torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 2))
+    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 6))
 
 
 def test_compile_fullgraph():
@@ -296,16 +445,17 @@ GPU_PLACEMENTS = ["cuda", "unified", "managed"]
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", GPU_PLACEMENTS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", variants_of("bfs"))
 @pytest.mark.parametrize("index_dtype", ID_DTYPES)
 def test_bfs_gpu(placement, variant, index_dtype, seed):
     poison_cuda_cache()
     run_bfs_checks(placement, variant, index_dtype, seed, device=0)
+    run_bfs_checks(placement, variant, index_dtype, seed + 1, device=0, symmetrize=True)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", GPU_PLACEMENTS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", variants_of("sssp"))
 @pytest.mark.parametrize("weights", [None, "int", "float"])
 def test_sssp_gpu(placement, variant, weights, seed):
     poison_cuda_cache()
@@ -337,7 +487,7 @@ def test_sssp_delta_must_be_positive():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", GPU_PLACEMENTS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", variants_of("connected_components"))
 @pytest.mark.parametrize("index_dtype", ID_DTYPES)
 def test_cc_gpu(placement, variant, index_dtype, seed):
     poison_cuda_cache()
@@ -346,7 +496,7 @@ def test_cc_gpu(placement, variant, index_dtype, seed):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", GPU_PLACEMENTS)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", variants_of("pagerank"))
 def test_pagerank_gpu(placement, variant, seed):
     poison_cuda_cache()
     for index_dtype in ID_DTYPES:
@@ -354,25 +504,166 @@ def test_pagerank_gpu(placement, variant, seed):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", list(VARIANTS))
-def test_gpu_larger_graphs_match_cpu(variant):
-    """Graphs big enough for many blocks, long lists (hub vertices) and many levels."""
-    from pytorch_zerocopy.graph import grid_graph, kronecker_graph
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("variant", variants_of("pagerank"))
+def test_pagerank_gpu_accuracy(placement, variant, seed):
+    poison_cuda_cache()
+    run_pagerank_accuracy(placement, variant, seed, device=0, slack=2e-6)
 
-    kron = kronecker_graph(14, 8, seed=3, weights="int", device="cpu")
-    grid = grid_graph(60, 70, weights="float")
-    for g in (kron, grid):
+
+def larger_graphs():
+    from pytorch_zerocopy.graph import grid_graph, kronecker_graph, uniform_random_graph
+
+    return {
+        "kron14": kronecker_graph(14, 8, seed=3, weights="int", device="cpu"),  # hubs, isolated vertices
+        "urand14": uniform_random_graph(14, 8, seed=5, weights="float", device="cpu"),
+        "grid60x70": grid_graph(60, 70, weights="float"),  # many levels
+        "kron12-directed": kronecker_graph(12, 8, seed=4, weights="int", symmetrize=False, device="cpu"),
+    }
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op", ["bfs", "sssp", "connected_components", "pagerank"])
+def test_gpu_larger_graphs_match_cpu(op):
+    """Graphs big enough for many blocks, long lists (hub vertices) and many levels, every
+    variant of the op in every placement."""
+    for name, g in larger_graphs().items():
         for placement in GPU_PLACEMENTS:
             pg = g.to(placement, 0)
-            for s in (0, g.num_nodes // 2):
-                assert torch.equal(bfs(pg, s, variant=variant).cpu(), bfs(g, s))
-                ref = sssp(g, s)
-                got = sssp(pg, s, variant=variant).cpu()
-                torch.testing.assert_close(got, ref, rtol=1e-5, atol=0)
-            assert torch.equal(connected_components(pg, variant=variant).cpu(), connected_components(g))
-            # Same iteration count on both sides (tol=0), so only float rounding differs.
-            torch.testing.assert_close(pagerank(pg, tol=0.0, max_iter=60, variant=variant).cpu(),
-                                       pagerank(g, tol=0.0, max_iter=60), rtol=1e-3, atol=1e-9)
+            for variant in variants_of(op):
+                where = f"{name} {placement} {variant}"
+                if op == "bfs":
+                    for s in (0, g.num_nodes // 2):
+                        depth, pred = bfs(pg, s, variant=variant, predecessors=True)
+                        ref = bfs(g, s)
+                        assert torch.equal(depth.cpu(), ref), where
+                        check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+                elif op == "sssp":
+                    for s in (0, g.num_nodes // 2):
+                        torch.testing.assert_close(sssp(pg, s, variant=variant).cpu(), sssp(g, s), rtol=1e-5,
+                                                   atol=0, msg=where)
+                elif op == "connected_components":
+                    assert torch.equal(connected_components(pg, variant=variant, weak=True).cpu(),
+                                       connected_components(g, weak=True)), where
+                else:
+                    got = pagerank(pg, tol=1e-6, max_iter=500, variant=variant).cpu().double()
+                    want = pagerank(g, tol=1e-9, max_iter=500).double()
+                    assert (got - want).abs().sum() <= 1e-6 + 2e-6, where
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["unified", "cuda"])
+def test_direction_reads_less_than_the_edge_list(placement):
+    """On graphs with a giant component, bottom-up levels stop reading a list at the first
+    frontier neighbour: the direction variant reads well under one pass over the edge list,
+    with exact depths and a valid BFS tree."""
+    from pytorch_zerocopy.graph import kronecker_graph, uniform_random_graph
+
+    for g in (uniform_random_graph(16, 8, seed=2, device="cpu"), kronecker_graph(15, 16, seed=7, device="cpu")):
+        pg = g.to(placement, 0)
+        for s in (1, g.num_nodes // 4):
+            depth, pred, stats = bfs(pg, s, variant="direction", predecessors=True, return_stats=True)
+            assert torch.equal(depth.cpu(), bfs(g, s))
+            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+            if int((depth >= 0).sum()) > g.num_nodes // 2:
+                assert int(stats[0]) < g.num_edges // 2, int(stats[0])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["unified", "cuda"])
+@pytest.mark.parametrize("shape", [(300, 300), (1, 5000), (2, 3000), (64, 1)])
+def test_async_high_diameter(placement, shape):
+    """Grids and paths: thousands of levels, the carried-vertex path of the async worklist."""
+    from pytorch_zerocopy.graph import grid_graph
+
+    poison_cuda_cache()
+    for weights in (None, "int", "float"):
+        g = grid_graph(*shape, weights=weights)
+        pg = g.to(placement, 0)
+        for s in (0, g.num_nodes // 2, g.num_nodes - 1):
+            depth, pred = bfs(pg, s, variant="async", predecessors=True)
+            assert torch.equal(depth.cpu(), bfs(g, s))
+            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+            torch.testing.assert_close(sssp(pg, s, variant="async").cpu(), sssp(g, s), rtol=1e-5, atol=0)
+
+
+@pytest.mark.cuda
+def test_async_repeated_runs(seed):
+    """Many runs from many sources on a power-law and a mesh graph: races in the worklist
+    (claims, publication, termination) show up as wrong or missing values."""
+    from pytorch_zerocopy.graph import grid_graph, kronecker_graph
+
+    rng = np.random.default_rng(seed)
+    for g in (kronecker_graph(13, 16, seed=seed % 1000, weights="int", device="cpu"),
+              grid_graph(100, 120, weights="int")):
+        pg = g.to("unified", 0)
+        for s in rng.integers(0, g.num_nodes, 12):
+            assert torch.equal(bfs(pg, int(s), variant="async").cpu(), bfs(g, int(s)))
+            torch.testing.assert_close(sssp(pg, int(s), variant="async").cpu(), sssp(g, int(s)), rtol=0, atol=0)
+
+
+@pytest.mark.cuda
+def test_async_edge_cases():
+    from pytorch_zerocopy.graph import kronecker_graph
+
+    lone = CSRGraph.from_coo([1], [2], 5).to("unified", 0)  # source 0 has no out-edges
+    assert bfs(lone, 0, variant="async").cpu().tolist() == [0, -1, -1, -1, -1]
+    assert bfs(lone, 1, variant="async").cpu().tolist() == [-1, 0, 1, -1, -1]
+    top = np.iinfo(np.int64).max
+    assert sssp(lone, 1, variant="async").cpu().tolist() == [top, 0, 1, top, top]
+    empty = CSRGraph.from_coo([], [], 7).to("cuda", 0)  # every vertex dangling
+    for variant in ("push", "async"):
+        torch.testing.assert_close(pagerank(empty, variant=variant).cpu(), torch.full((7,), 1 / 7))
+    g = kronecker_graph(10, 8, seed=1, device="cpu")
+    pg = g.to("unified", 0)
+    for variant in OP_VARIANTS["pagerank"]:
+        torch.testing.assert_close(pagerank(pg, alpha=0.0, variant=variant).cpu(),
+                                   torch.full((g.num_nodes,), 1 / g.num_nodes))
+        assert torch.equal(pagerank(pg, max_iter=0, variant=variant).cpu(),
+                           torch.full((g.num_nodes,), 1 / g.num_nodes, dtype=torch.float32))
+        # alpha = 1 never meets a bound: max_iter stops it. Async stops within a few steps per
+        # warp of its work budget, part-way through its residuals, so only finiteness holds.
+        rank, stats = pagerank(pg, alpha=1.0, max_iter=4, variant=variant, return_stats=True)
+        assert torch.isfinite(rank).all(), variant
+        if variant != "async":
+            assert int(stats[1]) <= 4 and float(rank.double().sum()) == pytest.approx(1.0, abs=1e-3), variant
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", GPU_PLACEMENTS)
+@pytest.mark.parametrize("chunk", [7, 1000, 4099, 1 << 20])
+def test_cc_staged_chunks(placement, chunk, seed):
+    """Chunks smaller than a slice, not line-aligned, more than the three buffers (reused), and
+    one chunk for everything: the labels of the reference, every edge read once."""
+    from pytorch_zerocopy.graph import kronecker_graph
+
+    poison_cuda_cache()
+    for g in (kronecker_graph(11, 8, seed=seed % 1000, device="cpu"),
+              kronecker_graph(11, 4, seed=seed % 997, symmetrize=False, device="cpu")):
+        pg = g.to(placement, 0)
+        labels, stats = torch.ops.zerocopy.graph_connected_components.default(pg.indptr, pg.indices, 7, g.symmetric,
+                                                                              chunk)
+        assert torch.equal(labels.cpu(), connected_components(g, weak=True))
+        assert int(stats[0]) == g.num_edges
+
+
+@pytest.mark.cuda
+def test_side_stream_runs():
+    """The staged copies and the persistent kernels follow the caller's stream."""
+    from pytorch_zerocopy.graph import grid_graph, kronecker_graph
+
+    kron = kronecker_graph(12, 8, seed=2, device="cpu")
+    grid = grid_graph(50, 50)
+    ug, ugrid = kron.to("unified", 0), grid.to("unified", 0)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        labels = connected_components(ug, variant="staged")
+        depth = bfs(ugrid, 7, variant="async")
+        rank = pagerank(ug, variant="async")
+    s.synchronize()
+    assert torch.equal(labels.cpu(), connected_components(kron))
+    assert torch.equal(depth.cpu(), bfs(grid, 7))
+    assert (rank.cpu().double() - pagerank(kron, tol=1e-9).double()).abs().sum() <= 1e-4 + 2e-6
 
 
 @pytest.mark.cuda
@@ -406,9 +697,15 @@ def test_opcheck_cuda():
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
     g = small_graph(symmetric=True, weights=torch.tensor([1.5, 2.0, 3.0])).to("cuda", 0)
     torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 3, True))
+    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 4, True, g.indptr, g.indices))
+    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 5, True))
     torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 2.0))
+    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 5, 0.0))
     torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 3, True))
+    torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 7, True, 1))
     torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 3))
+    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 6))
+    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 5))
 
 
 @pytest.mark.cuda
@@ -418,6 +715,9 @@ def test_mixed_devices_refused():
         torch.ops.zerocopy.graph_bfs.default(g.indptr.cuda(), g.indices, 0, 2, False)
     with pytest.raises(ValueError, match="same device"):
         torch.ops.zerocopy.graph_connected_components.default(g.indptr, g.indices.cuda(), 2, False)
+    gc = g.to("cuda", 0)
+    with pytest.raises(ValueError, match="same device"):
+        torch.ops.zerocopy.graph_bfs.default(gc.indptr, gc.indices, 0, 4, False, g.indptr, gc.indices)
 
 
 @pytest.mark.cuda
@@ -432,3 +732,31 @@ def test_cc_frontier_skips_lists_in_the_largest_component(placement):
     labels, stats = connected_components(kron.to(placement, 0), variant="frontier", return_stats=True)
     assert torch.equal(labels.cpu(), connected_components(kron))
     assert int(stats[0]) < kron.indices.numel() // 2
+
+
+def test_peer_benchmark_quick(tmp_path):
+    """benchmarks/traversal_peer.py --quick runs every op and variant on small graphs (on the
+    CPU here) and writes the bars the full run reports."""
+    import json
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, root)
+    try:
+        from benchmarks import traversal_peer
+    finally:
+        sys.path.remove(root)
+    assert traversal_peer.main(["--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "traversal_peer_quick.json").read_text())
+    bars = result["bars"]
+    for key in ("bfs_unified_ms", "cc_default_unified_ms", "pagerank_unified_ms", "pagerank_l1_vs_fp64",
+                "async_over_frontier_high_diameter"):
+        assert bars[key] is not None and bars[key] > 0, key
+    assert bars["every_variant_matches_reference"] is True
+    assert bars["pagerank_l1_vs_fp64"] <= 1e-4
+    ran = {(r["op"], r["variant"]) for g in result["graphs"] for r in g["rows"] if r["runs"]}
+    for op, short in (("bfs", "bfs"), ("sssp", "sssp"), ("connected_components", "cc"), ("pagerank", "pagerank")):
+        for variant in variants_of(op):
+            assert (short, variant) in ran, (op, variant)
+    assert (tmp_path / "traversal_peer_quick.md").exists()

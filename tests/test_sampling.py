@@ -1,13 +1,19 @@
-"""Neighbour sampling: every sampled edge checked against the graph, counts, distributions,
-probabilities, determinism, multi-layer compaction and bad input, on CPU, unified and CUDA
-placements of the adjacency."""
+"""Neighbour sampling: one layer (sample_neighbors), compaction (compact) and the multi-layer op
+(sample_layers) against a pure-Python reference of the kernels' contract (csrc/sampling.h);
+CUDA against the CPU op, exactly; distributions and probabilities; the async form; the CUDA op's
+host synchronisations; bad input at the op boundary. Placements of the graph: CPU, unified
+(host memory mapped for the GPU; the CPU without one) and CUDA."""
 
+import warnings
 
 import pytest
 import torch
 
 import pytorch_zerocopy  # noqa: F401  (registers the unified device)
 from pytorch_zerocopy import sampling as S
+from pytorch_zerocopy._compat import has_opcheck
+from pytorch_zerocopy.graph import CSRGraph
+
 
 @pytest.fixture
 def rng():
@@ -39,6 +45,111 @@ def place(t, placement):
     if placement == "unified":
         return t.clone().to("unified")
     return t.to(placement)
+
+
+def poison_allocator(device, nbytes=1 << 24):
+    """Leaves freed blocks full of a recognisable garbage value in the allocator's cache, so an
+    output element a kernel never writes shows up as -7777777 (or its bytes) in the result."""
+    blocks = [torch.full((n,), -7777777, dtype=torch.int64, device=device) for n in (64, 4096, nbytes // 8)]
+    del blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference: the kernels' contract in plain Python.
+
+MASK64 = (1 << 64) - 1
+REPLACE_STREAM = 1 << 40
+
+
+def mix64(z):
+    z = (z + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def draw(seed, node, k):
+    return mix64((mix64((seed ^ mix64(node)) & MASK64) + k) & MASK64)
+
+
+def below(r, n):
+    return (r * n) >> 64
+
+
+def layer_seed(seed, layer):
+    seed &= MASK64
+    return seed if layer == 0 else mix64(seed ^ mix64(layer))
+
+
+def ref_positions(seed, v, deg, fanout, replace):
+    """List positions (relative) that uniform sampling picks for node v, in draw order."""
+    if fanout == -1 or (not replace and deg <= fanout):
+        return list(range(deg))
+    if replace:
+        return [below(draw(seed, v, REPLACE_STREAM + k), deg) for k in range(fanout)] if deg else []
+    chosen = []
+    for k in range(fanout):  # Floyd's algorithm
+        j = deg - fanout + k
+        t = below(draw(seed, v, k), j + 1)
+        chosen.append(j if t in chosen else t)
+    return chosen
+
+
+def ref_sample_layers(indptr, indices, seeds, fanouts_applied, replace, seed, eids=None):
+    """Per layer (seeds' layer first): nodes, src, dst, edge ids, as lists."""
+    indptr, indices = indptr.tolist(), indices.tolist()
+    eids = None if eids is None else eids.tolist()
+    layers, cur = [], list(seeds.tolist())
+    for layer, fanout in enumerate(fanouts_applied):
+        s = layer_seed(seed, layer)
+        nbrs, pos, dst = [], [], []
+        for i, v in enumerate(cur):
+            start, end = indptr[v], indptr[v + 1]
+            for r in ref_positions(s, v, end - start, fanout, replace):
+                pos.append(start + r)
+                nbrs.append(indices[start + r])
+                dst.append(i)
+        local = {v: i for i, v in enumerate(cur)}
+        nodes = list(cur)
+        src = []
+        for u in nbrs:
+            if u not in local:
+                local[u] = len(nodes)
+                nodes.append(u)
+            src.append(local[u])
+        layers.append((nodes, src, dst, pos if eids is None else [eids[p] for p in pos]))
+        cur = nodes
+    return layers
+
+
+def ref_compact(seeds, neighbors):
+    local, nodes = {}, []
+    for u in seeds.tolist() + neighbors.tolist():
+        if u not in local:
+            local[u] = len(nodes)
+            nodes.append(u)
+    return nodes, [local[u] for u in neighbors.tolist()]
+
+
+def op_layers(indptr, indices, seeds, fanouts_applied, replace=False, probs=None, eids=None, seed=0):
+    return torch.ops.zerocopy.sample_layers.default(indptr, indices, seeds, fanouts_applied, replace, probs, eids,
+                                                    seed)
+
+
+def as_lists(layers):
+    nodes, src, dst, eids = layers
+    return [tuple(t.cpu().tolist() for t in (n, s, d, e)) for n, s, d, e in zip(nodes, src, dst, eids)]
+
+
+def assert_same_layers(a, b):
+    for x, y in zip(a, b, strict=True):
+        for u, v in zip(x, y, strict=True):
+            assert u.dtype == v.dtype == torch.int64
+            assert torch.equal(u.cpu(), v.cpu())
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer.
 
 
 def check_sample(indptr, indices, seeds, out, fanout, replace, probs=None):
@@ -84,6 +195,22 @@ def test_sampled_edges_exist_and_counts(rng, placement, index_dtype, replace, fa
     out = S.sample_neighbors(place(indptr, placement), place(indices, placement), seeds, fanout,
                              replace=replace, seed=rng.initial_seed())
     check_sample(indptr, indices, seeds, out, fanout, replace)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanout", [3, 17, -1])
+def test_sample_neighbors_matches_reference(rng, placement, replace, fanout):
+    indptr, indices = random_csr(rng, num_nodes=200)
+    seeds = torch.randperm(200, generator=rng)[:60]
+    seed = int(torch.randint(-2**63, 2**63 - 1, (), generator=rng))
+    out = S.sample_neighbors(place(indptr, placement), place(indices, placement), seeds, fanout,
+                             replace=replace, seed=seed)
+    want = []
+    for v in seeds.tolist():
+        start, end = int(indptr[v]), int(indptr[v + 1])
+        want += [start + r for r in ref_positions(seed & MASK64, v, end - start, fanout, replace)]
+    assert out.edge_pos.cpu().tolist() == want
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -184,6 +311,7 @@ def test_cuda_matches_cpu_uniform(rng, replace, fanout):
     seeds = torch.randperm(2000, generator=rng)[:1500]
     cpu = S.sample_neighbors(indptr, indices, seeds, fanout, replace=replace, seed=77)
     for placement in ("cuda", "unified"):
+        poison_allocator("cuda")
         gpu = S.sample_neighbors(place(indptr, placement), place(indices, placement), seeds.cuda(),
                                  fanout, replace=replace, seed=77)
         assert gpu.neighbors.is_cuda
@@ -191,25 +319,87 @@ def test_cuda_matches_cpu_uniform(rng, replace, fanout):
             assert torch.equal(x, y.cpu())
 
 
+def test_empty_seeds_and_zero_degree(rng):
+    indptr, indices = random_csr(rng, num_nodes=40)
+    out = S.sample_neighbors(indptr, indices, torch.empty(0, dtype=torch.int64), 3)
+    assert out.offsets.tolist() == [0] and out.neighbors.numel() == 0
+    lonely = int((indptr[1:] == indptr[:-1]).nonzero()[0])
+    out = S.sample_neighbors(indptr, indices, torch.tensor([lonely]), 3, replace=True)
+    assert out.offsets.tolist() == [0, 0]
+
+
 # ---------------------------------------------------------------------------------------------
-# Multi-layer sampling and compaction.
+# Compaction.
 
 
-def edge_set(indptr, indices):
-    src = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr[1:] - indptr[:-1])
-    return src, indices.long()
+def test_compact_first_appearance_order(device):
+    seeds = torch.tensor([7, 2, 9], device=device)
+    nbrs = torch.tensor([5, 2, 5, 11, 7, 3], dtype=torch.int32, device=device)
+    nodes, local = S.compact(seeds, nbrs)
+    assert nodes.tolist() == [7, 2, 9, 5, 11, 3]
+    assert local.tolist() == [3, 1, 3, 4, 0, 5]
+
+
+@pytest.mark.parametrize("nbr_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("seed_dtype", [torch.int32, torch.int64])
+def test_compact_matches_reference(rng, device, nbr_dtype, seed_dtype):
+    seeds = torch.randint(0, 5000, (700,), generator=rng).to(seed_dtype)  # repeats allowed here
+    nbrs = torch.randint(0, 5000, (20000,), generator=rng).to(nbr_dtype)
+    if device == "cuda":
+        poison_allocator(device)
+    nodes, local = S.compact(seeds.to(device), nbrs.to(device))
+    want_nodes, want_local = ref_compact(seeds, nbrs)
+    assert nodes.dtype == local.dtype == torch.int64
+    assert nodes.cpu().tolist() == want_nodes and local.cpu().tolist() == want_local
+    with pytest.raises(ValueError, match="node ids must be >= 0"):
+        S.compact(seeds.to(device), torch.tensor([3, -2], device=device))
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-layer sampling.
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[4, 3, 2], [-1, 2], [3, -1], [0, 5]])
+def test_sample_layers_op_matches_reference(rng, index_dtype, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=250, max_deg=12, index_dtype=index_dtype)
+    seeds = torch.randperm(250, generator=rng)[:15].to(torch.int32)
+    seed = int(torch.randint(0, 2**62, (), generator=rng))
+    got = op_layers(indptr, indices, seeds, fanouts, replace, seed=seed)
+    assert as_lists(got) == [tuple(x) for x in ref_sample_layers(indptr, indices, seeds, fanouts, replace, seed)]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+def test_sample_layers_blocks_match_reference(rng, placement, edge_dir):
+    indptr, indices = random_csr(rng, num_nodes=200, max_deg=10, index_dtype=torch.int32)
+    g = CSRGraph.from_csr(indptr, indices)
+    adj = g if edge_dir == "out" else g.csc()
+    seeds = torch.randperm(200, generator=rng)[:12]
+    fanouts = [3, 4, 2]  # DGL order: the seeds sample 2, then 4, then 3
+    if placement == "cuda":
+        poison_allocator("cuda")
+    blocks = S.sample_layers(g.to(placement), seeds, fanouts, edge_dir=edge_dir, seed=99)
+    want = ref_sample_layers(adj.indptr, adj.indices, seeds, fanouts[::-1], False, 99, adj.eids)
+    assert len(blocks) == 3
+    num_dst = seeds.numel()
+    for block, (nodes, src, dst, eids) in zip(blocks[::-1], want):
+        assert block.nodes.tolist() == nodes and block.src.tolist() == src
+        assert block.dst.tolist() == dst and block.eids.tolist() == eids
+        assert block.num_src == len(nodes) and block.num_dst == num_dst
+        num_dst = len(nodes)
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 @pytest.mark.parametrize("edge_dir", ["in", "out"])
 def test_layers_compact_and_map_back(rng, placement, edge_dir):
     indptr, indices = random_csr(rng, index_dtype=torch.int32)
-    src_all, dst_all = edge_set(indptr, indices)
-    adj = S.adjacency_of((indptr, indices), edge_dir)
-    adj = S.Adjacency(place(adj.indptr, placement), place(adj.indices, placement),
-                      None if adj.eids is None else place(adj.eids, placement))
+    src_all = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr[1:] - indptr[:-1])
+    dst_all = indices.long()
+    g = CSRGraph.from_csr(indptr, indices).to(placement)
     seeds = torch.randperm(indptr.numel() - 1, generator=rng)[:20]
-    layers = S.sample_layers(adj, seeds, [4, 3, 2], edge_dir=edge_dir, seed=rng.initial_seed())
+    layers = S.sample_layers(g, seeds, [4, 3, 2], edge_dir=edge_dir, seed=rng.initial_seed())
     assert len(layers) == 3
     assert torch.equal(layers[-1].nodes[: seeds.numel()].cpu(), seeds)
     for lay, nxt in zip(layers, layers[1:] + [None]):
@@ -232,50 +422,302 @@ def test_layers_compact_and_map_back(rng, placement, edge_dir):
     assert int(counts.max()) <= 2
 
 
-def test_compact_first_appearance_order():
-    seeds = torch.tensor([7, 2, 9])
-    nbrs = torch.tensor([5, 2, 5, 11, 7, 3], dtype=torch.int32)
-    nodes, local = S.compact(seeds, nbrs)
-    assert nodes.tolist() == [7, 2, 9, 5, 11, 3]
-    assert local.tolist() == [3, 1, 3, 4, 0, 5]
-
-
-@pytest.mark.parametrize("nbr_dtype", [torch.int32, torch.int64])
-def test_compact_op_matches_torch_path(rng, nbr_dtype):
-    seeds = torch.randperm(5000, generator=rng)[:700]
-    nbrs = torch.randint(0, 5000, (20000,), generator=rng).to(nbr_dtype)
-    nodes, local = S.compact(seeds, nbrs)
-    want_nodes, want_local = S._compact_torch(seeds, nbrs)
-    assert torch.equal(nodes, want_nodes) and torch.equal(local, want_local)
-    assert torch.equal(nodes[:700], seeds) and torch.equal(nodes[local], nbrs.long())
-    with pytest.raises(ValueError, match="node ids must be >= 0"):
-        S.compact(seeds, torch.tensor([3, -2]))
+def test_one_layer_is_sample_neighbors_then_compact(rng):
+    """sample_layers' first layer shares its kernels with sample_neighbors and compact."""
+    indptr, indices = random_csr(rng)
+    seeds = torch.randperm(indptr.numel() - 1, generator=rng)[:50]
+    for replace in (False, True):
+        (block,) = S.sample_layers((indptr, indices), seeds, [6], edge_dir="out", replace=replace, seed=5)
+        one = S.sample_neighbors(indptr, indices, seeds, 6, replace=replace, seed=5)
+        nodes, local = S.compact(seeds, one.neighbors)
+        assert torch.equal(block.nodes, nodes) and torch.equal(block.src, local)
+        assert torch.equal(block.dst, one.seed_index) and torch.equal(block.eids, one.edge_pos)
 
 
 def test_fanout_all_matches_full_in_neighbourhood(rng):
     indptr, indices = random_csr(rng)
-    src_all, dst_all = edge_set(indptr, indices)
+    dst_all = indices.long()
     seeds = torch.randperm(indptr.numel() - 1, generator=rng)[:30]
     (lay,) = S.sample_layers((indptr, indices), seeds, [-1], seed=1)
     want = torch.isin(dst_all, seeds).nonzero().flatten()
     assert sorted(lay.eids.tolist()) == want.tolist()
 
 
-def test_layer_seeds_differ_per_layer():
-    assert S.layer_seed(5, 0) != S.layer_seed(5, 1) != S.layer_seed(6, 1)
+@pytest.mark.parametrize("replace", [False, True])
+def test_sample_layers_deterministic_and_thread_independent(rng, replace):
+    g = CSRGraph.from_csr(*random_csr(rng))
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:40]
+    a = S.sample_layers(g, seeds, [5, 5], replace=replace, seed=17)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        b = S.sample_layers(g, seeds, [5, 5], replace=replace, seed=17)
+    finally:
+        torch.set_num_threads(threads)
+    c = S.sample_layers(g, seeds, [5, 5], replace=replace, seed=18)
+    for x, y in zip(a, b):
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(x, t), getattr(y, t))
+    assert not torch.equal(a[0].eids, c[0].eids)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4]])
+def test_sample_layers_weighted(rng, device, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
+    g = CSRGraph.from_csr(indptr, indices)
+    probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
+    probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
+    seeds = torch.randperm(300, generator=rng)[:25]
+    placed = g.to("cuda") if device == "cuda" else g
+    blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4)
+    src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
+    for block, fanout in zip(blocks, fanouts):
+        eids = block.eids.cpu()
+        assert bool((probs[eids] > 0).all()), "sampled an edge with probability 0"
+        # edge_dir='in': the edge runs from the sampled neighbour to the seed.
+        assert torch.equal(src_all[eids], block.nodes.cpu()[block.src.cpu()])
+        assert torch.equal(indices[eids].long(), block.nodes.cpu()[block.dst.cpu()])
+        per_seed = torch.bincount(block.dst.cpu(), minlength=block.num_dst)
+        if fanout >= 0:
+            assert int(per_seed.max()) <= fanout
+        if not replace:
+            assert eids.unique().numel() == eids.numel()
+    if device == "cuda":  # the same sample as the CPU op, up to rounding of the weighted keys
+        cpu = S.sample_layers(g, seeds, fanouts, probs=probs, replace=replace, seed=4)
+        same = sum(int(torch.equal(a.eids.cpu(), b.eids)) for a, b in zip(blocks, cpu))
+        assert same == len(fanouts)
+
+
+def test_sample_layers_empty_seeds(device):
+    g = CSRGraph.from_csr(torch.tensor([0, 1, 2]), torch.tensor([1, 0]))
+    if device == "cuda":
+        g = g.to("cuda")
+    blocks = S.sample_layers(g, torch.empty(0, dtype=torch.int64, device=device), [2, 2], edge_dir="out")
+    assert [b.num_edges() for b in blocks] == [0, 0] and [b.num_src for b in blocks] == [0, 0]
+
+
+def test_sample_layers_async_equals_sync(rng, device):
+    g = CSRGraph.from_csr(*random_csr(rng))
+    if device == "cuda":
+        g = g.to("cuda")
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:64].to(device)
+    pending = S.sample_layers_async(g, seeds, [4, 6], seed=21)
+    want = S.sample_layers(g, seeds, [4, 6], seed=21)
+    got = pending.result()
+    assert pending.ready() and pending.result() is got
+    for a, b in zip(got, want):
+        assert (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(a, t), getattr(b, t))
+
+
+@pytest.mark.cuda
+def test_async_with_every_array_unified(rng):
+    """The DGL loader's UVA placement maps indptr too: the op still runs on the GPU, asynchronously."""
+    indptr, indices = random_csr(rng, index_dtype=torch.int32)
+    g = CSRGraph(place(indptr, "unified"), place(indices, "unified"), placement="unified", validate=False)
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:64].cuda()
+    pending = S.sample_layers_async(g, seeds, [4, 6], edge_dir="out", seed=21)
+    assert pending.event is not None
+    want = S.sample_layers(CSRGraph.from_csr(indptr, indices), seeds.cpu(), [4, 6], edge_dir="out", seed=21)
+    for a, b in zip(pending.result(), want):
+        assert a.src.is_cuda
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(a, t).cpu(), getattr(b, t))
+
+
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+def test_sample_layers_accepts_only_graphs(rng, edge_dir):
+    indptr, indices = random_csr(rng, num_nodes=50)
+    with pytest.raises(TypeError, match="graph must be a CSRGraph"):
+        S.sample_layers(object(), torch.tensor([1]), [3], edge_dir=edge_dir)
+    # Issue 15: a raw pair naming node 7 of a 2-node graph is refused, not sampled.
+    with pytest.raises(ValueError, match=r"indices must be in \[0, 2\)"):
+        S.sample_layers((torch.tensor([0, 1, 2]), torch.tensor([7, 0])), torch.tensor([0]), [2], edge_dir=edge_dir)
 
 
 # ---------------------------------------------------------------------------------------------
-# Bad input.
+# CUDA: exact agreement with the CPU op, and the host synchronisations.
 
 
-def test_bad_input_messages(rng):
+def graph_on(indptr, indices, placement):
+    g = CSRGraph.from_csr(indptr, indices)
+    return g if placement == "cpu" else g.to(placement)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1]])
+def test_cuda_sample_layers_matches_cpu(rng, placement, index_dtype, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
+    seeds = torch.randperm(3000, generator=rng)[:400]
+    for edge_dir in ("out", "in"):
+        cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
+                              replace=replace, seed=1234)
+        g = graph_on(indptr, indices, placement)
+        for seed_dtype in (torch.int32, torch.int64):
+            poison_allocator("cuda")
+            gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
+                                  seed=1234)
+            for a, b in zip(gpu, cpu):
+                assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
+                for t in ("nodes", "src", "dst", "eids"):
+                    assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
+
+
+@pytest.mark.cuda
+def test_cuda_sample_layers_large_batch_matches_cpu(rng):
+    """Enough seeds for the multi-tile sort and several waves of warps."""
+    indptr, indices = random_csr(rng, num_nodes=200_000, max_deg=30, index_dtype=torch.int32)
+    seeds = torch.randperm(200_000, generator=rng)[:20_000]
+    cpu = op_layers(indptr, indices, seeds, [10, 5], seed=3)
+    poison_allocator("cuda", 1 << 28)
+    gpu = op_layers(indptr.cuda(), indices.cuda(), seeds.cuda(), [10, 5], seed=3)
+    assert_same_layers(gpu, cpu)
+
+
+def count_syncs(fn):
+    """Runs fn under torch's sync debug mode "warn"; returns (result, synchronisations)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return out, sum("synchroniz" in str(w.message) for w in caught)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+def test_cuda_sample_layers_synchronises_once(rng, placement):
+    indptr, indices = random_csr(rng, num_nodes=5000, index_dtype=torch.int32)
+    g = graph_on(indptr, indices, placement)
+    g.csc()  # built once, on first use (host work and copies)
+    seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
+    S.sample_layers(g, seeds, [15, 10], seed=1)  # warm-up: allocator, cub
+    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [15, 10], seed=2))
+    assert syncs == 1
+    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2))
+    assert syncs == 1
+    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [-1, 10], seed=2))
+    assert syncs == 2  # a fanout -1 layer reads its edge total
+    pending, syncs = count_syncs(lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2))
+    assert syncs == 0
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = S.sample_layers(g, seeds, [15, 10], seed=3)
+    for a, b in zip(pending.result(), want):
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(a, t), getattr(b, t))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: a clear exception from the op, on every device, never a crash.
+
+
+def bad_graph(device, indptr, indices, eids=None):
+    """A graph that skips CSRGraph's own checks, so that the op's checks are what is tested."""
+    placement = "cuda" if device == "cuda" else "cpu"
+    return CSRGraph(indptr.to(device), indices.to(device), eids=None if eids is None else eids.to(device),
+                    placement=placement, validate=False)
+
+
+def expect(exc, pattern, fn):
+    with pytest.raises(exc, match=pattern):
+        fn()
+
+
+def test_untrusted_indptr(device):
+    """Issue 15: offsets that run backwards or past the end of indices are refused."""
+    t = lambda *v: torch.tensor(v, device=device)  # noqa: E731
+    pattern = r"indptr is not a valid offset array at node 0: indptr\[0\] = 0, indptr\[1\] = 5 with 2 entries"
+    expect(ValueError, pattern, lambda: S.sample_neighbors(t(0, 5, 2), t(1, 0), t(0, 1), -1))
+    expect(ValueError, pattern, lambda: op_layers(t(0, 5, 2), t(1, 0), t(0, 1), [-1]))
+    pattern = r"at node 1: indptr\[1\] = 2, indptr\[2\] = 1000000000 with 2 entries"
+    expect(ValueError, pattern, lambda: S.sample_neighbors(t(0, 2, 10**9), t(1, 0), t(1), 3))
+    for replace in (False, True):
+        g = bad_graph(device, t(0, 2, 10**9), t(1, 0))
+        expect(ValueError, pattern, lambda: S.sample_layers(g, t(1), [3], edge_dir="out", replace=replace))
+    # The seed's own list is fine; a neighbour's (a later layer) is not.
+    g = bad_graph(device, t(0, 1, 1, -4), t(2))
+    expect(ValueError, r"at node 2: indptr\[2\] = 1, indptr\[3\] = -4",
+           lambda: S.sample_layers(g, t(0), [2, 2], edge_dir="out"))
+    # A CSRGraph built with its checks on refuses the same arrays itself.
+    with pytest.raises(ValueError, match="indptr"):
+        S.sample_layers((t(0, 5, 2), t(1, 0)), t(0), [2], edge_dir="out")
+    assert S.sample_neighbors(t(0, 1, 2), t(1, 0), t(0, 1), 1).neighbors.tolist() == [1, 0]  # still alive
+
+
+def test_untrusted_neighbour_ids(device):
+    t = lambda *v: torch.tensor(v, device=device)  # noqa: E731
+    for dtype in (torch.int32, torch.int64):
+        g = bad_graph(device, t(0, 1, 2), t(7, 0).to(dtype))
+        expect(ValueError, r"indices\[0\] = 7 is out of range for a graph with 2 nodes",
+               lambda: S.sample_layers(g, t(0), [2], edge_dir="out"))
+        expect(ValueError, r"indices\[0\] = 7 is out of range",
+               lambda: S.sample_neighbors(g.indptr, g.indices, t(0), 2))
+        g = bad_graph(device, t(0, 1, 2), t(1, -3).to(dtype))
+        expect(ValueError, r"indices\[1\] = -3 is out of range",
+               lambda: S.sample_layers(g, t(0), [1, 1], edge_dir="out"))
+
+
+@pytest.mark.parametrize("value", [float("nan"), -1.0, float("inf")])
+def test_bad_probabilities(device, value):
+    """Issue 15: NaN (and negative, infinite) probabilities are errors, not zeros."""
+    indptr = torch.tensor([0, 2, 3], device=device)
+    indices = torch.tensor([0, 1, 0], device=device)
+    probs = torch.tensor([0.5, value, 1.0], device=device)
+    pattern = r"probs\[1\] = (nan|-1|inf).*: sampling probabilities must be finite and >= 0"
+    for fanout, replace in ((1, False), (1, True), (-1, False), (5, False)):
+        expect(ValueError, pattern,
+               lambda: S.sample_neighbors(indptr, indices, torch.tensor([0], device=device), fanout,
+                                          replace=replace, probs=probs))
+        g = bad_graph(device, indptr, indices)
+        expect(ValueError, pattern,
+               lambda: S.sample_layers(g, torch.tensor([0], device=device), [fanout], edge_dir="out",
+                                       replace=replace, probs=probs))
+    # Only the lists visited are checked: node 1's list is fine.
+    out = S.sample_neighbors(indptr, indices, torch.tensor([1], device=device), 1, probs=probs)
+    assert out.neighbors.tolist() == [0]
+
+
+def test_bad_edge_ids(device):
+    t = lambda *v: torch.tensor(v, device=device)  # noqa: E731
+    g = bad_graph(device, t(0, 2, 3), t(1, 0, 0), eids=t(0, 9, 1))
+    expect(ValueError, r"eids\[1\] = 9 is not an edge id of a graph with 3 edges",
+           lambda: S.sample_layers(g, t(0), [-1], edge_dir="out"))
+    expect(ValueError, r"eids\[1\] = 9 is not an edge id",
+           lambda: S.sample_layers(g, t(0), [-1], edge_dir="out", probs=torch.ones(3, device=device)))
+
+
+def test_bad_seeds(device):
+    g = CSRGraph.from_csr(*random_csr(torch.Generator().manual_seed(0), num_nodes=50))
+    if device == "cuda":
+        g = g.to("cuda")
+    t = lambda *v: torch.tensor(v, device=device)  # noqa: E731
+    expect(IndexError, r"seeds\[1\] = 50 is out of range for a graph with 50 nodes",
+           lambda: S.sample_layers(g, t(0, 50), [3], edge_dir="out"))
+    expect(IndexError, r"seeds\[0\] = -1 is out of range",
+           lambda: S.sample_layers(g, t(-1, 3), [3, 3]))
+    expect(IndexError, r"seeds\[1\] = 50 is out of range for a graph with 50 nodes",
+           lambda: S.sample_neighbors(g.indptr, g.indices, t(3, 50), 2))
+    expect(ValueError, r"seeds must not repeat a node id .*seeds\[2\] = 4 repeats an earlier seed",
+           lambda: S.sample_layers(g, t(4, 1, 4, 4), [3], edge_dir="out"))
+    expect(ValueError, "must not repeat", lambda: S.sample_layers(g, t(4, 4).int(), [3, 2]))
+
+
+def test_bad_arguments(rng):
     indptr, indices = random_csr(rng, num_nodes=50)
     ok = torch.tensor([1, 2])
-    with pytest.raises(IndexError, match=r"seeds\[1\] = 50 is out of range for a graph with 50 nodes"):
-        S.sample_neighbors(indptr, indices, torch.tensor([3, 50]), 2)
-    with pytest.raises(IndexError, match="out of range"):
-        S.sample_neighbors(indptr, indices, torch.tensor([-1]), 2)
+    g = CSRGraph.from_csr(indptr, indices)
     with pytest.raises(ValueError, match="fanout must be -1"):
         S.sample_neighbors(indptr, indices, ok, -2)
     with pytest.raises(ValueError, match="fanout must be -1"):
@@ -283,54 +725,49 @@ def test_bad_input_messages(rng):
     with pytest.raises(ValueError, match="probs must hold one value per edge"):
         S.sample_neighbors(indptr, indices, ok, 2, probs=torch.ones(indices.numel() + 1))
     with pytest.raises(ValueError, match="probs must hold one value per edge"):
-        torch.ops.zerocopy.sample_neighbors.default(indptr, indices, ok, 2, False,
-                                                    torch.ones(3), 0)
-    with pytest.raises(TypeError, match="seeds must be int32 or int64"):
+        torch.ops.zerocopy.sample_neighbors.default(indptr, indices, ok, 2, False, torch.ones(3), 0)
+    with pytest.raises(TypeError, match="seeds must be an int32 or int64"):
         S.sample_neighbors(indptr, indices, ok.float(), 2)
     with pytest.raises(TypeError, match="indices must be int32 or int64"):
         S.sample_neighbors(indptr, indices.float(), ok, 2)
     with pytest.raises(ValueError, match="indptr must be a 1-D tensor"):
         S.sample_neighbors(indptr.view(1, -1), indices, ok, 2)
     with pytest.raises(ValueError, match="at least one fanout"):
-        S.sample_layers((indptr, indices), ok, [])
+        S.sample_layers(g, ok, [])
+    with pytest.raises(ValueError, match="at least one fanout"):
+        op_layers(indptr, indices, ok, [])
     with pytest.raises(ValueError, match="fanouts must be ints"):
-        S.sample_layers((indptr, indices), ok, [3, -4])
-    with pytest.raises(IndexError, match="node id 50 is out of range"):
-        S.sample_layers((indptr, indices), torch.tensor([0, 50]), [3])
-    with pytest.raises(ValueError, match="must not repeat"):
-        S.sample_layers((indptr, indices), torch.tensor([4, 4]), [3])
+        S.sample_layers(g, ok, [3, -4])
+    with pytest.raises(ValueError, match="fanouts must be -1"):
+        op_layers(indptr, indices, ok, [3, -4])
     with pytest.raises(ValueError, match="probs must hold one value per edge"):
-        S.sample_layers((indptr, indices), ok, [3], probs=torch.ones(2))
+        S.sample_layers(g, ok, [3], probs=torch.ones(2))
+    with pytest.raises(ValueError, match="eids must hold one edge id per position"):
+        op_layers(indptr, indices, ok, [3], eids=torch.arange(3))
     with pytest.raises(ValueError, match="edge_dir must be 'in' or 'out'"):
-        S.sample_layers((indptr, indices), ok, [3], edge_dir="both")
-    with pytest.raises(TypeError, match="graph must be"):
-        S.sample_layers(object(), ok, [3])
+        S.sample_layers(g, ok, [3], edge_dir="both")
+    with pytest.raises(TypeError, match="seeds must be an int32 or int64"):
+        S.sample_layers(g, ok.float(), [3])
 
 
-@pytest.mark.cuda
-def test_cuda_bad_seed_reports_index():
-    indptr = torch.tensor([0, 1, 2], device="cuda")
-    indices = torch.tensor([1, 0], device="cuda")
-    with pytest.raises(IndexError, match=r"seeds\[2\] = 9 is out of range"):
-        S.sample_neighbors(indptr, indices, torch.tensor([0, 1, 9], device="cuda"), 1)
+# ---------------------------------------------------------------------------------------------
+# The ops' schemas and fake kernels.
 
 
-def test_empty_seeds_and_zero_degree(rng):
-    indptr, indices = random_csr(rng, num_nodes=40)
-    out = S.sample_neighbors(indptr, indices, torch.empty(0, dtype=torch.int64), 3)
-    assert out.offsets.tolist() == [0] and out.neighbors.numel() == 0
-    lonely = int((indptr[1:] == indptr[:-1]).nonzero()[0])
-    out = S.sample_neighbors(indptr, indices, torch.tensor([lonely]), 3, replace=True)
-    assert out.offsets.tolist() == [0, 0]
-
-
-def test_opcheck(rng):
-    if not hasattr(torch.library, "opcheck"):
-        pytest.skip("torch.library.opcheck needs torch >= 2.4")
-    indptr, indices = random_csr(rng, num_nodes=60)
-    args = (indptr, indices, torch.arange(10), 3, False, None, 5)
-    torch.library.opcheck(torch.ops.zerocopy.sample_neighbors.default, args,
-                          test_utils=("test_schema", "test_faketensor"))
+@pytest.mark.skipif(not has_opcheck(), reason="torch.library.opcheck needs torch >= 2.4")
+def test_opcheck(rng, device):
+    indptr, indices = random_csr(rng, num_nodes=60, index_dtype=torch.int32)
+    indptr, indices = indptr.to(device), indices.to(device)
+    seeds = torch.randperm(60, generator=rng)[:10].to(device)
+    probs = torch.rand(indices.numel(), device=device)
+    eids = torch.randperm(indices.numel(), device=device)
+    utils = ("test_schema", "test_faketensor", "test_autograd_registration")
+    torch.library.opcheck(torch.ops.zerocopy.sample_neighbors.default, (indptr, indices, seeds, 3, False, None, 5),
+                          test_utils=utils)
     torch.library.opcheck(torch.ops.zerocopy.compact_ids.default,
-                          (torch.arange(5), torch.randint(0, 60, (40,), generator=rng)),
-                          test_utils=("test_schema", "test_faketensor"))
+                          (seeds, torch.randint(0, 60, (40,), generator=rng).to(device)), test_utils=utils)
+    for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
+                 (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
+        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, test_utils=utils)
+        if device == "cuda":
+            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, test_utils=utils)

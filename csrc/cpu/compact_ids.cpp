@@ -5,8 +5,11 @@
 // (insert by compare-and-swap of the key, atomic min of the position). Positions that are
 // their id's first occurrence are marked; an exclusive prefix sum over the marks numbers the
 // unique ids in order of first appearance. The result does not depend on thread count.
+// zerocopy::sample_layers compacts each layer with the same code (compact_cpu).
 
 #include "checks.h"
+#include "cpu/sampling_cpu.h"
+#include "sample_neighbors_args.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -73,7 +76,8 @@ struct IdTable {
 };
 
 template <typename seed_t, typename nbr_t>
-std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const at::Tensor& neighbors) {
+std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const at::Tensor& neighbors,
+                                                 int64_t* first_repeated_seed) {
   const int64_t ns = seeds.numel();
   const int64_t nn = neighbors.numel();
   const int64_t n = ns + nn;
@@ -107,6 +111,16 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
     for (int64_t s = b; s < e; ++s)
       if (table.entries[static_cast<size_t>(s)].key != kEmpty) mark[table.entries[static_cast<size_t>(s)].first] = 1;
   });
+  if (first_repeated_seed) {
+    // A seed position that is not its id's first occurrence repeats an earlier seed.
+    *first_repeated_seed = -1;
+    for (int64_t p = 0; p < ns; ++p) {
+      if (!mark[p]) {
+        *first_repeated_seed = p;
+        break;
+      }
+    }
+  }
   const at::Tensor rank = is_first.cumsum(0);  // inclusive: local id of a first occurrence + 1
   const int64_t* rk = rank.data_ptr<int64_t>();
   const int64_t num_unique = n > 0 ? rk[n - 1] : 0;
@@ -131,27 +145,26 @@ std::tuple<at::Tensor, at::Tensor> compact_typed(const at::Tensor& seeds, const 
 }
 
 std::tuple<at::Tensor, at::Tensor> compact_ids_cpu(const at::Tensor& seeds_in, const at::Tensor& neighbors_in) {
-  check_dim(seeds_in, 1, "seeds");
-  check_dim(neighbors_in, 1, "neighbors");
-  check_index_dtype(seeds_in, "seeds");
-  check_index_dtype(neighbors_in, "neighbors");
+  check_compact_ids_args(seeds_in, neighbors_in);
   check_device_type(seeds_in, c10::DeviceType::CPU, "seeds");
-  check_device_type(neighbors_in, c10::DeviceType::CPU, "neighbors");
-  const at::Tensor seeds = seeds_in.contiguous();
-  const at::Tensor neighbors = neighbors_in.contiguous();
+  return compact_cpu(seeds_in.contiguous(), neighbors_in.contiguous(), nullptr);
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> compact_cpu(const at::Tensor& seeds, const at::Tensor& neighbors,
+                                               int64_t* first_repeated_seed) {
   std::tuple<at::Tensor, at::Tensor> out;
   AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "compact_ids", [&] {
     using seed_t = index_t;
     if (neighbors.scalar_type() == at::kInt) {
-      out = compact_typed<seed_t, int32_t>(seeds, neighbors);
+      out = compact_typed<seed_t, int32_t>(seeds, neighbors, first_repeated_seed);
     } else {
-      out = compact_typed<seed_t, int64_t>(seeds, neighbors);
+      out = compact_typed<seed_t, int64_t>(seeds, neighbors, first_repeated_seed);
     }
   });
   return out;
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("compact_ids", compact_ids_cpu);

@@ -130,7 +130,7 @@ void gather_rows_out_cpu(const at::Tensor& table, const at::Tensor& index, bool 
   check_cpu_args(table, index);
   const at::Tensor rows = gather_rows_table(table, index);
   check_device_type(out, c10::kCPU, "gather_rows: out (for a CPU table)");
-  check_gather_rows_out(out, table, index.numel());
+  check_gather_rows_out(out, table, index);
   gather_rows_cpu_into(rows, index, check_bounds, out);
 }
 
@@ -168,7 +168,7 @@ void gather_rows_cached_out_cpu(const at::Tensor& table, const at::Tensor& cache
   const CachedLayout layout = check_gather_rows_cached(table, cache, slot_of, index);
   check_cached_cpu_args(table, cache, slot_of, index);
   check_device_type(out, c10::kCPU, "gather_rows_cached: out (for a CPU table)");
-  check_gather_rows_cached_out(out, table, index.numel());
+  check_gather_rows_cached_out(out, table, cache, slot_of, index);
   const at::Tensor slots = slot_of.contiguous();
   gather_cpu_into(cached_cpu_sources(layout, slots), row_bytes_of(layout.table), index, check_bounds, out);
 }

@@ -1,10 +1,12 @@
-// zerocopy::sample_neighbors on the CPU: one task per seed node, at::parallel_for over seeds.
-// The samples of a seed depend only on (seed, node id), see csrc/sampling.h, so the result is
-// the same for every thread count.
+// zerocopy::sample_neighbors on the CPU, and the one-layer sampler it shares with
+// zerocopy::sample_layers: one task per seed node, at::parallel_for over seeds. The samples of a
+// seed depend only on (seed, node id), see csrc/sampling.h, so the result is the same for every
+// thread count.
 
 #include "checks.h"
-#include "sampling.h"
+#include "cpu/sampling_cpu.h"
 #include "sample_neighbors_args.h"
+#include "sampling.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -12,7 +14,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <atomic>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -23,9 +24,18 @@ namespace {
 
 using sampling::sample_count;
 
-// Writes the `count` sampled list positions of one seed into pos[0..count).
-void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, bool replace,
-                      const float* p, uint64_t seed, int64_t* pos) {
+// Probabilities by edge id, read through the position -> edge id map when there is one.
+struct EdgeProbs {
+  const float* probs;
+  const int64_t* eids;  // nullptr: the position is the edge id
+  float at(int64_t e) const { return probs[eids ? eids[e] : e]; }
+};
+
+// Writes the `count` sampled list positions (relative to the list's start) of one seed into
+// pos[0..count). `p` (nullptr: uniform) reads the probabilities of the list's positions, which
+// the caller has checked.
+void sample_positions(int64_t node, int64_t start, int64_t deg, int64_t count, int64_t fanout, bool replace,
+                      const EdgeProbs* p, uint64_t seed, int64_t* pos) {
   if (count == 0) return;
   if (p == nullptr) {
     if (fanout < 0 || (!replace && deg <= fanout)) {
@@ -58,7 +68,7 @@ void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, 
   if (fanout < 0) {  // every positive edge, in list order
     int64_t k = 0;
     for (int64_t e = 0; e < deg && k < count; ++e)
-      if (p[e] > 0.0f) pos[k++] = e;
+      if (p->at(start + e) > 0.0f) pos[k++] = e;
     return;
   }
   if (replace) {
@@ -66,7 +76,8 @@ void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, 
     double total = 0.0;
     int64_t last_positive = -1;
     for (int64_t e = 0; e < deg; ++e) {
-      const double w = p[e] > 0.0f ? static_cast<double>(p[e]) : 0.0;
+      const float pe = p->at(start + e);
+      const double w = pe > 0.0f ? static_cast<double>(pe) : 0.0;
       if (w > 0.0) last_positive = e;
       total += w;
       prefix[static_cast<size_t>(e)] = total;
@@ -74,7 +85,7 @@ void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, 
     for (int64_t i = 0; i < count; ++i) {
       const double target =
           sampling::open_unit(sampling::draw(seed, node, sampling::kReplaceStream + i)) * total;
-      // First position whose inclusive prefix reaches the target: never a p <= 0 edge.
+      // First position whose inclusive prefix reaches the target: never a p == 0 edge.
       auto it = std::lower_bound(prefix.begin(), prefix.end(), target);
       const int64_t e = it == prefix.end() ? last_positive : static_cast<int64_t>(it - prefix.begin());
       pos[i] = std::min(e, last_positive);
@@ -84,7 +95,8 @@ void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, 
   std::vector<std::pair<double, int64_t>> keyed;
   keyed.reserve(static_cast<size_t>(deg));
   for (int64_t e = 0; e < deg; ++e) {
-    if (p[e] > 0.0f) keyed.emplace_back(sampling::weighted_key(seed, node, e, p[e]), e);
+    const float pe = p->at(start + e);
+    if (pe > 0.0f) keyed.emplace_back(sampling::weighted_key(seed, node, e, pe), e);
   }
   if (static_cast<int64_t>(keyed.size()) < fanout) {
     for (int64_t i = 0; i < count; ++i) pos[i] = keyed[static_cast<size_t>(i)].second;
@@ -95,40 +107,59 @@ void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, 
 }
 
 template <typename seed_t, typename index_t>
-std::vector<at::Tensor> sample_cpu_typed(const at::Tensor& indptr, const at::Tensor& indices,
-                                         const at::Tensor& seeds, int64_t fanout, bool replace,
-                                         const at::Tensor* probs, uint64_t seed) {
+LayerSample sample_typed(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                         int64_t fanout, bool replace, const float* probs, const int64_t* eids, uint64_t seed,
+                         const char* op, const SampleInputs& inputs) {
   const int64_t n = seeds.numel();
   const int64_t num_nodes = indptr.numel() - 1;
+  const int64_t num_edges = indices.numel();
   const int64_t* ptr = indptr.data_ptr<int64_t>();
   const seed_t* sd = seeds.data_ptr<seed_t>();
-  const float* pr = probs ? probs->data_ptr<float>() : nullptr;
+  const EdgeProbs edge_probs{probs, eids};
+  const EdgeProbs* pr = probs ? &edge_probs : nullptr;
+  ErrorWords errors;
 
+  // Pass 1: every visited seed, offset pair and probability is checked; counts.
   at::Tensor counts = at::empty({n}, seeds.options().dtype(at::kLong));
   int64_t* cnt = counts.data_ptr<int64_t>();
-  std::atomic<int64_t> first_bad{n};
   at::parallel_for(0, n, 256, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
+      cnt[i] = 0;
       const int64_t v = static_cast<int64_t>(sd[i]);
       if (v < 0 || v >= num_nodes) {
-        int64_t cur = first_bad.load();
-        while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
-        }
-        cnt[i] = 0;
+        errors.report(sampling::kBadSeed, i);
         continue;
       }
-      const int64_t start = ptr[v], deg = ptr[v + 1] - ptr[v];
-      int64_t positive = deg;
+      const int64_t start = ptr[v], end = ptr[v + 1];
+      if (!(0 <= start && start <= end && end <= num_edges)) {
+        errors.report(sampling::kBadIndptr, v);
+        continue;
+      }
+      int64_t positive = end - start;
       if (pr) {
         positive = 0;
-        for (int64_t k = 0; k < deg; ++k) positive += pr[start + k] > 0.0f;
+        bool bad = false;
+        for (int64_t k = start; k < end; ++k) {
+          const int64_t id = eids ? eids[k] : k;
+          if (id < 0 || id >= num_edges) {
+            errors.report(sampling::kBadEdgeId, k);
+            bad = true;
+            continue;
+          }
+          const float p = probs[id];
+          if (!sampling::valid_prob(p)) {
+            errors.report(sampling::kBadProb, id);
+            bad = true;
+            continue;
+          }
+          positive += p > 0.0f;
+        }
+        if (bad) continue;
       }
       cnt[i] = sample_count(positive, fanout, replace);
     }
   });
-  const int64_t bad = first_bad.load();
-  TORCH_CHECK_INDEX(bad == n, "sample_neighbors: seeds[", bad, "] = ", static_cast<int64_t>(sd[bad]),
-                    " is out of range for a graph with ", num_nodes, " nodes");
+  errors.raise_if_any(op, inputs);
 
   at::Tensor offsets = at::zeros({n + 1}, counts.options());
   if (n > 0) offsets.slice(0, 1).copy_(counts.cumsum(0));
@@ -142,20 +173,24 @@ std::vector<at::Tensor> sample_cpu_typed(const at::Tensor& indptr, const at::Ten
   int64_t* si = seed_index.data_ptr<int64_t>();
   const index_t* idx = indices.data_ptr<index_t>();
 
+  // Pass 2: sample; every neighbour id read is checked.
   at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t v = static_cast<int64_t>(sd[i]);
       const int64_t start = ptr[v], deg = ptr[v + 1] - ptr[v];
       const int64_t count = off[i + 1] - off[i];
       int64_t* pos = ep + off[i];
-      sample_positions(v, deg, count, fanout, replace, pr ? pr + start : nullptr, seed, pos);
+      sample_positions(v, start, deg, count, fanout, replace, pr, seed, pos);
       for (int64_t k = 0; k < count; ++k) {
         pos[k] += start;
-        nb[off[i] + k] = idx[pos[k]];
+        const index_t u = idx[pos[k]];
+        if (u < 0 || static_cast<int64_t>(u) >= num_nodes) errors.report(sampling::kBadNeighbor, pos[k]);
+        nb[off[i] + k] = u;
         si[off[i] + k] = i;
       }
     }
   });
+  errors.raise_if_any(op, inputs);
   return {offsets, neighbors, edge_pos, seed_index};
 }
 
@@ -163,30 +198,37 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& probs, int64_t seed) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, probs);
-  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&indptr, "indptr"},
-                                {&indices, "indices"}, {&seeds, "seeds"}}) {
-    check_device_type(*t, c10::DeviceType::CPU, name);
-  }
-  if (probs) check_device_type(*probs, c10::DeviceType::CPU, "probs");
+  check_device_type(indptr, c10::DeviceType::CPU, "indptr");
   const at::Tensor ptr = indptr.contiguous();
   const at::Tensor idx = indices.contiguous();
   const at::Tensor sd = seeds.contiguous();
-  const at::Tensor pr = probs ? probs->contiguous() : at::Tensor();
-  std::vector<at::Tensor> out;
-  AT_DISPATCH_INDEX_TYPES(sd.scalar_type(), "sample_neighbors", [&] {
-    using seed_t = index_t;
-    if (idx.scalar_type() == at::kInt) {
-      out = sample_cpu_typed<seed_t, int32_t>(ptr, idx, sd, fanout, replace, probs ? &pr : nullptr,
-                                              static_cast<uint64_t>(seed));
-    } else {
-      out = sample_cpu_typed<seed_t, int64_t>(ptr, idx, sd, fanout, replace, probs ? &pr : nullptr,
-                                              static_cast<uint64_t>(seed));
-    }
-  });
-  return {out[0], out[1], out[2], out[3]};
+  const std::optional<at::Tensor> pr = probs ? std::optional<at::Tensor>(probs->contiguous()) : std::nullopt;
+  const std::optional<at::Tensor> no_eids;
+  const SampleInputs inputs{ptr, idx, sd, pr, no_eids};
+  LayerSample out = sample_layer_cpu(ptr, idx, sd, fanout, replace, pr, no_eids, static_cast<uint64_t>(seed),
+                                     "sample_neighbors", inputs);
+  return {out.offsets, out.neighbors, out.edge_pos, out.seed_index};
 }
 
 }  // namespace
+
+LayerSample sample_layer_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                             int64_t fanout, bool replace, const std::optional<at::Tensor>& probs,
+                             const std::optional<at::Tensor>& eids, uint64_t seed, const char* op,
+                             const SampleInputs& inputs) {
+  const float* pr = probs ? probs->data_ptr<float>() : nullptr;
+  const int64_t* ei = eids ? eids->data_ptr<int64_t>() : nullptr;
+  LayerSample out;
+  AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_neighbors", [&] {
+    using seed_t = index_t;
+    if (indices.scalar_type() == at::kInt) {
+      out = sample_typed<seed_t, int32_t>(indptr, indices, seeds, fanout, replace, pr, ei, seed, op, inputs);
+    } else {
+      out = sample_typed<seed_t, int64_t>(indptr, indices, seeds, fanout, replace, pr, ei, seed, op, inputs);
+    }
+  });
+  return out;
+}
 
 TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("sample_neighbors", sample_neighbors_cpu);

@@ -2,10 +2,11 @@
 // against and the fallback for graphs on the CPU (or unified graphs without a GPU).
 //
 // Every variant maps to the same sequential algorithm here (the variants differ only in how
-// a GPU reads neighbour lists): a FIFO queue for bfs, Dijkstra with a binary heap for sssp,
-// union-find with minimum-id roots for connected components, and power iteration in float64
-// for pagerank. Results are deterministic: bfs predecessors are the first parent discovered
-// in queue order.
+// a GPU schedules the work and reads neighbour lists): a FIFO queue for bfs, Dijkstra with a
+// binary heap for sssp, union-find with minimum-id roots for connected components, and power
+// iteration in float64 for pagerank, stopped by the accuracy rule every pagerank variant shares
+// (traversal_checks.h). Results are deterministic: bfs predecessors are the first parent
+// discovered in queue order.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -69,11 +70,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_impl(const at::Tensor& indptr
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
-                                                      int64_t source, int64_t variant, bool predecessors) {
-  check_variant(variant, "bfs");
+                                                      int64_t source, int64_t variant, bool predecessors,
+                                                      const std::optional<at::Tensor>& in_indptr,
+                                                      const std::optional<at::Tensor>& in_indices) {
+  check_variant(variant, TraversalOp::kBfs);
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   const int64_t n = check_cpu_csr(indptr, indices, "bfs");
+  check_in_lists(variant, in_indptr, in_indices, indptr, indices);
   check_source(source, n, "bfs");
   if (indices.scalar_type() == at::kInt) return bfs_impl<int32_t>(indptr, indices, n, source, predecessors);
   return bfs_impl<int64_t>(indptr, indices, n, source, predecessors);
@@ -126,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor> sssp_dispatch_weights(const at::Tensor& indpt
 std::tuple<at::Tensor, at::Tensor> sssp_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                             const std::optional<at::Tensor>& weights_in, int64_t source,
                                             int64_t variant, double /*delta*/) {
-  check_variant(variant, "sssp");
+  check_variant(variant, TraversalOp::kSssp);
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   const int64_t n = check_cpu_csr(indptr, indices, "sssp");
@@ -171,8 +175,9 @@ std::tuple<at::Tensor, at::Tensor> cc_impl(const at::Tensor& indptr, const at::T
 }
 
 std::tuple<at::Tensor, at::Tensor> cc_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
-                                          int64_t variant, bool /*symmetric*/) {
-  check_variant(variant, "connected_components");
+                                          int64_t variant, bool /*symmetric*/, int64_t chunk_edges) {
+  check_variant(variant, TraversalOp::kConnectedComponents);
+  TORCH_CHECK_VALUE(chunk_edges >= 0, "connected_components: chunk_edges must be >= 0, got ", chunk_edges);
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   const int64_t n = check_cpu_csr(indptr, indices, "connected_components");
@@ -183,10 +188,12 @@ std::tuple<at::Tensor, at::Tensor> cc_cpu(const at::Tensor& indptr_in, const at:
 // Push-style power iteration: rank[u] <- (1 - alpha) / N + alpha * (sum over edges v->u of
 // rank[v] / outdeg(v) + dangling / N), where dangling is the rank of vertices without out
 // edges (every CSR entry counts, so duplicate edges weigh more). Stops after the first
-// iteration whose L1 change is below tol, or after max_iter iterations.
+// iteration whose L1 change is at most pagerank_change_threshold(alpha, tol), which bounds the
+// L1 distance to the exact PageRank by tol, or after max_iter iterations.
 template <typename T>
 std::tuple<at::Tensor, at::Tensor> pagerank_impl(const at::Tensor& indptr, const at::Tensor& indices, int64_t n,
                                                  double alpha, double tol, int64_t max_iter) {
+  const double threshold = pagerank_change_threshold(alpha, tol);
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
   std::vector<double> rank(n, 1.0 / static_cast<double>(n)), acc(n);
@@ -211,7 +218,7 @@ std::tuple<at::Tensor, at::Tensor> pagerank_impl(const at::Tensor& indptr, const
       rank[u] = r;
     }
     ++it;
-    if (diff < tol) break;
+    if (diff <= threshold) break;
   }
   at::Tensor out = at::empty({n}, at::kFloat);
   float* o = out.data_ptr<float>();
@@ -221,10 +228,8 @@ std::tuple<at::Tensor, at::Tensor> pagerank_impl(const at::Tensor& indptr, const
 
 std::tuple<at::Tensor, at::Tensor> pagerank_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                                 double alpha, double tol, int64_t max_iter, int64_t variant) {
-  check_variant(variant, "pagerank");
-  TORCH_CHECK_VALUE(alpha >= 0 && alpha <= 1, "pagerank: alpha must be in [0, 1], got ", alpha);
-  TORCH_CHECK_VALUE(tol >= 0, "pagerank: tol must be >= 0, got ", tol);
-  TORCH_CHECK_VALUE(max_iter >= 0, "pagerank: max_iter must be >= 0, got ", max_iter);
+  check_variant(variant, TraversalOp::kPagerank);
+  check_pagerank_args(alpha, tol, max_iter);
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   const int64_t n = check_cpu_csr(indptr, indices, "pagerank");

@@ -527,7 +527,7 @@ void gather_rows_out_cuda(const at::Tensor& table, const at::Tensor& index, bool
   const c10::cuda::CUDAGuard guard(rows.device());
   TORCH_CHECK_VALUE(out.device() == table.device(), "gather_rows: out must be on ", table.device(),
                     " (the table's device), got ", out.device());
-  check_gather_rows_out(out, rows, idx.numel());
+  check_gather_rows_out(out, table, index);
   gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, row_bytes_of(rows), out);
 }
 
@@ -578,7 +578,7 @@ void gather_rows_cached_out_cuda(const at::Tensor& table, const at::Tensor& cach
   const c10::cuda::CUDAGuard guard(a.cache.device());
   TORCH_CHECK_VALUE(out.device() == cache.device(), "gather_rows_cached: out must be on ", cache.device(),
                     " (the cache's device), got ", out.device());
-  check_gather_rows_cached_out(out, a.rows, a.index.numel());
+  check_gather_rows_cached_out(out, table, cache, slot_of, index);
   gather_cached_into(a, check_bounds, out);
 }
 

@@ -1,28 +1,51 @@
-// Breadth-first search on the GPU, level-synchronous.
+// Breadth-first search on the GPU.
 //
 // Scan variants (naive, merged, aligned): the kernel of level L visits every vertex and
-// expands those with depth == L (EMOGI's BFS). Frontier variant: the kernel of level L
-// expands only the vertices queued by level L - 1, claiming each newly reached vertex with
-// atomicCAS so it is queued exactly once; queues are pushed with one atomic per warp step.
-// Queue order is arbitrary, and random-order reads of short lists from host memory are bound
-// by address translation, so a level holding more than num_nodes / kScanDivisor vertices is
-// expanded in id order instead (a scan of depth == L, decided on the device from the queue
-// length): small levels, the many levels of a high-diameter graph, cost only their own work.
-// Both stop through the device counter described in traversal_common.cuh.
+// expands those with depth == L (EMOGI's BFS; aligned is EMOGI's merged + aligned reads, with
+// each warp taking 32 consecutive vertices at a time, as EMOGI's chunked kernel does). Frontier
+// variant: the kernel of level L expands only the vertices queued by level L - 1, claiming each
+// newly reached vertex with atomicCAS so it is queued exactly once; queues are pushed with one
+// atomic per warp step. Queue order is arbitrary, and random-order reads of short lists from
+// host memory are bound by address translation, so a level holding more than
+// num_nodes / kScanDivisor vertices is expanded in id order instead (a scan of depth == L,
+// decided on the device from the queue length).
 //
-// Device state: stats[0] counts the edges scanned, stats[1] is the last level known to have
+// Direction variant (Beamer et al., SC 2012): each level goes top-down as the frontier variant
+// does, or bottom-up: every unvisited vertex reads its in-neighbour list until it meets a
+// vertex of the current level, and stops there. A step of the bottom-up read is one group of
+// lanes reading one aligned 64-byte block of ids (16 int32 ids, one request), so a vertex whose
+// first in-neighbours include a frontier vertex costs one such block, not its whole list: that
+// is how the direction variant reads less than the edge list. The choice is made on
+// the device at the start of each level from counters the previous level left: bottom-up when
+// the frontier's out-edges exceed 1/kAlpha of the edges into unvisited vertices and the
+// frontier holds more than 1/kBeta of the vertices (Beamer's alpha = 14, beta = 24).
+//
+// All of these stop through the device counter described in traversal_common.cuh.
+//
+// Async variant: one persistent kernel over a device worklist (traversal_async.cuh). Each
+// vertex's state is one 64-bit word, depth << 33 | parent << 1 | queued, improved with
+// atomicCAS (so depth and parent always agree) and taken with atomicAnd (clearing "queued"
+// and reading the latest depth in one step). Depths are improved out of order and corrected;
+// the final words are the exact BFS depths.
+//
+// Device state: stats[0] counts the edges read, stats[1] is the last level known to have
 // vertices (and becomes the number of levels at the end). Frontier queues (two of num_nodes
-// ids) and a three-slot ring of queue lengths: level L reads slot L%3, appends to slot
+// ids) and three-slot rings of per-level counters: level L reads slot L%3, adds to slot
 // (L+1)%3 and clears slot (L+2)%3, which no kernel in flight uses.
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include "traversal_async.cuh"
 #include "traversal_common.cuh"
 
 namespace zerocopy {
 namespace traversal {
 namespace {
+
+constexpr long long kAlpha = 14;
+constexpr long long kBeta = 24;
+constexpr int kBottomUpStepBytes = 64;  // what one vertex reads per bottom-up step
 
 __device__ __forceinline__ bool level_has_work(const long long* top, int64_t level) {
   return *reinterpret_cast<const volatile long long*>(top) >= level;
@@ -90,19 +113,19 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
   mark_found(found, stats + 1, level);
 }
 
-template <typename T>
-__global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                    int32_t* depth, T* pred, const T* __restrict__ queue_in, T* queue_out,
-                                    long long* counts, long long* stats, int64_t level) {
-  if (!level_has_work(stats + 1, level)) return;
-  const int32_t cur = static_cast<int32_t>(level);
+// One top-down level: expands the count_in vertices of queue_in, or, when there are more than
+// n / kScanDivisor of them, every vertex with depth == cur in id order (exactly the queued
+// ones), so that the lists are read in address order. Claims each newly reached vertex u with
+// atomicCAS, pushes it onto queue_out and calls reached(u) on the lane that claimed it. Called
+// by every thread of the grid.
+template <typename T, typename Reached>
+__device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restrict__ indptr,
+                                             const T* __restrict__ indices, int32_t* depth, T* pred,
+                                             const T* __restrict__ queue_in, long long count_in, T* queue_out,
+                                             long long* count_out, int32_t cur, unsigned long long& edges,
+                                             bool& found, Reached&& reached) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  const long long count_in = *reinterpret_cast<const volatile long long*>(counts + level % 3);
-  long long* count_out = counts + (level + 1) % 3;
-  if (blockIdx.x == 0 && threadIdx.x == 0) counts[(level + 2) % 3] = 0;
-  bool found = false;
-  unsigned long long edges = 0;
   auto expand = [&](int64_t v) {  // called by all lanes of a warp
     const int64_t start = indptr[v], end = indptr[v + 1];
     if (lane == 0) edges += end - start;
@@ -114,6 +137,7 @@ __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indpt
         if (depth[u] == -1 && atomicCAS(depth + u, -1, cur + 1) == -1) {
           push = true;
           if (pred) pred[u] = static_cast<T>(v);
+          reached(static_cast<int64_t>(u));
         }
       }
       warp_push(push, u, queue_out, count_out, lane);
@@ -122,36 +146,272 @@ __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indpt
   };
   const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
   if (count_in > n / kScanDivisor) {
-    // A large level: visit its vertices in id order (those with depth == level are exactly the
-    // queued ones), so the lists are read in address order.
     warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, expand);
   } else {
     for (int64_t w = first_warp; w < count_in; w += warps) expand(queue_in[w]);
   }
+}
+
+template <typename T>
+__global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                    int32_t* depth, T* pred, const T* __restrict__ queue_in, T* queue_out,
+                                    long long* counts, long long* stats, int64_t level) {
+  if (!level_has_work(stats + 1, level)) return;
+  const long long count_in = *reinterpret_cast<const volatile long long*>(counts + level % 3);
+  if (blockIdx.x == 0 && threadIdx.x == 0) counts[(level + 2) % 3] = 0;
+  bool found = false;
+  unsigned long long edges = 0;
+  bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, counts + (level + 1) % 3,
+               static_cast<int32_t>(level), edges, found, [](int64_t) {});
   add_block_count(edges, stats);
   mark_found(found, stats + 1, level);
 }
 
+// --- direction-optimizing ----------------------------------------------------------------------
+
+// Per-level counters of the direction variant, each a three-slot ring (see the file comment).
+// count / out_edges / in_edges: size, out-degree sum and in-degree sum of frontier L at slot
+// L%3; visited_in: the in-degree sum of the vertices reached at levels <= L, written at slot
+// L%3 by level L's kernel (from slot (L-1)%3 and frontier L).
+struct DirectionControl {
+  long long count[3];
+  long long out_edges[3];
+  long long in_edges[3];
+  long long visited_in[3];
+};
+
 template <typename T>
-void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t source, int64_t variant,
-             at::Tensor& depth, at::Tensor& pred, at::Tensor& stats) {
+__global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ in_indptr,
+                                          int32_t* depth, T* pred, T* queue, DirectionControl* ctl, int64_t source) {
+  depth[source] = 0;
+  if (pred) pred[source] = static_cast<T>(source);
+  queue[0] = static_cast<T>(source);
+  for (int k = 0; k < 3; ++k) {
+    ctl->count[k] = 0;
+    ctl->out_edges[k] = 0;
+    ctl->in_edges[k] = 0;
+    ctl->visited_in[k] = 0;
+  }
+  ctl->count[0] = 1;
+  ctl->out_edges[0] = indptr[source + 1] - indptr[source];
+  ctl->in_edges[0] = in_indptr[source + 1] - in_indptr[source];
+}
+
+// Bottom-up level: every unvisited vertex (tiles of 32 consecutive ids per warp, one group of
+// kGroup lanes per vertex) reads its in-neighbour list in aligned blocks of kGroup ids
+// (kBottomUpStepBytes: two 32-byte sectors, one request) and stops at the first block holding a
+// vertex of level `cur`; the first such neighbour becomes its parent. Only the group of v writes
+// depth[v], so no atomics are needed.
+template <typename T>
+__device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restrict__ indptr,
+                                              const int64_t* __restrict__ in_indptr,
+                                              const T* __restrict__ in_indices, int32_t* depth, T* pred,
+                                              T* queue_out, long long* count_out, int32_t cur,
+                                              unsigned long long& edges, bool& found, unsigned long long& out_sum,
+                                              unsigned long long& in_sum) {
+  constexpr int kGroup = kBottomUpStepBytes / static_cast<int>(sizeof(T));
+  constexpr unsigned kGroupMask = (1u << kGroup) - 1u;
+  const int lane = threadIdx.x % kWarp;
+  const int group = lane / kGroup, sub = lane % kGroup;
+  const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t base = warp * kWarp; base < n; base += warps * kWarp) {
+    unsigned todo = __ballot_sync(0xffffffffu, base + lane < n && depth[base + lane] == -1);
+    while (todo) {
+      // The group-th set bit of todo is this group's vertex.
+      int pick = -1;
+      for (int j = 0; j < kWarp / kGroup && todo; ++j) {
+        const int k = __ffs(todo) - 1;
+        todo &= todo - 1;
+        if (j == group) pick = k;
+      }
+      const int64_t v = pick >= 0 ? base + pick : -1;
+      int64_t lo = 0, hi = 0, pos = 0;
+      if (v >= 0) {
+        lo = in_indptr[v];
+        hi = in_indptr[v + 1];
+        pos = aligned_start_to<kBottomUpStepBytes>(in_indices, lo);
+      }
+      bool searching = v >= 0 && lo < hi;
+      bool hit_found = false;
+      T parent = 0;
+      while (__any_sync(0xffffffffu, searching)) {
+        __syncwarp();
+        const int64_t e = pos + sub;
+        const bool valid = searching && e >= lo && e < hi;
+        const T u = valid ? in_indices[e] : T(0);
+        if (valid) ++edges;
+        const bool hit = valid && depth[u] == cur;
+        const unsigned mine = (__ballot_sync(0xffffffffu, hit) >> (group * kGroup)) & kGroupMask;
+        const int src = mine ? group * kGroup + __ffs(mine) - 1 : lane;
+        const T from = __shfl_sync(0xffffffffu, u, src);
+        if (searching) {
+          if (mine) {
+            hit_found = true;
+            parent = from;
+            searching = false;
+          } else {
+            pos += kGroup;
+            searching = pos < hi;
+          }
+        }
+      }
+      const bool push = sub == 0 && hit_found;
+      if (push) {
+        depth[v] = cur + 1;
+        if (pred) pred[v] = parent;
+        out_sum += static_cast<unsigned long long>(indptr[v + 1] - indptr[v]);
+        in_sum += static_cast<unsigned long long>(hi - lo);
+      }
+      warp_push(push, static_cast<T>(push ? v : 0), queue_out, count_out, lane);
+      found |= push;
+    }
+  }
+}
+
+template <typename T>
+__global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __restrict__ indptr,
+                                     const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
+                                     const T* __restrict__ in_indices, int32_t* depth, T* pred,
+                                     const T* __restrict__ queue_in, T* queue_out, DirectionControl* ctl,
+                                     long long* stats, int64_t level) {
+  if (!level_has_work(stats + 1, level)) return;
+  const int slot = static_cast<int>(level % 3), next = static_cast<int>((level + 1) % 3),
+            prev = static_cast<int>((level + 2) % 3);
+  const long long count_in = ctl->count[slot];
+  const long long frontier_out = ctl->out_edges[slot];
+  const long long visited_in = ctl->visited_in[prev] + ctl->in_edges[slot];
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    ctl->visited_in[slot] = visited_in;
+    ctl->count[prev] = 0;
+    ctl->out_edges[prev] = 0;
+    ctl->in_edges[prev] = 0;
+  }
+  const long long unvisited_in = m - visited_in;
+  const bool bottom_up = frontier_out * kAlpha > unvisited_in && count_in * kBeta > n;
+  const int32_t cur = static_cast<int32_t>(level);
+  bool found = false;
+  unsigned long long edges = 0, out_sum = 0, in_sum = 0;
+  if (bottom_up) {
+    bfs_bottom_up(n, indptr, in_indptr, in_indices, depth, pred, queue_out, ctl->count + next, cur, edges, found,
+                  out_sum, in_sum);
+  } else {
+    bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, ctl->count + next, cur, edges,
+                 found, [&](int64_t u) {
+                   out_sum += static_cast<unsigned long long>(indptr[u + 1] - indptr[u]);
+                   in_sum += static_cast<unsigned long long>(in_indptr[u + 1] - in_indptr[u]);
+                 });
+  }
+  add_block_count(edges, stats);
+  add_block_count(out_sum, ctl->out_edges + next);
+  add_block_count(in_sum, ctl->in_edges + next);
+  mark_found(found, stats + 1, level);
+}
+
+// --- async ---------------------------------------------------------------------------------------
+
+constexpr unsigned long long kUnreachedKey = ~1ull;  // depth field all ones, not queued
+
+struct BfsAsyncOp {
+  unsigned long long* key;
+  using Item = int32_t;  // depth of the vertex being expanded
+  struct Edge {};
+  using Peek = unsigned long long;
+
+  __device__ __forceinline__ bool begin(int64_t v, int64_t, int64_t, int32_t& d) const {
+    d = static_cast<int32_t>(atomicAnd(key + v, ~1ull) >> 33);
+    return true;
+  }
+
+  __device__ __forceinline__ Edge load(int64_t) const { return {}; }
+
+  __device__ __forceinline__ Peek peek(int64_t u) const { return ld_relaxed(key + u); }
+
+  __device__ __forceinline__ bool relax(int64_t v, int64_t u, Edge, int32_t d, unsigned long long seen) const {
+    const unsigned long long nd = static_cast<unsigned long long>(d) + 1;
+    const unsigned long long parent = static_cast<uint32_t>(v);
+    const unsigned long long want = (nd << 33) | (parent << 1) | 1ull;
+    while ((seen >> 33) > nd) {
+      const unsigned long long prev = atomicCAS(key + u, seen, want);
+      if (prev == seen) return (seen & 1ull) == 0;  // improved; schedule it unless already queued
+      seen = prev;
+    }
+    return false;
+  }
+};
+
+template <typename T>
+__global__ void bfs_async_finalize_kernel(int64_t n, const unsigned long long* __restrict__ key, int32_t* depth,
+                                          T* pred, long long* top) {
+  int32_t deepest = -1;
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const unsigned long long k = key[v];
+    const bool reached = (k | 1ull) != ~0ull;
+    const int32_t d = reached ? static_cast<int32_t>(k >> 33) : -1;
+    depth[v] = d;
+    if (pred) pred[v] = reached ? static_cast<T>((k >> 1) & 0xffffffffull) : static_cast<T>(-1);
+    deepest = d > deepest ? d : deepest;
+  }
+  for (int s = kWarp / 2; s > 0; s /= 2) {
+    const int32_t o = __shfl_xor_sync(0xffffffffu, deepest, s);
+    deepest = o > deepest ? o : deepest;
+  }
+  if (threadIdx.x % kWarp == 0 && deepest >= 0) atomicMax(top, static_cast<long long>(deepest));
+}
+
+template <typename T>
+void bfs_async(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t source, at::Tensor& depth,
+               at::Tensor& pred, at::Tensor& stats, cudaStream_t stream) {
+  auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
+  const unsigned long long source_key = static_cast<unsigned long long>(static_cast<uint32_t>(source)) << 1;
+  at::Tensor key = label_correcting<T>(
+      indptr, indices, source, kUnreachedKey, source_key, [](unsigned long long* k) { return BfsAsyncOp{k}; }, st,
+      ~0ull, "bfs", stream);
+  stats.select(0, 1).fill_(-1);
+  bfs_async_finalize_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(
+      n, reinterpret_cast<const unsigned long long*>(key.data_ptr<int64_t>()), depth.data_ptr<int32_t>(),
+      pred.numel() ? pred.data_ptr<T>() : nullptr, st + 1);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// --- entry ---------------------------------------------------------------------------------------
+
+template <typename T>
+void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor* in_indptr,
+             const at::Tensor* in_indices, int64_t n, int64_t source, int64_t variant, at::Tensor& depth,
+             at::Tensor& pred, at::Tensor& stats) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (variant == kAsync) {
+    bfs_async<T>(indptr, indices, n, source, depth, pred, stats, stream);
+    return;
+  }
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
   int32_t* d = depth.data_ptr<int32_t>();
   T* p = pred.numel() ? pred.data_ptr<T>() : nullptr;
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
-  at::Tensor queues, counts;
+  at::Tensor queues, counts, control;
   T* q = nullptr;
   long long* cnt = nullptr;
-  if (variant == kFrontier) {
-    queues = at::empty({2, n}, indices.options());
-    counts = at::empty({3}, stats.options());
+  DirectionControl* ctl = nullptr;
+  if (variant == kFrontier || variant == kDirection) {
+    queues = at::empty({2, n}, indptr.options().dtype(indices.scalar_type()));
     q = queues.data_ptr<T>();
-    cnt = reinterpret_cast<long long*>(counts.data_ptr<int64_t>());
   }
-  bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, q, cnt, source);
+  if (variant == kFrontier) {
+    counts = at::empty({3}, stats.options());
+    cnt = reinterpret_cast<long long*>(counts.data_ptr<int64_t>());
+    bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, q, cnt, source);
+  } else if (variant == kDirection) {
+    control = at::empty({static_cast<int64_t>(sizeof(DirectionControl) / sizeof(int64_t))}, stats.options());
+    ctl = reinterpret_cast<DirectionControl*>(control.data_ptr<int64_t>());
+    bfs_direction_init_kernel<T><<<1, 1, 0, stream>>>(off, in_indptr->data_ptr<int64_t>(), d, p, q, ctl, source);
+  } else {
+    bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, static_cast<T*>(nullptr), nullptr, source);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t m = indices.numel();
   auto launch = [&](int64_t level) {
     switch (variant) {
       case kNaive:
@@ -163,6 +423,11 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int
       case kAligned:
         bfs_warp_kernel<true, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, level);
         break;
+      case kDirection:
+        bfs_direction_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
+            n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p,
+            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, level);
+        break;
       default:
         bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
             n, off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, level);
@@ -173,19 +438,30 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
-                                                       int64_t source, int64_t variant, bool predecessors) {
-  check_variant(variant, "bfs");
+                                                       int64_t source, int64_t variant, bool predecessors,
+                                                       const std::optional<at::Tensor>& in_indptr_in,
+                                                       const std::optional<at::Tensor>& in_indices_in) {
+  check_variant(variant, TraversalOp::kBfs);
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "bfs");
+  check_in_lists(variant, in_indptr_in, in_indices_in, indptr_in, indices_in);
   c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   check_source(source, n, "bfs");
   TORCH_CHECK_VALUE(n < (int64_t{1} << 31) - 1, "bfs: depths are int32, so num_nodes must be < 2^31 - 1, got ", n);
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
+  at::Tensor in_indptr, in_indices;
+  if (in_indptr_in.has_value()) {
+    in_indptr = in_indptr_in->contiguous();
+    in_indices = in_indices_in->contiguous();
+  }
+  // Outputs and scratch on the GPU of indptr (indices may be host memory mapped for it).
+  const at::TensorOptions index_options = indptr.options().dtype(indices.scalar_type());
   at::Tensor depth = at::full({n}, -1, indptr.options().dtype(at::kInt));
-  at::Tensor pred = predecessors ? at::full({n}, -1, indices.options()) : at::empty({0}, indices.options());
+  at::Tensor pred = predecessors ? at::full({n}, -1, index_options) : at::empty({0}, index_options);
   at::Tensor stats = at::zeros({2}, indptr.options());
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "bfs", [&] {
-    bfs_run<index_t>(indptr, indices, n, source, variant, depth, pred, stats);
+    bfs_run<index_t>(indptr, indices, in_indptr.defined() ? &in_indptr : nullptr,
+                     in_indices.defined() ? &in_indices : nullptr, n, source, variant, depth, pred, stats);
   });
   stats.select(0, 1).add_(1);  // last level with vertices -> number of levels
   return {depth, pred, stats};

@@ -2,6 +2,16 @@
 // the edge list is read exactly once (for a symmetric graph each pair is united from its
 // larger end only; the reverse copy is still read, as it lies in the same lines).
 //
+// Where the edge list lives in host memory, the staged variant keeps the union-find away from
+// the host reads: the list crosses PCIe by DMA (cudaMemcpyAsync on a side stream, at the copy
+// engine's rate and without using an SM) in chunks of `chunk_edges` into three GPU-memory
+// buffers, and an edge-balanced union-find kernel runs on each chunk while the next ones are
+// copied. GPU memory used: three chunks (3 x 2^26 ids by default), whatever the graph's size.
+// On a graph already in GPU memory the same kernel runs over the list in place. In the
+// zero-copy variants (naive ... frontier) each warp waits on a host read, then on a chain of
+// dependent GPU-memory reads and CAS retries, then issues its next host read; the staged
+// variant never mixes the two in one warp.
+//
 // parent[] starts as the identity and always satisfies parent[x] <= x. A union finds both
 // roots and hooks the larger root under the smaller one with atomicCAS (retrying from the new
 // root when another thread got there first), so the root of every set is its minimum vertex
@@ -19,6 +29,7 @@
 // their neighbours (no larger-end rule there, as the other end may have been skipped).
 
 #include <ATen/Dispatch.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/library.h>
 
 #include "traversal_sweep.cuh"
@@ -79,6 +90,16 @@ __device__ __forceinline__ void unite(T* parent, T a, T b) {
     ra = find_root(parent, seen);
     rb = find_root(parent, rb);
   }
+}
+
+// Unites v and u unless their parents already agree, which is the common case once most
+// vertices hang directly under their root: two reads instead of two finds, and no read of the
+// root's own entry, which every find in a large component would otherwise hit.
+template <typename T>
+__device__ __forceinline__ void link(T* parent, T v, T u) {
+  const T pv = ld_volatile(parent + v);
+  const T pu = ld_volatile(parent + u);
+  if (pv != pu) unite(parent, pv, pu);
 }
 
 template <typename T>
@@ -180,9 +201,86 @@ __global__ void cc_finish_kernel(int64_t n, const int64_t* __restrict__ indptr, 
   add_block_count(read, stats);
 }
 
+// The staged variant's kernel: unites the edges [begin, end) of the list, read from src (a
+// GPU-memory copy of them, or the list itself when it is in GPU memory).
+template <typename T>
+__global__ void cc_link_slices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ src,
+                                      int64_t begin, int64_t end, T* parent, bool symmetric, long long* stats) {
+  unsigned long long edges = 0;
+  sweep_edge_slices(
+      n, indptr, src, begin, end, [](int64_t) { return false; },
+      [&](int64_t v, int64_t u) {
+        if (u == v || (symmetric && u > v)) return;
+        link(parent, static_cast<T>(v), static_cast<T>(u));
+      },
+      edges);
+  add_block_count(edges, stats);
+}
+
+constexpr int64_t kDefaultChunkEdges = int64_t{1} << 26;
+constexpr int kStagingBuffers = 3;
+
+// CUDA events destroyed on scope exit (cudaEventDestroy of a pending event is safe: it is
+// released once the work it marks completes).
+struct EventSet {
+  cudaEvent_t events[2 * kStagingBuffers] = {};
+  EventSet() {
+    for (auto& e : events) C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~EventSet() {
+    for (auto& e : events) {
+      if (e) cudaEventDestroy(e);
+    }
+  }
+  cudaEvent_t ready(int b) const { return events[b]; }
+  cudaEvent_t consumed(int b) const { return events[kStagingBuffers + b]; }
+};
+
+template <typename T>
+void cc_staged(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, bool symmetric, T* parent,
+               long long* st, int64_t chunk_edges, cudaStream_t stream) {
+  const int64_t m = indices.numel();
+  if (m == 0) return;
+  const int64_t* off = indptr.data_ptr<int64_t>();
+  const T* col = indices.data_ptr<T>();
+  if (in_device_memory(col)) {
+    cc_link_slices_kernel<T><<<grid_blocks(kWarp, m / kSliceEdges + 2), kBlock, 0, stream>>>(n, off, col, 0, m,
+                                                                                         parent, symmetric, st);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+  const int64_t chunk = std::min(chunk_edges > 0 ? chunk_edges : kDefaultChunkEdges, m);
+  const int64_t buffers_used = std::min<int64_t>(kStagingBuffers, (m + chunk - 1) / chunk);
+  at::Tensor buffers = at::empty({buffers_used, chunk}, indices.options());
+  T* buf = buffers.data_ptr<T>();
+  c10::cuda::CUDAStream copy_stream = c10::cuda::getStreamFromPool(false, indptr.device().index());
+  EventSet events;
+  // The copies read the edge list after whatever the caller queued before this op.
+  C10_CUDA_CHECK(cudaEventRecord(events.consumed(0), stream));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.stream(), events.consumed(0), 0));
+  int64_t k = 0;
+  for (int64_t first = 0; first < m; first += chunk, ++k) {
+    const int b = static_cast<int>(k % buffers_used);
+    const int64_t len = std::min(chunk, m - first);
+    T* dst = buf + b * chunk;
+    if (k >= buffers_used) C10_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.stream(), events.consumed(b), 0));
+    C10_CUDA_CHECK(cudaMemcpyAsync(dst, col + first, static_cast<size_t>(len) * sizeof(T), cudaMemcpyDefault,
+                                   copy_stream.stream()));
+    C10_CUDA_CHECK(cudaEventRecord(events.ready(b), copy_stream.stream()));
+    C10_CUDA_CHECK(cudaStreamWaitEvent(stream, events.ready(b), 0));
+    cc_link_slices_kernel<T><<<grid_blocks(kWarp, len / kSliceEdges + 2), kBlock, 0, stream>>>(
+        n, off, dst, first, first + len, parent, symmetric, st);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    C10_CUDA_CHECK(cudaEventRecord(events.consumed(b), stream));
+  }
+  // Every copy is followed on `stream` by a kernel that waits for it, but the allocator must
+  // also know the buffers were used on the copy stream before it hands their memory out again.
+  c10::cuda::CUDACachingAllocator::recordStream(buffers.storage().data_ptr(), copy_stream);
+}
+
 template <typename T>
 void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t variant, bool symmetric,
-            at::Tensor& labels, at::Tensor& stats) {
+            int64_t chunk_edges, at::Tensor& labels, at::Tensor& stats) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
@@ -199,6 +297,9 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
       break;
     case kAligned:
       cc_hook_kernel<kAligned, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      break;
+    case kStaged:
+      cc_staged<T>(indptr, indices, n, symmetric, parent, st, chunk_edges, stream);
       break;
     default: {
       const int64_t slices = indices.numel() / kSliceEdges + 2;
@@ -224,8 +325,9 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
 }
 
 std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
-                                           int64_t variant, bool symmetric) {
-  check_variant(variant, "connected_components");
+                                           int64_t variant, bool symmetric, int64_t chunk_edges) {
+  check_variant(variant, TraversalOp::kConnectedComponents);
+  TORCH_CHECK_VALUE(chunk_edges >= 0, "connected_components: chunk_edges must be >= 0, got ", chunk_edges);
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "connected_components");
   c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const at::Tensor indptr = indptr_in.contiguous();
@@ -234,7 +336,7 @@ std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at
   at::Tensor stats = at::zeros({2}, indptr.options());
   if (n > 0) {
     AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "connected_components", [&] {
-      cc_run<index_t>(indptr, indices, n, variant, symmetric, labels, stats);
+      cc_run<index_t>(indptr, indices, n, variant, symmetric, chunk_edges, labels, stats);
     });
   }
   stats.select(0, 1).fill_(1);

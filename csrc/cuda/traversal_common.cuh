@@ -8,6 +8,13 @@
 // the first step starts at the 128-byte boundary at or before the list's first element (the
 // lanes before the list stay idle), so every later step covers whole 128-byte lines. The
 // boundary is computed from the array's real address, so it holds for any base alignment.
+//
+// Convergence. A warp's 32 loads of one step become one request only when the 32 lanes issue
+// the load together. Since Volta, lanes that diverged (in a union-find loop, a CAS retry, a
+// vertex walk) are not guaranteed to reconverge before the next load, and a warp that stays
+// diverged issues up to 32 separate 32-byte requests per line: host reads then run at the
+// GPU's request rate, not at PCIe bandwidth. Every warp-cooperative read loop here therefore
+// starts each step with __syncwarp(), so each step's load is issued once, by the whole warp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -34,12 +41,19 @@ constexpr int kWarpsPerBlock = kBlock / kWarp;
 // keep near the copy ceiling, random-order reads of short lists do not.
 constexpr int64_t kScanDivisor = 128;
 
+// The first index at or before `start` whose element starts a kBytes-aligned block of `base`
+// (kBytes a power of two and a multiple of sizeof(T)).
+template <int kBytes, typename T>
+__device__ __forceinline__ int64_t aligned_start_to(const T* base, int64_t start) {
+  constexpr int64_t per_block = kBytes / static_cast<int64_t>(sizeof(T));
+  const int64_t shift = static_cast<int64_t>((reinterpret_cast<uintptr_t>(base) % kBytes) / sizeof(T));
+  return ((start + shift) & ~(per_block - 1)) - shift;
+}
+
 // The first index at or before `start` whose element starts a 128-byte line of `base`.
 template <typename T>
 __device__ __forceinline__ int64_t aligned_start(const T* base, int64_t start) {
-  constexpr int64_t per_line = 128 / static_cast<int64_t>(sizeof(T));
-  const int64_t shift = static_cast<int64_t>((reinterpret_cast<uintptr_t>(base) % 128) / sizeof(T));
-  return ((start + shift) & ~(per_line - 1)) - shift;
+  return aligned_start_to<128>(base, start);
 }
 
 // Calls fn(e) for every e in [start, end), spread over a warp as the variant says. The loop
@@ -50,9 +64,37 @@ template <bool kAlign, typename T, typename Fn>
 __device__ __forceinline__ void warp_for_each(const T* base, int64_t start, int64_t end, int lane, Fn&& fn) {
   const int64_t first = kAlign ? aligned_start(base, start) : start;
   for (int64_t i = first; i < end; i += kWarp) {
+    __syncwarp();
     const int64_t e = i + lane;
     fn(e, e >= start && e < end);
   }
+}
+
+// Lanes below `lane`, as a mask.
+__device__ __forceinline__ unsigned lanemask_lt(int lane) { return (1u << lane) - 1u; }
+
+// Acquire / release accesses at GPU scope for flags and sequence numbers that other blocks
+// poll. An acquire load orders every later access of the thread after it; a release store
+// orders every earlier access (loads included) before it.
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T ld_volatile(const T* p) {
+  return *reinterpret_cast<const volatile T*>(p);
 }
 
 // Calls body(v) on all lanes of the warp for every v in [0, n) with active(v), in ascending
@@ -123,6 +165,18 @@ inline int64_t full_grid_blocks() {
   return full;
 }
 
+// Blocks of `block` threads of `kernel` that are resident on the device at once, at most
+// `max_per_sm` per SM: a persistent kernel launched with this many blocks has all of them
+// running together.
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, int block, int max_per_sm) {
+  const int device = c10::cuda::current_device();
+  int sms = 0, per_sm = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
+  return std::max<int64_t>(1, static_cast<int64_t>(sms) * std::min(per_sm, max_per_sm));
+}
+
 inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
   const int64_t full = full_grid_blocks();
   const int64_t needed = (std::max<int64_t>(items, 1) * workers_per_item + kBlock - 1) / kBlock;
@@ -148,6 +202,13 @@ int64_t run_steps(Launch&& launch, const long long* top_dev, int64_t max_steps, 
     batch = std::min<int64_t>(batch * 2, 64);
   }
   return next;
+}
+
+// Whether `p` points at GPU memory (not host memory mapped for the GPU, not managed memory).
+inline bool in_device_memory(const void* p) {
+  cudaPointerAttributes attr{};
+  C10_CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
+  return attr.type == cudaMemoryTypeDevice;
 }
 
 // Checks shared by the CUDA entry points; returns num_nodes.

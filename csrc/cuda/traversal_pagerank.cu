@@ -1,31 +1,57 @@
-// PageRank on the GPU: push-style power iteration, four kernels per iteration, all in GPU
-// memory except the edge list:
+// PageRank on the GPU, to a stated accuracy: every variant stops once the L1 distance of its
+// result to the exact PageRank is bounded by `tol` (traversal_checks.h), up to float32
+// rounding. All state is in GPU memory except the edge list.
+//
+// Power iteration (naive, merged, aligned, frontier): push-style, four kernels per iteration:
 //   contrib: c[v] = rank[v] / outdeg(v) (0 without out-edges), and the dangling rank sum;
 //   sweep:   acc[u] += c[v] for every edge v -> u (float atomics), in the variant's read shape;
 //   update:  rank[u] = (1 - alpha) / N + alpha * (acc[u] + dangling / N), the L1 change, acc = 0;
-//   finish:  one thread counts the iteration and sets `done` when the change is below tol.
-// Every kernel returns at once when `done` is set, so iterations are launched in batches and
-// `done` is read back once per batch (see run_steps in traversal_common.cuh for the scheme).
+//   finish:  one thread counts the iteration and ends the run once the change is small enough.
+//
+// Residual push (push; EMOGI's PageRank is of this family): keeps x and a residual r with
+// x* = x + (I - alpha M)^-1 r, where M is the walk matrix with dangling mass spread uniformly.
+// It starts from x = 1/N, whose residual r = (1 - alpha)/N + alpha M x - x one sweep computes
+// (r then sums to 0 and shrinks like power iteration's change, where starting from x = 0 would
+// leave mass to push that shrinks only like alpha^k). Each round, every vertex with
+// |r[v]| > eps moves r[v] into x[v] and pushes alpha r[v] / outdeg(v) to its out-neighbours'
+// residuals (dangling vertices spread theirs uniformly); vertices below eps are skipped, and
+// their lists not read. It stops when |r|_1 <= (1 - alpha) tol. eps = (1 - alpha) tol / (2N),
+// so a round where nothing is above eps has already met the target. A round reads the lists
+// of its active vertices with the edge-balanced sweep when they hold more than a quarter of
+// the edges, else warp per active vertex (aligned reads, inactive vertices skipped in tiles).
+//
+// Async (Atos): the same residual equations, but one persistent kernel over a worklist
+// (traversal_async.cuh) of vertices whose |r| exceeds eps; taking a vertex moves its whole
+// residual (atomicExch) and its pushes may schedule its neighbours again at once. Mass of
+// dangling vertices is gathered in one sum and spread between runs of the kernel, which the
+// host repeats until the bound holds. `max_iter` bounds the work at max_iter passes' worth of
+// edges.
+//
+// Iterations are launched in batches and stop on the device: `top` holds the last iteration
+// known to have work, the kernels of iteration s return at once when top < s, and the finish
+// kernel of s sets top = s + 1 unless s met the bound (run_steps in traversal_common.cuh).
 // Float atomics make the last bits of the result vary from run to run.
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
+#include "traversal_async.cuh"
 #include "traversal_sweep.cuh"
 
 namespace zerocopy {
 namespace traversal {
 namespace {
 
-// Per-iteration sums, reset by pr_finish_kernel. The done flag is a separate int64 and the
-// iteration count lives in stats[1].
+// Per-iteration sums, reset by the finish kernels. The iteration count lives in stats[1].
 struct PageRankScalars {
   double dangling;
-  double diff;
+  double diff;      // power iteration: L1 change; push: |r|_1 after the round
+  double active;    // push: out-edges of the vertices that push in the next round (set by update)
+  double sweeping;  // push: out-edges of the vertices that push in this round (set by finish)
 };
 
-__device__ __forceinline__ bool pr_done(const long long* done) {
-  return *reinterpret_cast<const volatile long long*>(done) != 0;
+__device__ __forceinline__ bool pr_idle(const long long* top, int64_t step) {
+  return *reinterpret_cast<const volatile long long*>(top) < step;
 }
 
 __device__ __forceinline__ void add_block_double(double mine, double* total) {
@@ -47,8 +73,8 @@ __global__ void pr_init_kernel(int64_t n, float* rank, float* acc) {
 }
 
 __global__ void pr_contrib_kernel(int64_t n, const int64_t* __restrict__ indptr, const float* __restrict__ rank,
-                                  float* contrib, PageRankScalars* scalars, const long long* done) {
-  if (pr_done(done)) return;
+                                  float* contrib, PageRankScalars* scalars, const long long* top, int64_t step) {
+  if (pr_idle(top, step)) return;
   double dangling = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -65,9 +91,9 @@ __global__ void pr_contrib_kernel(int64_t n, const int64_t* __restrict__ indptr,
 
 template <int kVariant, typename T>
 __global__ void pr_sweep_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                const float* __restrict__ contrib, float* acc, const long long* done,
-                                long long* stats) {
-  if (pr_done(done)) return;
+                                const float* __restrict__ contrib, float* acc, const long long* top,
+                                int64_t step, long long* stats) {
+  if (pr_idle(top, step)) return;
   unsigned long long edges = 0;
   sweep_edges<kVariant, T>(
       n, indptr, indices, [](int64_t) { return false; },
@@ -76,8 +102,8 @@ __global__ void pr_sweep_kernel(int64_t n, const int64_t* __restrict__ indptr, c
 }
 
 __global__ void pr_update_kernel(int64_t n, float* rank, float* acc, double alpha, PageRankScalars* scalars,
-                                 const long long* done) {
-  if (pr_done(done)) return;
+                                 const long long* top, int64_t step) {
+  if (pr_idle(top, step)) return;
   const double inv_n = 1.0 / static_cast<double>(n);
   const float base = static_cast<float>((1.0 - alpha) * inv_n + alpha * scalars->dangling * inv_n);
   const float a = static_cast<float>(alpha);
@@ -92,76 +118,368 @@ __global__ void pr_update_kernel(int64_t n, float* rank, float* acc, double alph
   add_block_double(diff, &scalars->diff);
 }
 
-__global__ void pr_finish_kernel(PageRankScalars* scalars, long long* done, long long* stats, double tol) {
-  if (*done) return;
+// Ends iteration `step`: counts it, keeps the run going unless scalars->diff (power iteration:
+// the change; push: |r|_1) is at most `bound`, and resets the sums.
+__global__ void pr_finish_kernel(PageRankScalars* scalars, long long* top, long long* stats, double bound,
+                                 int64_t step) {
+  if (*top < step) return;
   stats[1] += 1;
-  if (scalars->diff < tol) *done = 1;
+  if (!(scalars->diff <= bound)) *top = step + 1;
   scalars->dangling = 0;
   scalars->diff = 0;
+  scalars->sweeping = scalars->active;
+  scalars->active = 0;
 }
 
 template <typename T>
-void pagerank_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, double alpha, double tol,
-                  int64_t max_iter, int64_t variant, at::Tensor& rank, at::Tensor& stats) {
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+void power_iteration(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, double alpha, double tol,
+                     int64_t max_iter, int64_t variant, at::Tensor& rank, at::Tensor& stats, cudaStream_t stream) {
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
   float* r = rank.data_ptr<float>();
   at::Tensor acc = at::empty({n}, rank.options());
   at::Tensor contrib = at::empty({n}, rank.options());
-  at::Tensor scalars_t = at::zeros({2}, rank.options().dtype(at::kDouble));
-  at::Tensor done_t = at::zeros({1}, stats.options());
+  at::Tensor scalars_t = at::zeros({4}, rank.options().dtype(at::kDouble));
+  at::Tensor top_t = at::zeros({1}, stats.options());
   float* a = acc.data_ptr<float>();
   float* c = contrib.data_ptr<float>();
   auto* scalars = reinterpret_cast<PageRankScalars*>(scalars_t.data_ptr<double>());
-  auto* done = reinterpret_cast<long long*>(done_t.data_ptr<int64_t>());
+  auto* top = reinterpret_cast<long long*>(top_t.data_ptr<int64_t>());
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
+  const double threshold = pagerank_change_threshold(alpha, tol);
   const int64_t vertex_blocks = grid_blocks(1, n);
   const int64_t warp_blocks = grid_blocks(kWarp, n);
   const int64_t slice_blocks = grid_blocks(kWarp, indices.numel() / kSliceEdges + 2);
   pr_init_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, r, a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  auto launch = [&]() {
-    pr_contrib_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, c, scalars, done);
+  auto launch = [&](int64_t step) {
+    pr_contrib_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, c, scalars, top, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     switch (variant) {
       case kNaive:
-        pr_sweep_kernel<kNaive, T><<<vertex_blocks, kBlock, 0, stream>>>(n, off, col, c, a, done, st);
+        pr_sweep_kernel<kNaive, T><<<vertex_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
         break;
       case kMerged:
-        pr_sweep_kernel<kMerged, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, done, st);
+        pr_sweep_kernel<kMerged, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
         break;
       case kAligned:
-        pr_sweep_kernel<kAligned, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, done, st);
+        pr_sweep_kernel<kAligned, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
         break;
       default:
-        pr_sweep_kernel<kFrontier, T><<<slice_blocks, kBlock, 0, stream>>>(n, off, col, c, a, done, st);
+        pr_sweep_kernel<kFrontier, T><<<slice_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    pr_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, r, a, alpha, scalars, done);
+    pr_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, r, a, alpha, scalars, top, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, done, st, tol);
+    pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, threshold, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  at::Tensor pinned = at::empty({1}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  auto* host_done = reinterpret_cast<long long*>(pinned.data_ptr<int64_t>());
-  int64_t launched = 0, batch = 1;
-  while (launched < max_iter) {
-    const int64_t stop = std::min(max_iter, launched + batch);
-    for (; launched < stop; ++launched) launch();
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_done, done, sizeof(long long), cudaMemcpyDeviceToHost, stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (*host_done) break;
-    batch = std::min<int64_t>(batch * 2, 16);
+  run_steps(launch, top, max_iter, stream);
+}
+
+// --- residual push ---------------------------------------------------------------------------
+
+// x = 1/N; c[v] = alpha x[v] / outdeg(v) (0 without out-edges, whose alpha x[v] goes to the
+// dangling sum); r = (1 - alpha)/N - x, to which the update after the first sweep adds
+// alpha M x.
+__global__ void prp_init_kernel(int64_t n, const int64_t* __restrict__ indptr, float* x, float* r, float* c,
+                                float* acc, double alpha, PageRankScalars* scalars) {
+  const double x0 = 1.0 / static_cast<double>(n);
+  double dangling = 0;
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t deg = indptr[v + 1] - indptr[v];
+    x[v] = static_cast<float>(x0);
+    r[v] = static_cast<float>((1.0 - alpha) * x0 - x0);
+    acc[v] = 0.0f;
+    if (deg == 0) {
+      c[v] = 0.0f;
+      dangling += alpha * x0;
+    } else {
+      c[v] = static_cast<float>(alpha * x0 / static_cast<double>(deg));
+    }
+  }
+  add_block_double(dangling, &scalars->dangling);
+}
+
+// Moves the residual of every vertex above eps into x and sets what it pushes.
+__global__ void prp_take_kernel(int64_t n, const int64_t* __restrict__ indptr, float* x, float* r, float* c,
+                                double alpha, float eps, PageRankScalars* scalars, const long long* top,
+                                int64_t step) {
+  if (pr_idle(top, step)) return;
+  double dangling = 0;
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float p = r[v];
+    float cv = 0.0f;
+    if (fabsf(p) > eps) {
+      x[v] += p;
+      r[v] = 0.0f;
+      const int64_t deg = indptr[v + 1] - indptr[v];
+      if (deg == 0) {
+        dangling += alpha * static_cast<double>(p);
+      } else {
+        cv = static_cast<float>(alpha * static_cast<double>(p) / static_cast<double>(deg));
+      }
+    }
+    c[v] = cv;
+  }
+  add_block_double(dangling, &scalars->dangling);
+}
+
+// The round's pushes when its active vertices hold more than a quarter of the edges: the
+// edge-balanced sweep (every line read, inactive sources add nothing).
+template <typename T>
+__global__ void prp_slices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                  const float* __restrict__ c, float* acc, const PageRankScalars* scalars,
+                                  double edges_total, const long long* top, int64_t step, long long* stats) {
+  if (pr_idle(top, step) || !(scalars->sweeping * 4 > edges_total)) return;
+  unsigned long long edges = 0;
+  sweep_edge_slices(
+      n, indptr, indices, 0, indptr[n], [&](int64_t v) { return c[v] == 0.0f; },
+      [&](int64_t v, int64_t u) { atomicAdd(acc + u, c[v]); }, edges);
+  add_block_count(edges, stats);
+}
+
+// Otherwise: warp per active vertex, aligned reads; tiles of 32 vertices skip inactive ones
+// without reading their lists.
+template <typename T>
+__global__ void prp_vertices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                    const float* __restrict__ c, float* acc, const PageRankScalars* scalars,
+                                    double edges_total, const long long* top, int64_t step, long long* stats) {
+  if (pr_idle(top, step) || scalars->sweeping * 4 > edges_total) return;
+  const int lane = threadIdx.x % kWarp;
+  unsigned long long edges = 0;
+  warp_for_each_active(n, lane, [&](int64_t v) { return c[v] != 0.0f; }, [&](int64_t v) {
+    const float cv = c[v];
+    const int64_t start = indptr[v], end = indptr[v + 1];
+    if (lane == 0) edges += end - start;
+    warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
+      if (valid) atomicAdd(acc + indices[e], cv);
+    });
+  });
+  add_block_count(edges, stats);
+}
+
+// r += acc + dangling / N; |r|_1 and the out-edges of the vertices above eps (next round).
+__global__ void prp_update_kernel(int64_t n, const int64_t* __restrict__ indptr, float* r, float* acc, float eps,
+                                  PageRankScalars* scalars, const long long* top, int64_t step) {
+  if (pr_idle(top, step)) return;
+  const float spread = static_cast<float>(scalars->dangling / static_cast<double>(n));
+  double norm = 0, active = 0;
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < n;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float nr = r[u] + acc[u] + spread;
+    r[u] = nr;
+    acc[u] = 0.0f;
+    norm += fabs(static_cast<double>(nr));
+    if (fabsf(nr) > eps) active += static_cast<double>(indptr[u + 1] - indptr[u]);
+  }
+  add_block_double(norm, &scalars->diff);
+  add_block_double(active, &scalars->active);
+}
+
+// The state of the residual form, in GPU memory: x (the result), r, what each vertex pushes
+// (c), the pushes' sum per vertex (acc), the per-round sums and the step counter.
+template <typename T>
+struct Residual {
+  const int64_t n, m;
+  const int64_t* off;
+  const T* col;
+  const double alpha, target;
+  const float eps;  // vertices with |r| <= eps do not push: at most half the target left below it
+  at::Tensor r_t, c_t, acc_t, scalars_t, top_t;
+  float *x, *r, *c, *acc;
+  PageRankScalars* scalars;
+  long long* top;
+  long long* st;
+
+  Residual(const at::Tensor& indptr, const at::Tensor& indices, double alpha_, double tol, at::Tensor& rank,
+           at::Tensor& stats)
+      : n(indptr.numel() - 1),
+        m(indices.numel()),
+        off(indptr.data_ptr<int64_t>()),
+        col(indices.data_ptr<T>()),
+        alpha(alpha_),
+        target(pagerank_residual_target(alpha_, tol)),
+        eps(static_cast<float>(pagerank_residual_target(alpha_, tol) / (2.0 * static_cast<double>(n)))),
+        r_t(at::empty({n}, rank.options())),
+        c_t(at::empty({n}, rank.options())),
+        acc_t(at::empty({n}, rank.options())),
+        scalars_t(at::zeros({4}, rank.options().dtype(at::kDouble))),
+        top_t(at::zeros({1}, stats.options())),
+        x(rank.data_ptr<float>()),
+        r(r_t.data_ptr<float>()),
+        c(c_t.data_ptr<float>()),
+        acc(acc_t.data_ptr<float>()),
+        scalars(reinterpret_cast<PageRankScalars*>(scalars_t.data_ptr<double>())),
+        top(reinterpret_cast<long long*>(top_t.data_ptr<int64_t>())),
+        st(reinterpret_cast<long long*>(stats.data_ptr<int64_t>())) {}
+
+  // x = 1/N without any iteration (max_iter == 0).
+  void uniform(cudaStream_t stream) {
+    pr_init_kernel<<<grid_blocks(1, n), kBlock, 0, stream>>>(n, x, acc);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  // One round (step 0: x = 1/N and its residual, one full sweep; later steps: the vertices above
+  // eps push), ending with the finish kernel.
+  void round(int64_t step, cudaStream_t stream) {
+    const int64_t vertex_blocks = grid_blocks(1, n);
+    if (step == 0) {
+      scalars_t.select(0, 3).fill_(static_cast<double>(m));  // every vertex pushes
+      prp_init_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, acc, alpha, scalars);
+    } else {
+      prp_take_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, alpha, eps, scalars, top, step);
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    prp_slices_kernel<T><<<grid_blocks(kWarp, m / kSliceEdges + 2), kBlock, 0, stream>>>(
+        n, off, col, c, acc, scalars, static_cast<double>(m), top, step, st);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    prp_vertices_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, c, acc, scalars,
+                                                                          static_cast<double>(m), top, step, st);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    prp_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, acc, eps, scalars, top, step);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, target, step);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+};
+
+template <typename T>
+void residual_push(const at::Tensor& indptr, const at::Tensor& indices, double alpha, double tol, int64_t max_iter,
+                   at::Tensor& rank, at::Tensor& stats, cudaStream_t stream) {
+  Residual<T> res(indptr, indices, alpha, tol, rank, stats);
+  if (max_iter == 0) {
+    res.uniform(stream);
+    return;
+  }
+  run_steps([&](int64_t step) { res.round(step, stream); }, res.top, max_iter, stream);
+}
+
+// --- async -------------------------------------------------------------------------------------
+
+struct PageRankAsyncOp {
+  float* r;
+  float* x;
+  int* queued;
+  double* dangling;
+  float alpha;
+  float eps;
+  using Item = float;  // what the vertex adds to each out-neighbour's residual
+  struct Edge {};
+  struct Peek {};
+
+  __device__ __forceinline__ bool begin(int64_t v, int64_t start, int64_t end, float& amount) const {
+    // Unmark before taking the residual: an addition after the exchange then sees the mark
+    // clear and schedules v again (both sides fence between their two accesses).
+    atomicExch(queued + v, 0);
+    __threadfence();
+    const float p = atomicExch(r + v, 0.0f);
+    if (p == 0.0f) return false;
+    atomicAdd(x + v, p);
+    if (end == start) {
+      atomicAdd(dangling, static_cast<double>(alpha) * static_cast<double>(p));
+      return false;
+    }
+    amount = alpha * p / static_cast<float>(end - start);
+    return true;
+  }
+
+  __device__ __forceinline__ Edge load(int64_t) const { return {}; }
+
+  __device__ __forceinline__ Peek peek(int64_t) const { return {}; }
+
+  __device__ __forceinline__ bool relax(int64_t, int64_t u, Edge, float amount, Peek) const {
+    const float before = atomicAdd(r + u, amount);
+    if (!(fabsf(before + amount) > eps)) return false;
+    __threadfence();
+    if (ld_volatile(queued + u) != 0) return false;
+    return atomicExch(queued + u, 1) == 0;
+  }
+};
+
+// Schedules every vertex whose |r| exceeds eps. Every thread of a warp runs the same number of
+// loop trips (async_push_warp is warp-collective).
+template <typename T>
+__global__ void pra_seed_kernel(int64_t n, const float* __restrict__ r, int* queued, float eps,
+                                AsyncQueueView<T> q) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t base = blockIdx.x * static_cast<int64_t>(blockDim.x); base < n;
+       base += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t v = base + threadIdx.x;
+    const bool push = v < n && fabsf(r[v]) > eps && atomicExch(queued + v, 1) == 0;
+    async_push_warp(q, push, static_cast<T>(push ? v : 0), lane);
+  }
+}
+
+// r += dangling / N (the mass gathered from dangling vertices), dangling = 0.
+__global__ void pra_spread_kernel(int64_t n, float* r, double* dangling) {
+  const float spread = static_cast<float>(*dangling / static_cast<double>(n));
+  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < n;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    r[u] += spread;
+  }
+}
+
+template <typename T>
+void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alpha, double tol, int64_t max_iter,
+                at::Tensor& rank, at::Tensor& stats, cudaStream_t stream) {
+  Residual<T> res(indptr, indices, alpha, tol, rank, stats);
+  if (max_iter == 0) {
+    res.uniform(stream);
+    return;
+  }
+  const int64_t n = res.n, m = res.m;
+  res.round(0, stream);  // x = 1/N and its residual; stats[1] becomes 1
+  res.scalars_t.select(0, 0).zero_();  // the dangling mass of x was spread by the round
+  at::Tensor queued_t = at::zeros({n}, rank.options().dtype(at::kInt));
+  AsyncQueue<T> queue(n, indptr.options().dtype(indices.scalar_type()), stream);
+  double* dangling = &res.scalars->dangling;
+  const PageRankAsyncOp op{res.r, res.x, queued_t.data_ptr<int>(), dangling, static_cast<float>(alpha), res.eps};
+  const unsigned long long budget = static_cast<unsigned long long>(std::max<int64_t>(m, 1)) *
+                                    static_cast<unsigned long long>(max_iter - 1);
+  // Each run empties the worklist; the mass dangling vertices gathered during it is spread
+  // afterwards, which may lift residuals above eps again. A handful of runs suffice.
+  const at::Tensor& r_t = res.r_t;
+  const at::Tensor& scalars_t = res.scalars_t;
+  for (int64_t run = 0; run < max_iter; ++run) {
+    const double norm = r_t.abs().sum(at::kDouble).item<double>() + std::abs(scalars_t[0].item<double>());
+    if (norm <= res.target) break;
+    const int64_t used = stats[0].item<int64_t>() - m;
+    if (used >= static_cast<int64_t>(budget)) break;
+    pra_spread_kernel<<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, dangling);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    scalars_t.select(0, 0).zero_();
+    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, queued_t.data_ptr<int>(), res.eps,
+                                                                  queue.view);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    queue.run(res.off, res.col, op, res.st, budget - static_cast<unsigned long long>(used), false, stream);
+    if (queue.pending_host() != 0) break;  // the work budget ran out
+  }
+  // iterations: passes over the edge list, rounded up
+  if (m > 0) stats.select(0, 1).copy_((stats.select(0, 0) + (m - 1)).div(m, "floor"));
+}
+
+// --- entry -------------------------------------------------------------------------------------
+
+template <typename T>
+void pagerank_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, double alpha, double tol,
+                  int64_t max_iter, int64_t variant, at::Tensor& rank, at::Tensor& stats) {
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (variant == kPush) {
+    residual_push<T>(indptr, indices, alpha, tol, max_iter, rank, stats, stream);
+  } else if (variant == kAsync) {
+    async_push<T>(indptr, indices, alpha, tol, max_iter, rank, stats, stream);
+  } else {
+    power_iteration<T>(indptr, indices, n, alpha, tol, max_iter, variant, rank, stats, stream);
   }
 }
 
 std::tuple<at::Tensor, at::Tensor> pagerank_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                                  double alpha, double tol, int64_t max_iter, int64_t variant) {
-  check_variant(variant, "pagerank");
-  TORCH_CHECK_VALUE(alpha >= 0 && alpha <= 1, "pagerank: alpha must be in [0, 1], got ", alpha);
-  TORCH_CHECK_VALUE(tol >= 0, "pagerank: tol must be >= 0, got ", tol);
-  TORCH_CHECK_VALUE(max_iter >= 0, "pagerank: max_iter must be >= 0, got ", max_iter);
+  check_variant(variant, TraversalOp::kPagerank);
+  check_pagerank_args(alpha, tol, max_iter);
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "pagerank");
   c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   const at::Tensor indptr = indptr_in.contiguous();

@@ -11,6 +11,12 @@
 // far beyond the current distance threshold wait, so fewer lists are read again after their
 // distance drops, which is what a host-resident edge list pays for.
 //
+// The async variant runs one persistent kernel over a device worklist (traversal_async.cuh):
+// label-correcting relaxation in worklist order. Each vertex's state is one 64-bit word,
+// distance << 1 | queued (the distance as an int64, or a float's bit pattern), lowered with
+// atomicCAS and taken with atomicAnd, so a vertex is queued at most once at a time and its
+// expansion always starts from its latest distance.
+//
 // Distances: float32 weights -> float32 (atomicMin on the bit pattern, which orders
 // non-negative floats like integers), int32 or unit weights -> int64. Unreachable vertices keep
 // the type's maximum. Termination and stats as in traversal_bfs.cu. The weights are trusted to
@@ -22,8 +28,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
+#include "traversal_async.cuh"
 #include "traversal_common.cuh"
 
 namespace zerocopy {
@@ -248,10 +257,94 @@ __global__ void sssp_nearfar_init_kernel(T* queues, NearFarControl<D>* ctl, int6
   ctl->far_min = std::numeric_limits<D>::max();
 }
 
+// --- async ---------------------------------------------------------------------------------------
+
+// A distance as the unsigned value stored above the queued bit, and back.
+__device__ __forceinline__ unsigned long long dist_bits(float d) { return __float_as_uint(d); }
+__device__ __forceinline__ unsigned long long dist_bits(int64_t d) { return static_cast<unsigned long long>(d); }
+__device__ __forceinline__ void bits_dist(unsigned long long b, float& d) {
+  d = __uint_as_float(static_cast<unsigned>(b));
+}
+__device__ __forceinline__ void bits_dist(unsigned long long b, int64_t& d) { d = static_cast<int64_t>(b); }
+
+template <typename D>
+unsigned long long unreached_key() {
+  if constexpr (std::is_same_v<D, float>) {
+    unsigned bits;
+    const float top = std::numeric_limits<float>::max();
+    std::memcpy(&bits, &top, sizeof(bits));
+    return static_cast<unsigned long long>(bits) << 1;
+  } else {
+    return static_cast<unsigned long long>(std::numeric_limits<int64_t>::max()) << 1;
+  }
+}
+
+template <typename W, typename D>
+struct SsspAsyncOp {
+  unsigned long long* key;
+  const W* weights;  // nullptr: unit weights
+  using Item = D;    // distance of the vertex being expanded
+  using Edge = D;    // the edge's weight
+  using Peek = unsigned long long;
+
+  __device__ __forceinline__ bool begin(int64_t v, int64_t, int64_t, D& dv) const {
+    bits_dist(atomicAnd(key + v, ~1ull) >> 1, dv);
+    return true;
+  }
+
+  __device__ __forceinline__ D load(int64_t e) const { return weights ? static_cast<D>(weights[e]) : D(1); }
+
+  __device__ __forceinline__ Peek peek(int64_t u) const { return ld_relaxed(key + u); }
+
+  __device__ __forceinline__ bool relax(int64_t, int64_t u, D w, D dv, unsigned long long seen) const {
+    const unsigned long long nd = dist_bits(static_cast<D>(dv + w));
+    while ((seen >> 1) > nd) {
+      const unsigned long long prev = atomicCAS(key + u, seen, (nd << 1) | 1ull);
+      if (prev == seen) return (seen & 1ull) == 0;
+      seen = prev;
+    }
+    return false;
+  }
+};
+
+template <typename D>
+__global__ void sssp_async_finalize_kernel(int64_t n, const unsigned long long* __restrict__ key, D* dist) {
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    D d;
+    bits_dist(key[v] >> 1, d);
+    dist[v] = d;
+  }
+}
+
+// Expansions allowed before the run is declared runaway: label-correcting order expands a list
+// again each time its vertex improves, which on non-negative weights stays far below this.
+constexpr unsigned long long kAsyncPassesBudget = 1024;
+
+template <typename T, typename W, typename D>
+void sssp_async(const at::Tensor& indptr, const at::Tensor& indices, const W* w, int64_t n, int64_t source,
+                at::Tensor& dist, at::Tensor& stats, cudaStream_t stream) {
+  const unsigned long long budget = std::min<unsigned long long>(
+      static_cast<unsigned long long>(indices.numel() + 1) * kAsyncPassesBudget, 1ull << 62);
+  auto make_op = [w](unsigned long long* k) { return SsspAsyncOp<W, D>{k, w}; };
+  at::Tensor key = label_correcting<T>(indptr, indices, source, unreached_key<D>(), 0ull, make_op,
+                                       reinterpret_cast<long long*>(stats.data_ptr<int64_t>()), budget, "sssp",
+                                       stream);
+  sssp_async_finalize_kernel<D><<<grid_blocks(1, n), kBlock, 0, stream>>>(
+      n, reinterpret_cast<const unsigned long long*>(key.data_ptr<int64_t>()), dist.data_ptr<D>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// --- entry ---------------------------------------------------------------------------------------
+
 template <typename T, typename W, typename D>
 void sssp_run(const at::Tensor& indptr, const at::Tensor& indices, const W* w, int64_t n, int64_t source,
               int64_t variant, D delta, at::Tensor& dist, at::Tensor& stats) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (variant == kAsync) {
+    sssp_async<T, W, D>(indptr, indices, w, n, source, dist, stats, stream);
+    return;
+  }
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
   D* d = dist.data_ptr<D>();
@@ -305,7 +398,7 @@ void sssp_run(const at::Tensor& indptr, const at::Tensor& indices, const W* w, i
 std::tuple<at::Tensor, at::Tensor> sssp_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
                                              const std::optional<at::Tensor>& weights_in, int64_t source,
                                              int64_t variant, double delta) {
-  check_variant(variant, "sssp");
+  check_variant(variant, TraversalOp::kSssp);
   const int64_t n = check_cuda_csr(indptr_in, indices_in, "sssp");
   c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
   check_source(source, n, "sssp");

@@ -98,6 +98,10 @@ struct UnifiedHooks final : public at::PrivateUse1HooksInterface {
   c10::Device getDeviceFromPtr(void*) const override {
     return c10::Device(kUnified, default_unified_index());
   }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const ZC_HOOK_OVERRIDE {
+    TORCH_CHECK(newsize == storage.nbytes(), "unified storages live in fixed shared-memory allocations and cannot "
+                "be resized (from ", storage.nbytes(), " to ", newsize, " bytes): allocate a new one");
+  }
 };
 
 // ---------------------------------------------------------------------------------------
@@ -143,14 +147,45 @@ at::Tensor unified_copy_from_and_resize(const at::Tensor& self, const at::Tensor
 
 const at::Tensor& unified_resize(const at::Tensor& self, c10::IntArrayRef size,
                                  std::optional<at::MemoryFormat> /*memory_format*/) {
-  int64_t numel = 1;
-  for (auto s : size) numel *= s;
-  const size_t needed = static_cast<size_t>(numel + self.storage_offset()) * self.itemsize();
+  const uint64_t needed = checked_storage_nbytes(size, c10::contiguous_strides(size), self.itemsize(),
+                                                 self.storage_offset(), "resize_");
   TORCH_CHECK(needed <= self.storage().nbytes(),
               "unified tensors live in fixed host allocations and cannot grow: resizing to ", size,
               " needs ", needed, " bytes, the storage has ", self.storage().nbytes());
   self.unsafeGetTensorImpl()->set_sizes_contiguous(size);
   return self;
+}
+
+// set_ on a unified tensor: adopt a unified storage (torch's storage copies, deepcopy and
+// torch.load build tensors this way). The view must lie inside the storage: unified storages
+// never grow.
+at::Tensor& unified_set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset,
+                                c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK_VALUE(source.device().type() == kUnified, "set_: a unified tensor can only take a storage on the "
+                    "unified device, got one on ", source.device(), " (convert the tensor with .to('unified'))");
+  const c10::DimVector strides = stride.empty() ? c10::contiguous_strides(size) : c10::DimVector(stride);
+  const uint64_t needed = checked_storage_nbytes(size, strides, self.itemsize(), storage_offset, "set_");
+  TORCH_CHECK_VALUE(needed <= source.nbytes(), "set_: shape ", size, " at offset ", storage_offset, " needs ",
+                    needed, " bytes, the unified storage has ", source.nbytes());
+  self.unsafeGetTensorImpl()->set_storage_keep_dtype(std::move(source));
+  self.unsafeGetTensorImpl()->set_sizes_and_strides(size, strides, storage_offset);
+  return self;
+}
+
+at::Tensor& unified_set_whole_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.itemsize());
+  return unified_set_storage(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& unified_set_tensor(at::Tensor& self, const at::Tensor& source) {
+  TORCH_CHECK_TYPE(self.scalar_type() == source.scalar_type(), "set_: cannot set a ", self.scalar_type(),
+                   " tensor to a ", source.scalar_type(), " tensor");
+  return unified_set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& unified_set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, unified_allocator(), /*resizable=*/false);
+  return unified_set_storage(self, std::move(empty), 0, {0}, {});
 }
 
 // Conversions to and from the unified device. unified -> CPU with the same dtype: the host
@@ -244,6 +279,32 @@ c10::IValue to_alias(const c10::IValue& v, c10::Device where) {
   return v;
 }
 
+// A unified argument an op writes, with the alias the op got in its place.
+struct WrittenArgument {
+  const c10::AliasInfo* alias_info;
+  at::Tensor unified;
+  at::Tensor alias;
+  const c10::StorageImpl* alias_storage;  // the alias's storage when the op was called
+  int64_t alias_offset;                    // and its storage offset then
+};
+
+// In-place view ops (t_, unsqueeze_, transpose_, as_strided_, ...) and out= ops that shrink
+// their output change the alias's sizes, strides or offset: the unified tensor takes the same
+// change. An op that gave the alias other memory cannot be mirrored and is refused.
+void mirror_metadata(const WrittenArgument& w, const c10::FunctionSchema& schema) {
+  const at::Tensor& a = w.alias;
+  const int64_t offset = w.unified.storage_offset() + (a.storage_offset() - w.alias_offset);
+  if (a.sizes() == w.unified.sizes() && a.strides() == w.unified.strides() && offset == w.unified.storage_offset())
+    return;
+  TORCH_CHECK(a.storage().unsafeGetStorageImpl() == w.alias_storage, "unified: ", schema.name(),
+              " replaced the memory of a unified argument, which lives in a fixed host allocation; "
+              "write into a tensor of the right shape instead");
+  const uint64_t needed = checked_storage_nbytes(a.sizes(), a.strides(), a.itemsize(), offset, schema.name().c_str());
+  TORCH_CHECK(needed <= w.unified.storage().nbytes(), "unified: ", schema.name(), " would reach past the end of a "
+              "unified tensor's storage");
+  w.unified.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), offset);
+}
+
 void unified_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
@@ -255,24 +316,27 @@ void unified_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Arguments an op writes (alias annotations with a write), by alias set: the op returns
   // them, and the caller must get the unified tensor back, not the alias.
-  std::vector<std::pair<const c10::AliasInfo*, at::Tensor>> written;
+  std::vector<WrittenArgument> written;
   for (size_t i = 0; i < num_args; ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
+    c10::IValue replaced = to_alias(args[i], *where);
     if (alias && alias->isWrite() && args[i].isTensor() && is_unified(args[i].toTensor())) {
-      written.emplace_back(alias, args[i].toTensor());
+      const at::Tensor& a = replaced.toTensor();
+      written.push_back({alias, args[i].toTensor(), a, a.storage().unsafeGetStorageImpl(), a.storage_offset()});
     }
-    *(first + static_cast<std::ptrdiff_t>(i)) = to_alias(args[i], *where);
+    *(first + static_cast<std::ptrdiff_t>(i)) = std::move(replaced);
   }
   op.callBoxed(stack);
 
   if (written.empty()) return;
+  for (const auto& w : written) mirror_metadata(w, schema);
   const size_t num_returns = schema.returns().size();
   auto ret = stack->end() - static_cast<std::ptrdiff_t>(num_returns);
   for (size_t r = 0; r < num_returns; ++r) {
     const auto* alias = schema.returns()[r].alias_info();
     if (!alias) continue;
     for (const auto& w : written) {
-      if (w.first->beforeSets() == alias->beforeSets()) *(ret + static_cast<std::ptrdiff_t>(r)) = w.second;
+      if (w.alias_info->beforeSets() == alias->beforeSets()) *(ret + static_cast<std::ptrdiff_t>(r)) = w.unified;
     }
   }
 }
@@ -290,6 +354,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", unified_copy_from_and_resize);
   m.impl("_to_copy", unified_to_copy);
   m.impl("resize_", unified_resize);
+  m.impl("set_.source_Storage_storage_offset", unified_set_storage);
+  m.impl("set_.source_Storage", unified_set_whole_storage);
+  m.impl("set_.source_Tensor", unified_set_tensor);
+  m.impl("set_", unified_set_empty);
   // Views keep the unified device: they only rewrite sizes, strides and offset.
   m.impl("as_strided", at::native::as_strided_tensorimpl);
   m.impl("view", at::native::view);
@@ -366,6 +434,7 @@ void register_unified_hooks() {
   static bool done = false;
   if (done) return;
   at::RegisterPrivateUse1HooksInterface(new UnifiedHooks());
+  c10::SetAllocator(kUnified, unified_allocator());
   route_composites_to_fallback();
   register_autograd_fallthrough();
   done = true;

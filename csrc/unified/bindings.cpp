@@ -2,6 +2,7 @@
 // few entry points that are not torch ops (allocation, aliasing, registration accounting).
 
 #include "unified/host_mapper.h"
+#include "unified/host_memory.h"
 #include "unified/registration.h"
 #include "unified/unified_tensor.h"
 
@@ -61,6 +62,12 @@ PYBIND11_MODULE(_C, m) {
       "A new contiguous unified tensor in shared host memory");
   m.def("parallel_for_threads", &parallel_for_threads,
         "Distinct threads an at::parallel_for of n tasks ran on (checks the OpenMP build)");
+  m.def("available_host_memory", []() {
+    const auto m = zerocopy::available_host_memory();
+    return std::make_tuple(m.available, m.source);
+  }, "(bytes, source): host memory a new allocation may still use");
+  m.def("require_host_memory", &zerocopy::require_host_memory, py::arg("nbytes"), py::arg("what"), py::arg("hint"),
+        "Raises torch.OutOfMemoryError, saying what `what` would cost, when nbytes exceed the available memory");
   m.def("registration_stats", []() {
     auto s = zerocopy::registration_stats();
     return std::make_tuple(s.live_pieces, s.live_bytes, s.total_registrations);

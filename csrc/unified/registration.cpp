@@ -140,6 +140,16 @@ void* Registration::device_address(const void* host) const {
   return reinterpret_cast<void*>(reinterpret_cast<intptr_t>(host) + device_offset_);
 }
 
+void* registered_device_address(const void* host) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(host);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_pieces.upper_bound(address);
+  if (it == g_pieces.begin()) return nullptr;
+  --it;
+  if (address >= it->second.end) return nullptr;
+  return reinterpret_cast<void*>(static_cast<intptr_t>(address) + it->second.device_offset);
+}
+
 RegistrationStats registration_stats() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return RegistrationStats{static_cast<int64_t>(g_pieces.size()), g_live_bytes, g_total_registrations};

@@ -33,6 +33,9 @@ class Registration {
   intptr_t device_offset_ = 0;     // device address minus host address
 };
 
+// The device address of `host` if a live registration covers it, else nullptr.
+void* registered_device_address(const void* host);
+
 // Live accounting, for leak tests and `zerocopy doctor`.
 struct RegistrationStats {
   int64_t live_pieces;

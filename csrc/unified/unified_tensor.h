@@ -10,8 +10,10 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/Storage.h>
 
+#include <cstdint>
 #include <memory>
 
 namespace zerocopy {
@@ -26,6 +28,17 @@ struct UnifiedContext {
 
 bool is_unified(const at::Tensor& t);
 
+// The allocator of the unified device (installed for PrivateUse1, so that
+// torch.UntypedStorage(n, device=unified), storage clones, deepcopy and torch.load work): each
+// allocation is a new shared-memory segment, mapped on the current unified device's GPU.
+c10::Allocator* unified_allocator();
+
+// Bytes a strided tensor of these sizes/strides/offset spans, checked: negative sizes, strides
+// or offsets raise ValueError, and so does a byte count that does not fit 64 bits. `what`
+// names the caller in messages.
+uint64_t checked_storage_nbytes(c10::IntArrayRef sizes, c10::IntArrayRef strides, size_t itemsize,
+                                int64_t storage_offset, const char* what);
+
 // The unified tensor over `cpu`'s bytes, in place: no copy, same sizes, strides and offset.
 // `index` is the GPU the tensor's ops run on (-1: the current device).
 at::Tensor unified_from_cpu(const at::Tensor& cpu, c10::DeviceIndex index);
@@ -34,7 +47,10 @@ at::Tensor unified_from_cpu(const at::Tensor& cpu, c10::DeviceIndex index);
 at::Tensor empty_unified(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
                          c10::DeviceIndex index);
 
-// The CPU tensor over a unified tensor's bytes (same storage, no copy).
+// The CPU tensor over a unified tensor's bytes (same storage, no copy). Also for a tensor on
+// the unified device whose storage was made elsewhere (at::from_blob over unified memory, as
+// torch's serialization does): every byte of the unified device is host memory; the alias
+// then holds that storage alive.
 at::Tensor host_alias(const at::Tensor& unified);
 
 // A tensor over the same bytes on `device` (CUDA: through the GPU mapping; CPU: the host
@@ -49,7 +65,9 @@ c10::DeviceIndex default_unified_index();
 
 // Shared-memory allocation. The returned storage is created the way torch.multiprocessing's
 // file-descriptor strategy creates its own, so sending it to another process shares the
-// segment instead of copying it. Fails with a clear error when /dev/shm lacks the space.
+// segment instead of copying it. Raises torch.OutOfMemoryError, saying what was asked and
+// what is available, when /dev/shm or the machine's memory lacks the space (checked before
+// anything is allocated).
 c10::Storage allocate_shared_host(size_t nbytes);
 
 }  // namespace zerocopy

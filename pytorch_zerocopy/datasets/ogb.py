@@ -20,6 +20,7 @@ from __future__ import annotations
 import gzip
 import os
 import zipfile
+import zlib
 from typing import Optional, Union
 
 import numpy as np
@@ -32,13 +33,86 @@ PathLike = Union[str, os.PathLike]
 
 
 def _read_csv(path: str, dtype) -> np.ndarray:
-    try:
-        import pandas as pd  # much faster on large files when present
+    """The rows of a CSV file (gzip-compressed when it ends in .gz) as a 2-D ``dtype`` array.
 
-        return pd.read_csv(path, header=None, compression="gzip" if path.endswith(".gz") else None).values.astype(dtype)
-    except ImportError:
-        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-            return np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2)
+    For an integer ``dtype`` every value must be an integer: ``1.5`` or ``abc`` raise
+    ``ValueError`` naming the file, rather than being truncated."""
+    try:
+        try:
+            import pandas as pd  # much faster on large files when present
+
+            values = pd.read_csv(path, header=None, compression="gzip" if path.endswith(".gz") else None).values
+        except ImportError:
+            with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+                values = np.loadtxt(f, delimiter=",", dtype=np.float64 if np.dtype(dtype).kind in "iu" else dtype,
+                                    ndmin=2)
+        if np.dtype(dtype).kind in "iu" and values.dtype.kind not in "iu":
+            values = values.astype(np.float64)
+            bad = ~np.isfinite(values) | (np.floor(values) != values) | (np.abs(values) >= 2.0**63)
+            if bad.any():
+                row, col = (int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(f"expected integers, got {values[row, col]!r} at row {row}, column {col}")
+        return values.astype(dtype)
+    except (ValueError, TypeError, EOFError, OSError, UnicodeDecodeError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"load_ogb: cannot read {path}: {e}") from None
+
+
+def _npz_has(path: str, key: str) -> bool:
+    return _npz_member(path, key, load=False) is not None
+
+
+def _npz_member(path: str, key: str, load: bool = True):
+    """Array ``key`` of the archive ``path`` (None when ``load`` is False: whether it exists).
+    A truncated or corrupt archive raises ValueError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if key not in archive:
+                if not load:
+                    return None
+                raise ValueError(f"load_ogb: {path} has no array {key!r}")
+            return archive[key] if load else True
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, AttributeError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"load_ogb: {path} is not a readable .npz archive ({type(e).__name__}: {e})") from None
+
+
+def _integers(values: np.ndarray, what: str) -> np.ndarray:
+    """``values`` as int64; ValueError naming ``what`` for a fractional or non-finite value."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    if values.dtype.kind != "f":
+        raise ValueError(f"load_ogb: {what} must hold integers, got dtype {values.dtype}")
+    bad = ~np.isfinite(values) | (np.floor(values) != values) | (np.abs(values) >= 2.0**63)
+    if bad.any():
+        raise ValueError(f"load_ogb: {what} must hold integers, got {values[bad].reshape(-1)[0]!r}")
+    return values.astype(np.int64)
+
+
+def _labels(values: np.ndarray, path: str) -> torch.Tensor:
+    """Class ids, int64, -1 where the file has NaN (unlabelled)."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    known = ~np.isnan(values)
+    ids = _integers(values[known], f"the labels in {path}")
+    if ids.size and int(ids.min()) < 0:
+        raise ValueError(f"load_ogb: labels in {path} must be class ids >= 0 (NaN: unlabelled), got {int(ids.min())}")
+    out = np.full(values.shape, -1, dtype=np.int64)
+    out[known] = ids
+    return torch.from_numpy(out)
+
+
+def _check_ids(ids: torch.Tensor, num_nodes: int, what: str) -> None:
+    """Raises ValueError naming ``what`` when an id lies outside [0, num_nodes)."""
+    if ids.numel() == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= num_nodes:
+        bad = int(ids.reshape(-1)[(ids.reshape(-1) < 0) | (ids.reshape(-1) >= num_nodes)][0])
+        raise ValueError(f"load_ogb: {what} holds node id {bad}, outside [0, {num_nodes}) "
+                         f"(the dataset has {num_nodes} nodes)")
 
 
 def _read_split(root: str, scheme: Optional[str]) -> dict:
@@ -68,8 +142,16 @@ def _npz_member_to_shared(npz_path: str, key: str, chunk_bytes: int = 256 << 20)
     """Streams array ``key`` of an ``.npz`` (compressed or not) into a shared-memory tensor.
 
     ``np.load`` would decompress the whole member into private memory first (papers100M's
-    features are 57 GB); here at most ``chunk_bytes`` are in flight.
+    features are 57 GB); here at most ``chunk_bytes`` are in flight. A corrupt or truncated
+    archive raises ValueError naming the file.
     """
+    try:
+        return _stream_npz_member(npz_path, key, chunk_bytes)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise ValueError(f"load_ogb: {npz_path} is not a readable .npz archive ({type(e).__name__}: {e})") from None
+
+
+def _stream_npz_member(npz_path: str, key: str, chunk_bytes: int) -> torch.Tensor:
     with zipfile.ZipFile(npz_path) as archive:
         name = key + ".npy"
         if name not in archive.namelist():
@@ -124,23 +206,24 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
 
     if os.path.exists(os.path.join(raw, "data.npz")):
         npz = os.path.join(raw, "data.npz")
-        data = np.load(npz)  # lazy: members are read when indexed
-        edge_index = np.asarray(data["edge_index"], dtype=np.int64)
-        num_nodes = int(np.asarray(data["num_nodes_list"]).sum()) if "num_nodes_list" in data else None
+        edge_source = npz
+        edge_index = _integers(_npz_member(npz, "edge_index"), f"edge_index in {npz}")
+        num_nodes = (int(_integers(_npz_member(npz, "num_nodes_list"), f"num_nodes_list in {npz}").sum())
+                     if _npz_has(npz, "num_nodes_list") else None)
         features = _npz_member_to_shared(npz, "node_feat")
         label_path = os.path.join(raw, "node-label.npz")
         if not os.path.exists(label_path):
             raise FileNotFoundError(f"load_ogb: missing {label_path}")
-        labels_np = np.asarray(np.load(label_path)["node_label"], dtype=np.float64).reshape(-1)
-        labels = torch.from_numpy(np.where(np.isnan(labels_np), -1, labels_np).astype(np.int64))
+        labels = _labels(_npz_member(label_path, "node_label"), label_path)
     else:
         edge_path = os.path.join(raw, "edge.csv.gz")
         if not os.path.exists(edge_path):
             raise FileNotFoundError(f"load_ogb: neither raw/data.npz nor raw/edge.csv.gz in {root}")
         edge_index = _read_csv(edge_path, np.int64).T
+        edge_source = edge_path
         features = _shared_features(_read_csv(os.path.join(raw, "node-feat.csv.gz"), np.float32))
-        labels = torch.from_numpy(_read_csv(os.path.join(raw, "node-label.csv.gz"), np.float64).reshape(-1))
-        labels = torch.nan_to_num(labels, nan=-1).long()
+        label_path = os.path.join(raw, "node-label.csv.gz")
+        labels = _labels(_read_csv(label_path, np.float64), label_path)
         count_path = os.path.join(raw, "num-node-list.csv.gz")
         num_nodes = int(_read_csv(count_path, np.int64).sum()) if os.path.exists(count_path) else None
 
@@ -151,6 +234,7 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
     edges = torch.from_numpy(np.ascontiguousarray(edge_index))
     if edges.dim() != 2 or edges.shape[0] != 2:
         raise ValueError(f"load_ogb: edge_index must be 2 x E, got {tuple(edges.shape)}")
+    _check_ids(edges, num_nodes, f"the edge list of {edge_source}")
     src, dst = edges[0], edges[1]
     if add_reverse:
         src, dst = torch.cat([src, dst]), torch.cat([dst, src])
@@ -158,6 +242,8 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
     indptr, indices = _csr_from_edges(src, dst, num_nodes)
 
     parts = _read_split(root, split)
+    for part, ids in parts.items():
+        _check_ids(ids, num_nodes, f"the {part} split")
     num_classes = int(labels.max()) + 1
     return NodeDataset(name, in_neighbour_graph(indptr, indices, symmetric=add_reverse), features, labels,
                        parts["train"], parts["valid"], parts["test"], num_classes).share_memory_()

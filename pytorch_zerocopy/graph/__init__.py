@@ -9,23 +9,35 @@ A graph's edge list can stay in host memory while a GPU traverses it (EMOGI, VLD
     depth = bfs(ug, 0)                       # int32 depths on the GPU, -1 where unreachable
 
 Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory) and ``"managed"``
-(CUDA managed memory, the UVM baseline). Read variants of the ops: ``"naive"``, ``"merged"``,
-``"aligned"`` (default) and ``"frontier"`` (see :mod:`pytorch_zerocopy.graph.traversal`).
+(CUDA managed memory, the UVM baseline). Variants of the ops (how a GPU schedules the work and
+reads the lists; ``"auto"`` by default): see :mod:`pytorch_zerocopy.graph.traversal`.
 File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
+Graphs that change: :class:`DynamicGraph` (:mod:`pytorch_zerocopy.graph.dynamic`), batched edge
+and vertex updates applied by GPU kernels to paged adjacency lists, with sampling and BFS on them.
 """
 
 from .csr import PLACEMENTS, CSRGraph
+from .dynamic import DynamicGraph, MemoryFootprint, PoolFullError
 from .generators import grid_graph, kronecker_graph, power_law_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
 from .reorder import NodeOrder, degree_order, presample_order
-from .traversal import VARIANTS, bfs, connected_components, pagerank, sssp
+from .traversal import (OP_VARIANTS, VARIANTS, GraphTraits, Variant, auto_variant, bfs, choose_variant,
+                        connected_components, pagerank, sssp)
 
 __all__ = [
     "CSRGraph",
+    "DynamicGraph",
+    "GraphTraits",
+    "MemoryFootprint",
     "NodeOrder",
+    "OP_VARIANTS",
     "PLACEMENTS",
+    "PoolFullError",
     "VARIANTS",
+    "Variant",
+    "auto_variant",
     "bfs",
+    "choose_variant",
     "connected_components",
     "degree_order",
     "grid_graph",

@@ -223,7 +223,8 @@ class CSRGraph:
             if lo < 0:
                 raise ValueError(f"src/dst: vertex ids must be >= 0, got {lo}")
         top = max(int(s.max()), int(d.max())) + 1 if s.numel() else 0
-        if num_nodes is None:
+        implied = num_nodes is None
+        if implied:
             num_nodes = top
         num_nodes = int(num_nodes)
         if num_nodes < 0:
@@ -231,6 +232,12 @@ class CSRGraph:
         if top > num_nodes:
             raise ValueError(f"src/dst: vertex id {top - 1} is out of range for num_nodes={num_nodes}")
         idx_dtype = _index_dtype(num_nodes, index_dtype)
+        # The offsets and the per-vertex counts they are summed from: checked before allocating.
+        _unified.require_host_memory(
+            16 * (num_nodes + 1),
+            f"CSRGraph.from_coo: a CSR of {num_nodes} vertices"
+            + (f" (vertex id {top - 1} implies that many)" if implied else ""),
+            "renumber the vertex ids densely" + (", or pass a smaller num_nodes" if not implied else ""))
         if drop_self_loops:
             keep = s != d
             s, d = s[keep], d[keep]

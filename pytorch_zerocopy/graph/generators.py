@@ -300,7 +300,7 @@ def power_law_graph(
     may repeat a node and hold self loops, as Chung-Lu graphs do.
 
     Read the rows as the lists a sampler draws from (a citation graph's in-neighbour lists):
-    ``sampling.Adjacency(g.indptr, g.indices)`` samples them as they are. Generated on
+    ``sampling.sample_layers(g, seeds, fanouts, edge_dir="out")`` samples them as they are. Generated on
     ``device`` (default: the GPU when there is one) ``chunk_edges`` entries at a time, straight
     into host arrays (mapped for the GPU when generated there); the same arguments on the same
     kind of device give the same graph.

@@ -18,6 +18,8 @@ NumPy: ``.npz`` archives with arrays ``indptr``, ``indices``, optional ``weights
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from typing import Optional, Union
 
 import numpy as np
@@ -152,6 +154,51 @@ def save_edge_list(graph: CSRGraph, path: PathLike, *, weighted: Optional[bool] 
                 np.savetxt(f, np.stack([src, dst], axis=1), fmt="%d %d")
 
 
+# An edge list whose largest id implies more vertices than this, and more than this many per
+# edge, is out of proportion to the file: its offsets alone would dwarf the edges. Such a file is
+# read only when the caller states num_nodes (ids are usually dense; sparse ids are usually a
+# mistake, or a file that is not an edge list).
+_IMPLIED_NODES_FREE = 1 << 24
+_IMPLIED_NODES_PER_EDGE = 1024
+
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _read_text_columns(path: str, ncols: int) -> np.ndarray:
+    """The rows of a whitespace-separated text file as a structured array: two int64 id columns,
+    then float64 columns. Every row must have ``ncols`` columns and integer ids."""
+    fields = [("src", np.int64), ("dst", np.int64)] + [(f"c{i}", np.float64) for i in range(2, ncols)]
+    try:
+        return np.loadtxt(path, comments=("#", "%"), dtype=fields, ndmin=1)
+    except ValueError as e:
+        raise ValueError(f"{path}: not an edge list of {ncols}-column lines 'src dst"
+                         f"{' weight' if ncols > 2 else ''}' with integer vertex ids: {e}") from None
+
+
+def _edge_weights(path: str, raw: np.ndarray, weight_dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """Weights as int32 (every weight integral and in int32's range) or float32, checked."""
+    if weight_dtype not in (None, torch.int32, torch.float32):
+        raise TypeError(f"weight_dtype must be torch.int32 or torch.float32, got {weight_dtype}")
+    finite = np.isfinite(raw)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        raise ValueError(f"{path}: weight {raw[row]} of edge {row} is not a finite number")
+    integral = bool(np.all(np.floor(raw) == raw))
+    in_int32 = raw.size == 0 or (raw.min() >= _INT32_RANGE[0] and raw.max() <= _INT32_RANGE[1])
+    if weight_dtype is None:
+        weight_dtype = torch.int32 if integral and in_int32 else torch.float32
+    if weight_dtype == torch.int32:
+        if not integral:
+            raise ValueError(f"{path}: weight_dtype=torch.int32, but some weights are fractional")
+        if not in_int32:
+            raise ValueError(f"{path}: weights in [{raw.min():g}, {raw.max():g}] do not fit int32; "
+                             "read them as weight_dtype=torch.float32")
+        return torch.from_numpy(raw.astype(np.int32))
+    if raw.size and np.abs(raw).max() > np.finfo(np.float32).max:
+        raise ValueError(f"{path}: weight {np.abs(raw).max():g} does not fit float32")
+    return torch.from_numpy(raw.astype(np.float32))
+
+
 def load_edge_list(
     path: PathLike,
     *,
@@ -165,38 +212,62 @@ def load_edge_list(
 ) -> CSRGraph:
     """Reads a ``.el`` / ``.wel`` / SNAP text edge list into a CPU graph.
 
-    ``weighted`` defaults to True for ``.wel`` files and otherwise to whether lines have a third
-    column. Weights are int32 when every weight is integral, else float32 (or ``weight_dtype``).
-    The remaining options are those of :meth:`CSRGraph.from_coo`.
+    Every line holds the same number of columns: two integer vertex ids, then (``.wel``) a
+    weight; further columns are ignored. ``weighted`` defaults to True for ``.wel`` files and
+    otherwise to whether lines have a third column. Weights are int32 when every weight is
+    integral and fits int32, else float32 (or ``weight_dtype``); they must be finite.
+
+    ``num_nodes`` defaults to the largest id + 1. A file whose largest id implies far more
+    vertices than its edges could touch (more than 2^24, and over 1024 per edge) is refused
+    unless ``num_nodes`` is given, with what its offsets would cost; either way a graph larger
+    than the memory available raises ``torch.OutOfMemoryError`` before anything is allocated.
+    Malformed lines (fractional, non-numeric or missing ids, a changing column count) raise
+    ``ValueError`` naming the file and the row. The remaining options are those of
+    :meth:`CSRGraph.from_coo`.
     """
     p = os.fspath(path)
-    with open(p) as f:
+    with open(p, "rb") as f:
         first = None
         for line in f:
             s = line.strip()
-            if s and s[0] not in "#%":
+            if s and s[:1] not in (b"#", b"%"):
                 first = s
                 break
     ncols = len(first.split()) if first is not None else 2
+    if ncols < 2:
+        raise ValueError(f"{p}: lines must hold 'src dst' or 'src dst weight', got {ncols} column(s)")
     if weighted is None:
         weighted = p.endswith(".wel") or ncols >= 3
-    if weighted and ncols < 3 and first is not None:
+    if weighted and ncols < 3:
         raise ValueError(f"{p}: weighted=True, but lines have {ncols} columns")
     if first is None:
-        data = np.zeros((0, 3 if weighted else 2))
+        src = dst = np.zeros(0, dtype=np.int64)
+        raw = np.zeros(0, dtype=np.float64)
     else:
-        usecols = (0, 1, 2) if weighted else (0, 1)
-        data = np.loadtxt(p, comments=("#", "%"), usecols=usecols, dtype=np.float64, ndmin=2)
-    src = torch.from_numpy(data[:, 0].astype(np.int64))
-    dst = torch.from_numpy(data[:, 1].astype(np.int64))
-    w = None
-    if weighted:
-        raw = data[:, 2]
-        if weight_dtype is None:
-            weight_dtype = torch.int32 if np.all(np.floor(raw) == raw) else torch.float32
-        w = torch.from_numpy(raw.astype(np.int32 if weight_dtype == torch.int32 else np.float32))
-    return CSRGraph.from_coo(src, dst, num_nodes, w, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
-                             drop_duplicates=drop_duplicates, index_dtype=index_dtype)
+        data = _read_text_columns(p, ncols)
+        src, dst = data["src"], data["dst"]
+        raw = data["c2"] if weighted else None
+    if src.size:
+        lo = min(int(src.min()), int(dst.min()))
+        if lo < 0:
+            row = int(np.flatnonzero((src < 0) | (dst < 0))[0])
+            raise ValueError(f"{p}: vertex ids must be >= 0, got {lo} on edge {row}")
+    if num_nodes is None and src.size:
+        implied = max(int(src.max()), int(dst.max())) + 1
+        if implied > _IMPLIED_NODES_FREE and implied > _IMPLIED_NODES_PER_EDGE * src.size:
+            from ..unified import format_bytes
+
+            raise ValueError(
+                f"{p}: vertex id {implied - 1} implies {implied:,} vertices for {src.size:,} edge(s); their "
+                f"offsets alone would take {format_bytes(8 * (implied + 1))}. Pass num_nodes={implied} if that "
+                "is intended, or renumber the ids densely.")
+    w = None if raw is None else _edge_weights(p, raw, weight_dtype)
+    try:
+        return CSRGraph.from_coo(torch.from_numpy(np.ascontiguousarray(src)), torch.from_numpy(np.ascontiguousarray(dst)),
+                                 num_nodes, w, symmetrize=symmetrize, drop_self_loops=drop_self_loops,
+                                 drop_duplicates=drop_duplicates, index_dtype=index_dtype)
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from None
 
 
 def save_npz(graph: CSRGraph, path: PathLike) -> None:
@@ -209,14 +280,32 @@ def save_npz(graph: CSRGraph, path: PathLike) -> None:
 
 
 def load_npz(path: PathLike, *, validate: bool = True) -> CSRGraph:
-    """Reads a graph written by :func:`save_npz` (or any archive with the same array names)."""
-    with np.load(os.fspath(path)) as z:
-        for name in ("indptr", "indices"):
-            if name not in z:
-                raise ValueError(f"{path}: missing array {name!r}")
-        weights = z["weights"] if "weights" in z else None
-        symmetric = bool(z["symmetric"]) if "symmetric" in z else False
-        return CSRGraph.from_csr(z["indptr"], z["indices"], weights, symmetric=symmetric, validate=validate)
+    """Reads a graph written by :func:`save_npz` (or any archive with the same array names).
+
+    A file that is not a readable ``.npz`` archive (truncated, corrupt, pickled objects) raises
+    ``ValueError``; arrays of the wrong dtype or shape raise ``TypeError`` / ``ValueError``."""
+    p = os.fspath(path)
+    try:
+        archive = np.load(p, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array, not an .npz archive")
+        with archive as z:
+            for name in ("indptr", "indices"):
+                if name not in z:
+                    raise ValueError(f"missing array {name!r}")
+            indptr, indices = z["indptr"], z["indices"]
+            weights = z["weights"] if "weights" in z else None
+            symmetric = z["symmetric"] if "symmetric" in z else np.array(False)
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a readable .npz archive of a graph ({type(e).__name__}: {e})") from None
+    if symmetric.shape != () or symmetric.dtype != np.bool_:
+        raise ValueError(f"{p}: 'symmetric' must be a boolean scalar, got {symmetric.dtype} of shape {symmetric.shape}")
+    for name, arr in (("indptr", indptr), ("indices", indices), ("weights", weights)):
+        if arr is not None and arr.dtype.kind not in "iuf":
+            raise TypeError(f"{p}: array {name!r} has dtype {arr.dtype}, not a numeric one")
+    return CSRGraph.from_csr(indptr, indices, weights, symmetric=bool(symmetric), validate=validate)
 
 
 def _bar(progress: bool, total: int, desc: str):

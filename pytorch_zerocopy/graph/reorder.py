@@ -182,10 +182,9 @@ class NodeOrder:
         labels and splits (new tensors; features in shared memory)."""
         from ..datasets.base import NodeDataset
 
-        indptr, indices, _, _ = self.csr(ds.indptr, ds.indices)
-        return NodeDataset(ds.name + "-reordered", indptr, indices, self.rows(ds.features), self.rows(ds.labels),
-                           self.ids(ds.train_idx), self.ids(ds.val_idx), self.ids(ds.test_idx),
-                           ds.num_classes).share_memory_()
+        return NodeDataset(ds.name + "-reordered", self.graph(ds.graph), self.rows(ds.features),
+                           self.rows(ds.labels), self.ids(ds.train_idx), self.ids(ds.val_idx),
+                           self.ids(ds.test_idx), ds.num_classes).share_memory_()
 
 
 def degree_order(graph, edge_dir: str = "in") -> NodeOrder:

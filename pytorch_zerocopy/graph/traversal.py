@@ -2,56 +2,146 @@
 
 Each op runs where the graph's ``indptr`` lives (the GPU for ``"cuda"``, ``"unified"`` and
 ``"managed"`` graphs, the CPU otherwise), on the current CUDA stream, and returns its result on
-that device. ``variant`` picks how a GPU reads neighbour lists (EMOGI §4.3):
+that device. ``variant`` picks how a GPU schedules the work and reads neighbour lists:
 
 * ``"naive"``     a thread per vertex walks its own list (uncoalesced, 32-byte requests).
-* ``"merged"``    a warp per vertex, consecutive lanes reading consecutive neighbours.
+* ``"merged"``    a warp per vertex, consecutive lanes reading consecutive neighbours (EMOGI §4.3).
 * ``"aligned"``   merged, with each list's first read moved back to the preceding 128-byte
-                  boundary so every request is a whole 128-byte line (the default).
+                  boundary so every request is a whole 128-byte line; bfs / sssp warps take 32
+                  consecutive vertices at a time, as EMOGI's chunked kernels do.
 * ``"frontier"``  bfs / sssp: a device-side queue of the active vertices replaces the scan of
-                  every vertex at every level (warp-per-vertex aligned reads), which is what
-                  wins on high-diameter graphs; a step holding more than 1/128 of the vertices
-                  is expanded in vertex-id order instead, because random-order reads of short
-                  lists from host memory are bound by address translation. sssp adds a
-                  near-far worklist (bucket width ``delta``) so that fewer lists are read
-                  again after their distance drops. cc / pagerank, where every vertex is
-                  active in every pass, use an edge-balanced sweep (each warp streams a
-                  fixed-size aligned slice of the edge list), so low-degree vertices do not
-                  leave lanes idle. cc on an undirected graph first links every vertex to
-                  its first two neighbours, estimates the largest component from 1024
-                  sampled vertices, and the sweep then skips the lists of the vertices
-                  already in it (Afforest's sampling): most of the edge list is never read.
+                  every vertex at every level (warp-per-vertex aligned reads); a step holding
+                  more than 1/128 of the vertices is expanded in vertex-id order instead. sssp
+                  adds a near-far worklist (bucket width ``delta``). cc: Afforest's sampling
+                  (link every vertex to two neighbours, then skip the lists of the largest
+                  component). pagerank: power iteration with an edge-balanced sweep.
+* ``"direction"`` bfs: direction-optimizing. Levels with a large frontier go bottom-up: every
+                  unvisited vertex reads its in-neighbour list (the graph itself when it is
+                  symmetric, else :meth:`CSRGraph.csc`) in 64-byte steps and stops at the first
+                  neighbour in the frontier, so most lists are read only in part.
+* ``"async"``     bfs / sssp / pagerank: one persistent kernel over a device worklist (Atos): no
+                  level barrier and no host round trip until the work runs out. It wins where
+                  levels are many and small (road networks, meshes: high diameter).
+* ``"push"``      pagerank: residual push (EMOGI's PageRank family) from x = 1/N; only vertices
+                  whose residual is above a threshold push, and their lists alone are read.
+* ``"staged"``    cc: the edge list crosses PCIe once by DMA, in chunks, into GPU-memory buffers
+                  that an edge-balanced union-find consumes while the next chunks are copied.
+* ``"auto"``      (the default) chooses from the graph; see :func:`auto_variant`.
 
-The CPU implementation is one reference algorithm per op, whatever the variant.
+Which op takes which variant: :data:`OP_VARIANTS`. The CPU implementation is one reference
+algorithm per op, whatever the variant.
 
 Termination on the GPU is decided on the device: each level's kernel first reads a device
 counter saying whether the previous level found work and returns at once when it did not, so
 the host launches levels in growing batches (1, 2, 4, ... up to 64; pagerank: up to 16
 iterations) and reads the counter back once per batch (one 8-byte pinned device-to-host copy
 and a stream sync per batch, not per level). A bfs of D levels thus costs about log2(D) +
-D / 64 synchronisations and at most 64 launches that find nothing to do. Connected
-components needs none: it is one pass of union-find plus a labelling pass.
+D / 64 synchronisations and at most 64 launches that find nothing to do. The async variants
+synchronise once per run of their persistent kernel.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import numbers
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .._compat import register_fake
 from .csr import CSRGraph
 
-VARIANTS = {"naive": 0, "merged": 1, "aligned": 2, "frontier": 3}
-DEFAULT_VARIANT = "aligned"
+
+class Variant(enum.IntEnum):
+    """The ``variant`` argument of the graph ops, as the compiled ops take it."""
+
+    NAIVE = 0
+    MERGED = 1
+    ALIGNED = 2
+    FRONTIER = 3
+    DIRECTION = 4
+    ASYNC = 5
+    PUSH = 6
+    STAGED = 7
 
 
-def _variant(variant: str) -> int:
-    try:
-        return VARIANTS[variant]
-    except KeyError:
-        raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}") from None
+_COMMON = ("naive", "merged", "aligned", "frontier")
+OP_VARIANTS: Dict[str, Tuple[str, ...]] = {
+    "bfs": _COMMON + ("direction", "async"),
+    "sssp": _COMMON + ("async",),
+    "connected_components": _COMMON + ("staged",),
+    "pagerank": _COMMON + ("push", "async"),
+}
+VARIANTS = tuple(v.name.lower() for v in Variant)
+DEFAULT_VARIANT = "auto"
+
+# Mean degree at or below which a graph is treated as mesh- or road-like (high diameter, small
+# levels), where the async variants win.
+MESH_MEAN_DEGREE = 8.0
+# The async variants' worklist holds 2 * num_nodes entries, at most 2^31.
+ASYNC_MAX_NODES = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphTraits:
+    """What :func:`choose_variant` looks at in a graph."""
+
+    placement: str
+    on_gpu: bool  # the ops run on a GPU (indptr on a CUDA device)
+    symmetric: bool
+    has_in_lists: bool  # in-neighbour lists at hand: symmetric, or CSRGraph.csc() already computed
+    num_nodes: int
+    num_edges: int
+
+    @classmethod
+    def of(cls, graph: CSRGraph) -> "GraphTraits":
+        return cls(placement=graph.placement, on_gpu=graph.device.type == "cuda", symmetric=graph.symmetric,
+                   has_in_lists=graph.symmetric or graph._csc is not None, num_nodes=graph.num_nodes,
+                   num_edges=graph.num_edges)
+
+
+def choose_variant(op: str, traits: GraphTraits) -> str:
+    """The variant ``variant="auto"`` runs for ``op`` on a graph with these traits.
+
+    * bfs: ``"async"`` on a mesh-like graph (mean degree <= 8) on a GPU; otherwise
+      ``"direction"`` when the in-neighbour lists are at hand (a symmetric graph, or one whose
+      :meth:`CSRGraph.csc` was already computed); otherwise ``"frontier"`` when the edge list is
+      in host memory and ``"aligned"`` in GPU memory.
+    * sssp: ``"async"`` on a mesh-like graph on a GPU, else ``"aligned"``.
+    * connected_components: ``"staged"`` when the edge list is in host memory (unified,
+      managed) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
+    * pagerank: ``"push"``.
+    """
+    if op not in OP_VARIANTS:
+        raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
+    host_list = traits.placement in ("unified", "managed")
+    mesh_like = (0 < traits.num_nodes < ASYNC_MAX_NODES
+                 and traits.num_edges <= MESH_MEAN_DEGREE * traits.num_nodes)
+    if op == "bfs":
+        if mesh_like and traits.on_gpu:
+            return "async"
+        if traits.has_in_lists:
+            return "direction"
+        return "frontier" if host_list else "aligned"
+    if op == "sssp":
+        return "async" if mesh_like and traits.on_gpu else "aligned"
+    if op == "connected_components":
+        return "staged" if host_list or not traits.symmetric else "frontier"
+    return "push"
+
+
+def auto_variant(op: str, graph: CSRGraph) -> str:
+    """The variant ``variant="auto"`` runs for ``op`` on ``graph`` (see :func:`choose_variant`)."""
+    return choose_variant(op, GraphTraits.of(graph))
+
+
+def _variant(op: str, variant: str, graph: CSRGraph) -> Variant:
+    if variant == "auto":
+        variant = auto_variant(op, graph)
+    if variant not in OP_VARIANTS[op]:
+        raise ValueError(f"{op}: variant must be 'auto' or one of {list(OP_VARIANTS[op])}, got {variant!r}")
+    return Variant[variant.upper()]
 
 
 def _check_graph(graph: CSRGraph, op: str) -> None:
@@ -84,12 +174,23 @@ def bfs(
     ``predecessors=True`` also ``pred`` (the parent of each vertex in a BFS tree, in the ids'
     dtype; ``pred[source] == source``, -1 where unreachable; on the GPU any valid parent, on the
     CPU the first one found). With ``return_stats=True`` an int64 tensor
-    ``[edges_scanned, levels]`` comes last.
+    ``[edges_read, levels]`` comes last (the direction variant reads some lists only in part).
+    The direction variant on a directed graph computes :meth:`CSRGraph.csc` on first use.
+    A graph of another structure that defines ``__zerocopy_bfs__`` (a
+    :class:`~pytorch_zerocopy.graph.DynamicGraph`) searches itself, with the same arguments.
     """
+    own = getattr(type(graph), "__zerocopy_bfs__", None)
+    if own is not None:
+        return own(graph, source, variant=variant, predecessors=predecessors, return_stats=return_stats)
     _check_graph(graph, "bfs")
     source = _check_source(graph, source, "bfs")
+    v = _variant("bfs", variant, graph)
+    in_indptr = in_indices = None
+    if v == Variant.DIRECTION:
+        t = graph if graph.symmetric else graph.csc()
+        in_indptr, in_indices = t.indptr, t.indices
     depth, pred, stats = torch.ops.zerocopy.graph_bfs.default(
-        graph.indptr, graph.indices, source, _variant(variant), bool(predecessors))
+        graph.indptr, graph.indices, source, int(v), bool(predecessors), in_indptr, in_indices)
     out = (depth, pred) if predecessors else (depth,)
     if return_stats:
         out = out + (stats,)
@@ -124,7 +225,7 @@ def sssp(
     elif not delta > 0:
         raise ValueError(f"sssp: delta must be > 0, got {delta}")
     dist, stats = torch.ops.zerocopy.graph_sssp.default(
-        graph.indptr, graph.indices, graph.weights, source, _variant(variant), float(delta))
+        graph.indptr, graph.indices, graph.weights, source, int(_variant("sssp", variant, graph)), float(delta))
     return (dist, stats) if return_stats else dist
 
 
@@ -137,8 +238,9 @@ def connected_components(
     unless ``weak=True``, which returns weakly connected components (edge direction ignored).
     The GPU runs one pass of concurrent union-find over the edge list (larger roots hooked
     under smaller ones), so the edge list is read at most once; the ``frontier`` variant on an
-    undirected graph skips the lists of vertices already in the largest component (see the
-    module docstring). ``stats[0]`` counts the edges actually read.
+    undirected graph skips the lists of vertices already in the largest component, the
+    ``staged`` one copies the list through GPU memory by DMA (see the module docstring).
+    ``stats[0]`` counts the edges actually read.
     """
     _check_graph(graph, "connected_components")
     if not graph.symmetric and not weak:
@@ -147,26 +249,30 @@ def connected_components(
             "with symmetrize=True, mark it symmetric=True if every edge has its reverse, or pass "
             "weak=True for weakly connected components.")
     labels, stats = torch.ops.zerocopy.graph_connected_components.default(
-        graph.indptr, graph.indices, _variant(variant), graph.symmetric)
+        graph.indptr, graph.indices, int(_variant("connected_components", variant, graph)), graph.symmetric)
     return (labels, stats) if return_stats else labels
 
 
 def pagerank(
     graph: CSRGraph,
     alpha: float = 0.85,
-    tol: float = 1e-3,
+    tol: float = 1e-4,
     max_iter: int = 100,
     *,
     variant: str = DEFAULT_VARIANT,
     return_stats: bool = False,
 ):
-    """float32 PageRank by power iteration along out-edges.
+    """float32 PageRank along out-edges, to within ``tol`` of the exact result in L1.
 
-    ``rank[u] = (1 - alpha) / N + alpha * (sum over edges v->u of rank[v] / outdeg(v)
-    + dangling / N)``, where dangling is the total rank of vertices without out-edges; starts
-    from ``1 / N`` and stops after the first iteration whose L1 change is below ``tol``, or
-    after ``max_iter`` iterations. The GPU accumulates with float atomics, so the last bits
-    vary from run to run.
+    The exact PageRank solves ``rank[u] = (1 - alpha) / N + alpha * (sum over edges v->u of
+    rank[v] / outdeg(v) + dangling / N)``, where dangling is the total rank of vertices without
+    out-edges (every CSR entry counts, so duplicate edges weigh more). Every variant stops once
+    its L1 distance to that solution is provably at most ``tol`` (up to float32 rounding, about
+    1e-7 relative): power iteration (from ``1 / N``) when its last change is at most
+    ``tol * (1 - alpha) / alpha``, residual push (``push``, ``async``) when its residuals sum to
+    at most ``tol * (1 - alpha)``. ``max_iter`` caps iterations (push: rounds; async: work, in
+    passes over the edge list), and ``stats[1]`` reports them. The GPU accumulates with float
+    atomics, so the last bits vary from run to run.
     """
     _check_graph(graph, "pagerank")
     if not 0.0 <= alpha <= 1.0:
@@ -176,7 +282,7 @@ def pagerank(
     if max_iter < 0:
         raise ValueError(f"pagerank: max_iter must be >= 0, got {max_iter}")
     rank, stats = torch.ops.zerocopy.graph_pagerank.default(
-        graph.indptr, graph.indices, float(alpha), float(tol), int(max_iter), _variant(variant))
+        graph.indptr, graph.indices, float(alpha), float(tol), int(max_iter), int(_variant("pagerank", variant, graph)))
     return (rank, stats) if return_stats else rank
 
 
@@ -188,7 +294,7 @@ def _stats_like(indptr: torch.Tensor) -> torch.Tensor:
 
 
 @register_fake("zerocopy::graph_bfs")
-def _bfs_fake(indptr, indices, source, variant, predecessors):
+def _bfs_fake(indptr, indices, source, variant, predecessors, in_indptr=None, in_indices=None):
     n = indptr.shape[0] - 1
     pred = indptr.new_empty((n if predecessors else 0,), dtype=indices.dtype)
     return indptr.new_empty((n,), dtype=torch.int32), pred, _stats_like(indptr)
@@ -201,7 +307,7 @@ def _sssp_fake(indptr, indices, weights, source, variant, delta=0.0):
 
 
 @register_fake("zerocopy::graph_connected_components")
-def _cc_fake(indptr, indices, variant, symmetric=False):
+def _cc_fake(indptr, indices, variant, symmetric=False, chunk_edges=0):
     return indptr.new_empty((indptr.shape[0] - 1,), dtype=indices.dtype), _stats_like(indptr)
 
 

@@ -154,24 +154,10 @@ def from_samplers(batch_q, sources: int) -> Iterator[Union[Sampled, EpochMark]]:
             yield Sampled(item, waited=time.perf_counter() - start)
 
 
-class _Done:
-    """A sample taken synchronously, with the interface of an asynchronous one."""
-
-    def __init__(self, blocks: List[Block]):
-        self.blocks = blocks
-
-    def result(self) -> List[Block]:
-        return self.blocks
-
-
-def _sample_async(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch):
-    """``sample_layers_async`` where the sampling module has it; else the synchronous op,
-    wrapped (no overlap of sampling with gathering then)."""
-    start = getattr(_sampling, "sample_layers_async", None)
-    if start is None:
-        return _Done(sample_blocks(graph, seeds, plan, batch))
-    return start(graph, seeds, plan.fanouts, edge_dir="out",
-                 seed=minibatch_seed(plan.seed, batch.epoch, batch.phase, batch.index))
+def _sample_async(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> _sampling.PendingSample:
+    """Queues the sample of one minibatch on the current stream (no host synchronisation)."""
+    return _sampling.sample_layers_async(graph, seeds, plan.fanouts, edge_dir="out",
+                                         seed=minibatch_seed(plan.seed, batch.epoch, batch.phase, batch.index))
 
 
 class GpuSampler:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import traceback
 from multiprocessing import queues as mp_queues
@@ -30,6 +32,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 import torch.multiprocessing as mp
 
+from .._process import enter_child
 from ..datasets.base import NodeDataset
 from .consumer import consumer_main
 from .gather import choose_cached_rows
@@ -51,13 +54,16 @@ class PipelineError(RuntimeError):
         self.remote_traceback = remote_traceback
 
 
-def _role_entry(role: str, conn, fn: Callable, args: tuple) -> None:
+def _role_entry(role: str, conn, fn: Callable, args: tuple, parent_pid: int, tempdir: str) -> None:
     """Runs one role in a child; reports ``("done", None)`` or ``("error", traceback)``.
 
-    On success the queues this process wrote to are flushed and the process leaves with
-    ``os._exit``: every peer has consumed what it needed by then (the roles' end-of-run
-    handshakes guarantee it), and skipping interpreter teardown saves seconds per role.
+    The child dies with its parent and keeps its temp files in the run's ``tempdir``
+    (:func:`pytorch_zerocopy._process.enter_child`). On success the queues this process wrote
+    to are flushed and the process leaves with ``os._exit``: every peer has consumed what it
+    needed by then (the roles' end-of-run handshakes guarantee it), and skipping interpreter
+    teardown saves seconds per role.
     """
+    enter_child(parent_pid, tempdir)
     try:
         if role == "consumer":
             fn(*args, conn.send)
@@ -125,16 +131,23 @@ def environment_added(extra: Dict[str, str]):
 
 
 class Supervisor:
-    """Owns the role processes of one run."""
+    """Owns the role processes of one run, and the directory of their temp files.
+
+    Roles die with the process that started them (so :meth:`run` must be called from the
+    thread that called :meth:`start`, and that thread must stay alive until :meth:`shutdown`),
+    and their temp files live in ``tempdir``, removed by :meth:`shutdown`."""
 
     def __init__(self):
         self.ctx = mp.get_context("spawn")
         self.procs: List = []  # (role, process, parent end of its report pipe)
+        self.tempdir: Optional[str] = None  # made by the first start()
 
     def start(self, role: str, fn: Callable, args: tuple, env: Optional[Dict[str, str]] = None) -> None:
+        if self.tempdir is None:
+            self.tempdir = tempfile.mkdtemp(prefix="zc-")
         recv, send = self.ctx.Pipe(duplex=False)
-        proc = self.ctx.Process(target=_role_entry, args=(role, send, fn, args), name=f"zerocopy-{role}",
-                                daemon=True)
+        proc = self.ctx.Process(target=_role_entry, args=(role, send, fn, args, os.getpid(), self.tempdir),
+                                name=f"zerocopy-{role}", daemon=True)
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
         try:
             with environment_added(env or {}):
@@ -197,6 +210,9 @@ class Supervisor:
             conn.close()
             proc.close()
         self.procs = []
+        if self.tempdir is not None:
+            shutil.rmtree(self.tempdir, ignore_errors=True)
+            self.tempdir = None
 
 
 def _remove_orphan_segments(pid: int, shm_dir: str = "/dev/shm") -> None:
@@ -294,6 +310,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
                 dispatch(("progress", PartitionInfo(Partition.MPS, producer_share=plan.producer_share,
                                                     consumer_share=100.0 - plan.producer_share,
                                                     shared_daemon=shared)))
+            stack.callback(sup.shutdown)  # also when starting a role fails (before the MPS daemon stops)
             barrier = ctx.Barrier(samplers) if samplers > 1 else None
             for w in range(samplers):
                 sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier), role_env)

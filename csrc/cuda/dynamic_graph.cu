@@ -1,0 +1,917 @@
+// The dynamic_graph_* ops on the GPU. One batch at a time, on the current stream; within a
+// batch every step is a flat set of independent items (csrc/dynamic_graph.h):
+//
+//   append   per-run page counts -> prefix sums -> content check and pool check (the one
+//            synchronisation: nothing has been written yet) -> one thread per new page (take
+//            a ticket, link into the tree) -> one thread per run (root, height, degree) -> one
+//            warp per touched data page (copy the run's ids, coalesced).
+//   remove   content check -> one thread per hole (move a tail entry into it) -> one thread
+//            per freed page (push it on the ring) -> one thread per run.
+//   contains / find: one warp per (run, data page), binary search of each entry in the run's
+//            sorted destinations; find counts, scans and writes, so positions come out sorted.
+//   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
+//            warp then walks the active pages one by one (whole pages: balanced by design).
+//
+// No item waits on another and no lock is taken: page tickets come from prefix sums over the
+// ring, every item writes slots no other item reads or writes in the same kernel, and the
+// kernels of a batch are ordered by the stream. Atomics are used only for first-bad-index
+// reports, counters and BFS's visited marks (atomicCAS on depth). The pool may be host memory
+// mapped for the GPU (a unified tensor reaches these kernels as a CUDA tensor over it).
+
+#include "checks.h"
+#include "dynamic_graph.h"
+#include "dynamic_graph_checks.h"
+#include "sampling.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <vector>
+
+namespace zerocopy {
+namespace {
+
+using namespace dyngraph;
+
+constexpr int kWarp = 32;
+constexpr int kBlock = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t thread_count() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+__device__ __forceinline__ int64_t warp_index() { return thread_index() / kWarp; }
+__device__ __forceinline__ int64_t warp_count() { return thread_count() / kWarp; }
+__device__ __forceinline__ int lane_id() { return threadIdx.x % kWarp; }
+__device__ __forceinline__ int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Blocks of kBlock threads for `threads` threads of a grid-stride kernel, capped at a full GPU
+// (the current device's SMs times the blocks each can hold; computed once per device).
+int blocks_for(int64_t threads) {
+  static std::atomic<int64_t> cache[64];
+  const int device = c10::cuda::current_device();
+  int64_t full = device < 64 ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (full == 0) {
+    int sms = 0, threads_per_sm = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
+    full = std::max<int64_t>(1, static_cast<int64_t>(sms) * (threads_per_sm / kBlock));
+    if (device < 64) cache[device].store(full, std::memory_order_relaxed);
+  }
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((threads + kBlock - 1) / kBlock, full)));
+}
+
+// Host copy of small int64 device tensors, concatenated: the ops' one synchronisation.
+std::vector<int64_t> read_back(const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  for (const auto& p : parts) flat.push_back(p.reshape(-1).to(at::kLong));
+  const at::Tensor host = at::cat(flat).cpu();
+  const int64_t* h = host.data_ptr<int64_t>();
+  return std::vector<int64_t>(h, h + host.numel());
+}
+
+// Exclusive prefix sum with the total appended: out[0] = 0, out[k + 1] = x[0] + .. + x[k].
+at::Tensor offsets_of(const at::Tensor& counts) {
+  at::Tensor out = at::zeros({counts.numel() + 1}, counts.options());
+  if (counts.numel() > 0) out.slice(0, 1).copy_(counts.cumsum(0));
+  return out;
+}
+
+constexpr c10::DeviceType kCuda = c10::DeviceType::CUDA;
+
+// 32-bit words of a weights tensor (float32 or int32: kernels only copy them).
+int32_t* weight_words(const std::optional<at::Tensor>& w) {
+  return w ? static_cast<int32_t*>(w->data_ptr()) : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The content check (dynamic_graph_checks.h): first bad index per BatchError, LLONG_MAX if none.
+
+template <typename val_t>
+__global__ void batch_check_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ off,
+                                   const val_t* __restrict__ vals, int64_t n, int64_t num_ids,
+                                   const int64_t* __restrict__ degree, unsigned long long* __restrict__ first) {
+  const int64_t span = runs + 1 > n ? runs + 1 : n;
+  for (int64_t i = thread_index(); i < span; i += thread_count()) {
+    if (i < runs && !vertex_ok(vtx, i, num_ids, true)) atomicMin(&first[kBadVertex], i);
+    if (i <= runs && !offset_ok(off, i, runs, n)) atomicMin(&first[kBadOffset], i);
+    if (i < n) {
+      if (degree == nullptr) {
+        if (!value_ok(vals, i, num_ids)) atomicMin(&first[kBadValue], i);
+      } else if (!position_ok(reinterpret_cast<const int64_t*>(vals), off, runs, vtx, degree, num_ids, i)) {
+        atomicMin(&first[kBadPosition], i);
+      }
+    }
+  }
+}
+
+// Launches the check; the result (int64 [kNumBatchErrors]) is read with the op's other totals.
+at::Tensor launch_batch_check(const at::Tensor& vertices, const at::Tensor& offsets, const at::Tensor& values,
+                              int64_t num_ids, const int64_t* degree, cudaStream_t stream) {
+  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, vertices.options());
+  const int64_t runs = vertices.numel(), n = values.numel();
+  auto* out = reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>());
+  AT_DISPATCH_INDEX_TYPES(values.scalar_type(), "dynamic_graph_batch_check", [&] {
+    batch_check_kernel<index_t><<<blocks_for(std::max(runs + 1, n)), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), runs, offsets.data_ptr<int64_t>(), values.data_ptr<index_t>(), n, num_ids,
+        degree, out);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return first;
+}
+
+// Raises for the first failed check; `first` points at the kNumBatchErrors values read back.
+void raise_if_bad(const int64_t* first, const at::Tensor& vertices, const at::Tensor& offsets,
+                  const at::Tensor& values, const char* offsets_name, const char* values_name, int64_t num_ids,
+                  const char* op) {
+  int64_t f[kNumBatchErrors];
+  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = first[k] == LLONG_MAX ? -1 : first[k];
+  raise_batch_error(f, vertices, offsets, values, offsets_name, values_name, num_ids, true, op);
+}
+
+// Small kernels over runs.
+
+__global__ void grow_counts_kernel(const int64_t* __restrict__ vtx, const int64_t* __restrict__ off, int64_t runs,
+                                   const int64_t* __restrict__ degree, int64_t num_ids, int s,
+                                   int64_t* __restrict__ pages, int64_t* __restrict__ chunks) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t v = vtx[r], add = off[r + 1] - off[r];
+    if (v < 0 || v >= num_ids || add < 0) {  // reported by the content check
+      pages[r] = chunks[r] = 0;
+      continue;
+    }
+    const int64_t d0 = degree[v];
+    pages[r] = tree_pages(d0 + add, s) - tree_pages(d0, s);
+    chunks[r] = appended_chunks(d0, d0 + add, s);
+  }
+}
+
+__global__ void shrink_counts_kernel(const int64_t* __restrict__ vtx, const int64_t* __restrict__ off, int64_t runs,
+                                     const int64_t* __restrict__ degree, int64_t num_ids, int s,
+                                     int64_t* __restrict__ pages) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t v = vtx[r], holes = off[r + 1] - off[r];
+    const bool ok = v >= 0 && v < num_ids && holes >= 0 && holes <= degree[v];
+    pages[r] = ok ? tree_pages(degree[v], s) - tree_pages(degree[v] - holes, s) : 0;
+  }
+}
+
+__global__ void leaf_counts_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ degree,
+                                   int64_t num_ids, int s, int64_t* __restrict__ leaves) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t v = vtx[r];
+    leaves[r] = (v >= 0 && v < num_ids) ? ceil_shift(degree[v], s) : 0;
+  }
+}
+
+__global__ void set_meta_kernel(int64_t* meta, int64_t head, int64_t tail, int64_t fresh) {
+  meta[kHead] = head;
+  meta[kTail] = tail;
+  meta[kFresh] = fresh;
+}
+
+// ---------------------------------------------------------------------------------------------
+// append
+
+template <typename idx_t>
+__global__ void grow_kernel(idx_t* pool, idx_t* __restrict__ owner, int32_t* __restrict__ rank,
+                            const idx_t* __restrict__ root, const int64_t* __restrict__ degree,
+                            const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                            const int64_t* __restrict__ page_off, int64_t runs, int64_t total, Tickets<idx_t> tickets,
+                            int s) {
+  for (int64_t t = thread_index(); t < total; t += thread_count()) {
+    const int64_t r = group_of(page_off, runs, t);
+    const int64_t v = vtx[r];
+    const int64_t d0 = degree[v];
+    grow_item(pool, owner, rank, tickets, v, static_cast<int64_t>(root[v]), d0, d0 + off[r + 1] - off[r],
+              page_off[r], t - page_off[r], s);
+  }
+}
+
+template <typename idx_t>
+__global__ void grown_roots_kernel(idx_t* __restrict__ root, int8_t* __restrict__ height, int64_t* __restrict__ degree,
+                                   const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                                   const int64_t* __restrict__ page_off, int64_t runs, Tickets<idx_t> tickets, int s) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t v = vtx[r];
+    const int64_t d0 = degree[v], d1 = d0 + off[r + 1] - off[r];
+    root[v] = static_cast<idx_t>(grown_root(tickets, static_cast<int64_t>(root[v]), d0, d1, page_off[r], s));
+    height[v] = static_cast<int8_t>(tree_shape(d1, s).height);
+    degree[v] = d1;
+  }
+}
+
+// One warp per touched data page: copies the run's entries that fall on it.
+template <typename idx_t, typename dst_t>
+__global__ void fill_kernel(idx_t* pool, int32_t* __restrict__ weights, const idx_t* __restrict__ root,
+                            const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                            const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                            const int64_t* __restrict__ chunk_off, int64_t runs, int64_t total,
+                            const dst_t* __restrict__ dst, const int32_t* __restrict__ run_w, int s) {
+  const int lane = lane_id();
+  const int64_t size = int64_t(1) << s;
+  for (int64_t c = warp_index(); c < total; c += warp_count()) {
+    const int64_t r = group_of(chunk_off, runs, c);
+    const int64_t v = vtx[r];
+    const int64_t d1 = degree[v], d0 = d1 - (off[r + 1] - off[r]);
+    const int64_t i = (d0 >> s) + (c - chunk_off[r]);
+    const int64_t page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, i, s);
+    for (int64_t k = lane; k < size; k += kWarp) {
+      const int64_t pos = (i << s) + k;
+      if (pos < d0 || pos >= d1) continue;
+      const int64_t from = off[r] + pos - d0;
+      pool[(page << s) + k] = static_cast<idx_t>(dst[from]);
+      if (weights) weights[(page << s) + k] = run_w[from];
+    }
+  }
+}
+
+void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
+                 const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
+                 const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
+                 const at::Tensor& vertices_in, const at::Tensor& run_offsets_in, const at::Tensor& run_dst_in,
+                 const std::optional<at::Tensor>& run_weights, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_append";
+  const int s = page_shift(page_size, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
+  check_runs(pool, vertices_in, run_offsets_in, run_dst_in, "run_offsets", "run_dst", op, /*any_index=*/true);
+  const at::Tensor run_w = check_run_weights(weights, run_weights, run_dst_in, pool, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor vertices = vertices_in.contiguous(), off = run_offsets_in.contiguous(),
+                   dst = run_dst_in.contiguous();
+  const int64_t runs = vertices.numel(), num_ids = root.numel(), num_pages = pool.numel() >> s;
+
+  at::Tensor pages = at::empty({runs}, vertices.options()), chunks = at::empty({runs}, vertices.options());
+  if (runs > 0) {
+    grow_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s,
+        pages.data_ptr<int64_t>(), chunks.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor page_off = offsets_of(pages), chunk_off = offsets_of(chunks);
+  const at::Tensor first = launch_batch_check(vertices, off, dst, num_ids, nullptr, stream);
+  const std::vector<int64_t> h = read_back({first, page_off.slice(0, runs), chunk_off.slice(0, runs), meta});
+  raise_if_bad(h.data(), vertices, off, dst, "run_offsets", "run_dst", num_ids, op);
+  const int64_t need = h[kNumBatchErrors], total_chunks = h[kNumBatchErrors + 1];
+  const int64_t head = h[kNumBatchErrors + 2 + kHead], tail = h[kNumBatchErrors + 2 + kTail];
+  const int64_t fresh = h[kNumBatchErrors + 2 + kFresh];
+  const int64_t queued = tail - head;
+  TORCH_CHECK(need <= queued + (num_pages - fresh), op, ": the pool is full: the batch needs ", need,
+              " pages and ", queued + (num_pages - fresh), " of its ", num_pages, " pages are free");
+  if (runs == 0) return;
+
+  const int32_t* rw = run_weights ? static_cast<const int32_t*>(run_w.data_ptr()) : nullptr;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    using idx_t = index_t;
+    const Tickets<idx_t> tickets{page_ring.data_ptr<idx_t>(), num_pages, head, queued, fresh};
+    if (need > 0) {
+      grow_kernel<idx_t><<<blocks_for(need), kBlock, 0, stream>>>(
+          pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
+          root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
+          page_off.data_ptr<int64_t>(), runs, need, tickets, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    grown_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
+        root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(),
+        off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, tickets, s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (total_chunks > 0) {
+      auto fill = [&](auto* dst_ptr) {
+        using dst_t = std::remove_const_t<std::remove_pointer_t<decltype(dst_ptr)>>;
+        fill_kernel<idx_t, dst_t><<<blocks_for(total_chunks * kWarp), kBlock, 0, stream>>>(
+            pool.data_ptr<idx_t>(), weight_words(weights), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(),
+            degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
+            chunk_off.data_ptr<int64_t>(), runs, total_chunks, dst_ptr, rw, s);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      };
+      if (dst.scalar_type() == at::kInt) {
+        fill(dst.data_ptr<int32_t>());
+      } else {
+        fill(dst.data_ptr<int64_t>());
+      }
+    }
+  });
+  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head + std::min(need, queued), tail,
+                                       fresh + std::max<int64_t>(0, need - queued));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// contains, find
+
+// Calls fn(slot, pos, valid) on every lane for each 32-entry step of data page i of vertex v's
+// list; the step count is warp-uniform.
+template <typename idx_t, typename Fn>
+__device__ __forceinline__ void warp_page_entries(const idx_t* pool, int64_t root, int h, int64_t deg, int64_t i,
+                                                  int s, int lane, Fn&& fn) {
+  const int64_t page = node_page(pool, root, h, 0, i, s);
+  const int64_t size = int64_t(1) << s;
+  for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+    const int64_t k = k0 + lane;
+    const int64_t pos = (i << s) + k;
+    fn((page << s) + k, pos, k < size && pos < deg);
+  }
+}
+
+template <typename idx_t>
+__global__ void contains_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
+                                const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                                const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                                const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
+                                const int64_t* __restrict__ dst, bool* __restrict__ found, int s) {
+  const int lane = lane_id();
+  for (int64_t item = warp_index(); item < items; item += warp_count()) {
+    const int64_t r = group_of(item_off, runs, item);
+    const int64_t v = vtx[r];
+    warp_page_entries(pool, static_cast<int64_t>(root[v]), height[v], degree[v], item - item_off[r], s, lane,
+                      [&](int64_t slot, int64_t, bool valid) {
+                        if (!valid) return;
+                        const int64_t j = sorted_find(dst, off[r], off[r + 1], static_cast<int64_t>(pool[slot]));
+                        if (j >= 0) found[j] = true;
+                      });
+  }
+}
+
+// kCount: item_count[item] = matches on the item's page; else writes their positions at
+// out[item_pos[item] ...] in list order.
+template <typename idx_t, bool kCount>
+__global__ void find_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
+                            const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                            const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                            const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
+                            const int64_t* __restrict__ dst, int64_t* __restrict__ item_count,
+                            const int64_t* __restrict__ item_pos, int64_t* __restrict__ out, int s) {
+  const int lane = lane_id();
+  for (int64_t item = warp_index(); item < items; item += warp_count()) {
+    const int64_t r = group_of(item_off, runs, item);
+    const int64_t v = vtx[r];
+    int64_t written = kCount ? 0 : item_pos[item];
+    warp_page_entries(pool, static_cast<int64_t>(root[v]), height[v], degree[v], item - item_off[r], s, lane,
+                      [&](int64_t slot, int64_t pos, bool valid) {
+                        const bool hit = valid && sorted_find(dst, off[r], off[r + 1],
+                                                              static_cast<int64_t>(pool[slot])) >= 0;
+                        const unsigned mask = __ballot_sync(kFull, hit);
+                        if (!kCount && hit) out[written + __popc(mask & ((1u << lane) - 1u))] = pos;
+                        written += __popc(mask);
+                      });
+    if (kCount && lane == 0) item_count[item] = written;
+  }
+}
+
+// A checked query batch and its items, one per (run, data page of the run's list): item_off
+// (runs + 1) and the item count, read back with the content check.
+struct Query {
+  at::Tensor pool, root, height, degree, vertices, offsets, dst, item_off;
+  int64_t runs, items;
+};
+
+Query prepare_query(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                    const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& run_offsets,
+                    const at::Tensor& run_dst, int s, cudaStream_t stream, const char* op) {
+  check_reader(pool, root, height, degree, s, kCuda, op);
+  check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op);
+  Query q{pool.contiguous(), root.contiguous(), height.contiguous(), degree.contiguous(), vertices.contiguous(),
+          run_offsets.contiguous(), run_dst.contiguous(), at::Tensor(), vertices.numel(), 0};
+  const int64_t num_ids = q.root.numel();
+  at::Tensor leaves = at::zeros({q.runs}, q.vertices.options());
+  if (q.runs > 0) {
+    leaf_counts_kernel<<<blocks_for(q.runs), kBlock, 0, stream>>>(q.vertices.data_ptr<int64_t>(), q.runs,
+                                                                   q.degree.data_ptr<int64_t>(), num_ids, s,
+                                                                   leaves.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  q.item_off = offsets_of(leaves);
+  const at::Tensor first = launch_batch_check(q.vertices, q.offsets, q.dst, num_ids, nullptr, stream);
+  const std::vector<int64_t> h = read_back({first, q.item_off.slice(0, q.runs)});
+  raise_if_bad(h.data(), q.vertices, q.offsets, q.dst, "run_offsets", "run_dst", num_ids, op);
+  q.items = h[kNumBatchErrors];
+  return q;
+}
+
+at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
+                         const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& run_offsets_in,
+                         const at::Tensor& run_dst_in, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_contains";
+  const int s = page_shift(page_size, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const Query q = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in, s,
+                                stream, op);
+  at::Tensor found = at::zeros({q.dst.numel()}, q.dst.options().dtype(at::kBool));
+  if (q.items == 0) return found;
+  AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
+    contains_kernel<index_t><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
+        q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
+        q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
+        q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(), found.data_ptr<bool>(), s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return found;
+}
+
+std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at::Tensor& root_in,
+                                             const at::Tensor& height_in, const at::Tensor& degree_in,
+                                             const at::Tensor& vertices_in, const at::Tensor& run_offsets_in,
+                                             const at::Tensor& run_dst_in, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_find";
+  const int s = page_shift(page_size, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const Query q = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in, s,
+                                stream, op);
+  at::Tensor item_count = at::zeros({q.items}, q.vertices.options());
+  at::Tensor positions, pos_offsets;
+  AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
+    auto launch = [&](auto counting, const int64_t* item_pos, int64_t* out) {
+      if (q.items == 0) return;
+      find_kernel<index_t, decltype(counting)::value><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
+          q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
+          q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
+          q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(),
+          item_count.data_ptr<int64_t>(), item_pos, out, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    launch(std::true_type{}, nullptr, nullptr);
+    const at::Tensor item_pos = offsets_of(item_count);
+    positions = at::empty({item_pos.slice(0, q.items).item<int64_t>()}, q.vertices.options());
+    launch(std::false_type{}, item_pos.data_ptr<int64_t>(), positions.data_ptr<int64_t>());
+    // Run r's positions start where its first item's do.
+    pos_offsets = item_pos.index_select(0, q.item_off);
+  });
+  return {pos_offsets, positions};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Page sweeps: each lane tests one page of a 32-page tile, then the warp walks the active ones.
+
+template <typename Active, typename Body>
+__device__ __forceinline__ void for_each_active_page(int64_t pages, Active&& active, Body&& body) {
+  const int lane = lane_id();
+  for (int64_t base = warp_index() * kWarp; base < pages; base += warp_count() * kWarp) {
+    const int64_t mine = base + lane;
+    unsigned mask = __ballot_sync(kFull, mine < pages && active(mine));
+    while (mask) {
+      const int k = __ffs(mask) - 1;
+      mask &= mask - 1;
+      body(base + k, lane);
+    }
+  }
+}
+
+template <typename idx_t>
+__device__ __forceinline__ bool data_page_of(const idx_t* owner, const int32_t* rank, int64_t p, int64_t num_ids) {
+  const int64_t v = static_cast<int64_t>(owner[p]);
+  return v >= 0 && v < num_ids && rank[p] >= 0;
+}
+
+// kCount: page_count[p] = hits on page p; else writes key (vertex << 32 | position) of each hit
+// (list positions below 2^32).
+template <typename idx_t, bool kCount>
+__global__ void touching_kernel(const idx_t* __restrict__ pool, const int64_t* __restrict__ degree,
+                                const idx_t* __restrict__ owner, const int32_t* __restrict__ rank,
+                                const int64_t* __restrict__ meta, int64_t num_ids, const bool* __restrict__ mask,
+                                int64_t* __restrict__ page_count, const int64_t* __restrict__ page_pos,
+                                int64_t* __restrict__ keys, int s) {
+  const int64_t size = int64_t(1) << s;
+  for_each_active_page(
+      meta[kFresh], [&](int64_t p) { return data_page_of(owner, rank, p, num_ids); },
+      [&](int64_t p, int lane) {
+        const int64_t v = static_cast<int64_t>(owner[p]);
+        const int64_t i = rank[p];
+        const int64_t deg = degree[v];
+        const bool whole = mask[v];
+        int64_t written = kCount ? 0 : page_pos[p];
+        for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+          const int64_t k = k0 + lane, pos = (i << s) + k;
+          bool hit = false;
+          if (k < size && pos < deg) {
+            const int64_t x = static_cast<int64_t>(pool[(p << s) + k]);
+            hit = whole || (x >= 0 && x < num_ids && mask[x]);
+          }
+          const unsigned m = __ballot_sync(kFull, hit);
+          if (!kCount && hit) keys[written + __popc(m & ((1u << lane) - 1u))] = (v << 32) | pos;
+          written += __popc(m);
+        }
+        if (kCount && lane == 0) page_count[p] = written;
+      });
+}
+
+std::tuple<at::Tensor, at::Tensor> find_touching_cuda(const at::Tensor& pool_in, const at::Tensor& root_in,
+                                                      const at::Tensor& height_in, const at::Tensor& degree_in,
+                                                      const at::Tensor& page_owner_in, const at::Tensor& page_rank_in,
+                                                      const at::Tensor& meta_in, const at::Tensor& mask_in,
+                                                      int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_find_touching";
+  const int s = page_shift(page_size, op);
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
+  check_mask(mask_in, root_in, pool_in, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), degree = degree_in.contiguous(), owner = page_owner_in.contiguous(),
+                   rank = page_rank_in.contiguous(), meta = meta_in.contiguous(), mask = mask_in.contiguous();
+  const int64_t num_ids = root_in.numel();
+  TORCH_CHECK_VALUE(num_ids < (int64_t(1) << 31), op, ": supports up to 2^31 vertex ids, got ", num_ids);
+  at::Tensor page_count = at::zeros({num_pages}, degree.options());
+  at::Tensor keys;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    auto launch = [&](auto counting, const int64_t* page_pos, int64_t* out) {
+      if (num_pages == 0) return;
+      touching_kernel<index_t, decltype(counting)::value><<<blocks_for(num_pages), kBlock, 0, stream>>>(
+          pool.data_ptr<index_t>(), degree.data_ptr<int64_t>(), owner.data_ptr<index_t>(), rank.data_ptr<int32_t>(),
+          meta.data_ptr<int64_t>(), num_ids, mask.data_ptr<bool>(), page_count.data_ptr<int64_t>(), page_pos, out, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    };
+    launch(std::true_type{}, nullptr, nullptr);
+    const at::Tensor page_pos = offsets_of(page_count);
+    keys = at::empty({page_pos.slice(0, num_pages).item<int64_t>()}, degree.options());
+    launch(std::false_type{}, page_pos.data_ptr<int64_t>(), keys.data_ptr<int64_t>());
+  });
+  keys = std::get<0>(keys.sort());
+  return {keys.bitwise_right_shift(32), keys.bitwise_and((int64_t(1) << 32) - 1)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// remove
+
+template <typename idx_t>
+__global__ void compact_kernel(idx_t* pool, int32_t* weights, const idx_t* __restrict__ root,
+                               const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                               const int64_t* __restrict__ vtx, const int64_t* __restrict__ off, int64_t runs,
+                               int64_t total, const int64_t* __restrict__ positions, int s) {
+  for (int64_t t = thread_index(); t < total; t += thread_count()) {
+    const int64_t r = group_of(off, runs, t);
+    const int64_t v = vtx[r];
+    const int64_t holes = off[r + 1] - off[r], k = t - off[r];
+    const int64_t d1 = degree[v] - holes;
+    const int64_t to = compaction_target(positions + off[r], holes, d1, k);
+    if (to < 0) continue;
+    const int64_t rt = static_cast<int64_t>(root[v]);
+    const int64_t from_slot = entry_slot(pool, rt, height[v], d1 + k, s);
+    const int64_t to_slot = entry_slot(pool, rt, height[v], to, s);
+    pool[to_slot] = pool[from_slot];
+    if (weights) weights[to_slot] = weights[from_slot];
+  }
+}
+
+template <typename idx_t>
+__global__ void shrink_kernel(const idx_t* pool, idx_t* __restrict__ owner, int32_t* __restrict__ rank,
+                              idx_t* __restrict__ ring, int64_t num_pages, int64_t tail,
+                              const idx_t* __restrict__ root, const int64_t* __restrict__ degree,
+                              const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
+                              const int64_t* __restrict__ page_off, int64_t runs, int64_t total, int s) {
+  for (int64_t t = thread_index(); t < total; t += thread_count()) {
+    const int64_t r = group_of(page_off, runs, t);
+    const int64_t v = vtx[r];
+    const int64_t d0 = degree[v];
+    shrink_item(pool, owner, rank, ring, num_pages, tail, static_cast<int64_t>(root[v]), d0,
+                d0 - (off[r + 1] - off[r]), page_off[r], t - page_off[r], s);
+  }
+}
+
+template <typename idx_t>
+__global__ void shrunk_roots_kernel(const idx_t* pool, idx_t* __restrict__ root, int8_t* __restrict__ height,
+                                    int64_t* __restrict__ degree, const int64_t* __restrict__ vtx,
+                                    const int64_t* __restrict__ off, int64_t runs, int s) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t v = vtx[r];
+    const int64_t d0 = degree[v], d1 = d0 - (off[r + 1] - off[r]);
+    root[v] = static_cast<idx_t>(shrunk_root(pool, static_cast<int64_t>(root[v]), d0, d1, s));
+    height[v] = static_cast<int8_t>(tree_shape(d1, s).height);
+    degree[v] = d1;
+  }
+}
+
+void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
+                 const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
+                 const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
+                 const at::Tensor& vertices_in, const at::Tensor& pos_offsets_in, const at::Tensor& positions_in,
+                 int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_remove";
+  const int s = page_shift(page_size, op);
+  check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
+  check_runs(pool, vertices_in, pos_offsets_in, positions_in, "pos_offsets", "positions", op);
+  const c10::cuda::OptionalCUDAGuard guard(pool.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor vertices = vertices_in.contiguous(), off = pos_offsets_in.contiguous(),
+                   positions = positions_in.contiguous();
+  const int64_t runs = vertices.numel(), num_ids = root.numel(), num_pages = pool.numel() >> s;
+  const int64_t holes = positions.numel();
+
+  at::Tensor pages = at::zeros({runs}, vertices.options());
+  if (runs > 0) {
+    shrink_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s,
+        pages.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor page_off = offsets_of(pages);
+  const at::Tensor first = launch_batch_check(vertices, off, positions, num_ids, degree.data_ptr<int64_t>(), stream);
+  const std::vector<int64_t> h = read_back({first, page_off.slice(0, runs), meta});
+  raise_if_bad(h.data(), vertices, off, positions, "pos_offsets", "positions", num_ids, op);
+  const int64_t freed = h[kNumBatchErrors];
+  const int64_t head = h[kNumBatchErrors + 1 + kHead], tail = h[kNumBatchErrors + 1 + kTail];
+  const int64_t fresh = h[kNumBatchErrors + 1 + kFresh];
+  if (runs == 0) return;
+
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    using idx_t = index_t;
+    if (holes > 0) {
+      compact_kernel<idx_t><<<blocks_for(holes), kBlock, 0, stream>>>(
+          pool.data_ptr<idx_t>(), weight_words(weights), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(),
+          degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, holes,
+          positions.data_ptr<int64_t>(), s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    if (freed > 0) {
+      shrink_kernel<idx_t><<<blocks_for(freed), kBlock, 0, stream>>>(
+          pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
+          page_ring.data_ptr<idx_t>(), num_pages, tail, root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(),
+          vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, freed, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    shrunk_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
+        pool.data_ptr<idx_t>(), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head, tail + freed, fresh);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// to_csr
+
+template <typename idx_t>
+__global__ void to_csr_kernel(const idx_t* __restrict__ pool, const int32_t* __restrict__ weights,
+                              const int64_t* __restrict__ degree, const idx_t* __restrict__ owner,
+                              const int32_t* __restrict__ rank, const int64_t* __restrict__ meta, int64_t num_ids,
+                              const int64_t* __restrict__ indptr, idx_t* __restrict__ indices,
+                              int32_t* __restrict__ w_out, int64_t* __restrict__ slots, int s) {
+  const int64_t size = int64_t(1) << s;
+  for_each_active_page(
+      meta[kFresh], [&](int64_t p) { return data_page_of(owner, rank, p, num_ids); },
+      [&](int64_t p, int lane) {
+        const int64_t v = static_cast<int64_t>(owner[p]);
+        const int64_t i = rank[p];
+        const int64_t n = imin(size, degree[v] - (i << s));
+        const int64_t base = indptr[v] + (i << s);
+        for (int64_t k = lane; k < n; k += kWarp) {
+          const int64_t slot = (p << s) + k;
+          indices[base + k] = pool[slot];
+          if (slots) slots[base + k] = slot;
+          if (weights) w_out[base + k] = weights[slot];
+        }
+      });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cuda(
+    const at::Tensor& pool_in, const std::optional<at::Tensor>& weights_in, const at::Tensor& root_in,
+    const at::Tensor& height_in, const at::Tensor& degree_in, const at::Tensor& page_owner_in,
+    const at::Tensor& page_rank_in, const at::Tensor& meta_in, int64_t page_size, bool with_slots) {
+  constexpr const char* op = "dynamic_graph_to_csr";
+  const int s = page_shift(page_size, op);
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
+  check_pool_weights(weights_in, pool_in);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), degree = degree_in.contiguous(), owner = page_owner_in.contiguous(),
+                   rank = page_rank_in.contiguous(), meta = meta_in.contiguous();
+  const at::Tensor w = weights_in ? weights_in->contiguous() : at::Tensor();
+  const int64_t n = degree.numel();
+  const at::Tensor indptr = offsets_of(degree);
+  const int64_t edges = indptr.slice(0, n).item<int64_t>();
+  at::Tensor indices = at::empty({edges}, pool.options());
+  at::Tensor slots = at::empty({with_slots ? edges : 0}, degree.options());
+  at::Tensor w_out = weights_in ? at::empty({edges}, w.options()) : at::empty({0}, pool.options().dtype(at::kFloat));
+  if (num_pages > 0 && edges > 0) {
+    AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+      to_csr_kernel<index_t><<<blocks_for(num_pages), kBlock, 0, stream>>>(
+          pool.data_ptr<index_t>(), weights_in ? static_cast<const int32_t*>(w.data_ptr()) : nullptr,
+          degree.data_ptr<int64_t>(), owner.data_ptr<index_t>(), rank.data_ptr<int32_t>(), meta.data_ptr<int64_t>(),
+          n, indptr.data_ptr<int64_t>(), indices.data_ptr<index_t>(),
+          weights_in ? static_cast<int32_t*>(w_out.data_ptr()) : nullptr,
+          with_slots ? slots.data_ptr<int64_t>() : nullptr, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  return {indptr, indices, w_out, slots};
+}
+
+// ---------------------------------------------------------------------------------------------
+// sample
+
+__global__ void sample_count_kernel(const int64_t* __restrict__ seeds, int64_t n, const int64_t* __restrict__ degree,
+                                    int64_t num_ids, int64_t fanout, bool replace, int64_t* __restrict__ counts,
+                                    unsigned long long* __restrict__ first_bad) {
+  for (int64_t i = thread_index(); i < n; i += thread_count()) {
+    const int64_t v = seeds[i];
+    if (v < 0 || v >= num_ids) {
+      atomicMin(first_bad, static_cast<unsigned long long>(i));
+      counts[i] = 0;
+      continue;
+    }
+    counts[i] = sampling::sample_count(degree[v], fanout, replace);
+  }
+}
+
+// One warp per seed (visited in ascending id order): the CSR kernel's choice of list positions
+// (csrc/sampling.h), then each position's slot through the seed's page table.
+template <typename idx_t>
+__global__ void sample_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
+                              const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                              const int64_t* __restrict__ seeds, const int64_t* __restrict__ order, int64_t n,
+                              const int64_t* __restrict__ offsets, int64_t fanout, bool replace, uint64_t seed,
+                              idx_t* __restrict__ out_nbr, int64_t* __restrict__ out_slot,
+                              int64_t* __restrict__ out_seed, int s) {
+  const int lane = lane_id();
+  for (int64_t w = warp_index(); w < n; w += warp_count()) {
+    const int64_t i = order[w];
+    const int64_t o = offsets[i];
+    const int64_t count = offsets[i + 1] - o;
+    if (count == 0) continue;
+    const int64_t v = seeds[i];
+    const int64_t deg = degree[v];
+    int64_t* pos = out_slot + o;  // list positions first, slots after
+    if (fanout < 0 || (!replace && deg <= fanout)) {
+      for (int64_t k = lane; k < count; k += kWarp) pos[k] = k;
+    } else if (replace) {
+      for (int64_t k = lane; k < count; k += kWarp)
+        pos[k] = sampling::below(sampling::draw(seed, v, sampling::kReplaceStream + k), deg);
+    } else {
+      // Floyd's algorithm, sequential in k; the warp tests membership in parallel.
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t j = deg - count + k;
+        const int64_t t = sampling::below(sampling::draw(seed, v, sampling::kFloydStream + k), j + 1);
+        bool seen = false;
+        for (int64_t q = lane; q < k; q += kWarp) seen |= pos[q] == t;
+        seen = __any_sync(kFull, seen);
+        if (lane == 0) pos[k] = seen ? j : t;
+        __syncwarp();
+      }
+    }
+    __syncwarp();
+    const int64_t rt = static_cast<int64_t>(root[v]);
+    const int h = height[v];
+    for (int64_t k = lane; k < count; k += kWarp) {
+      const int64_t slot = entry_slot(pool, rt, h, pos[k], s);
+      pos[k] = slot;
+      out_nbr[o + k] = pool[slot];
+      out_seed[o + k] = i;
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cuda(
+    const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
+    const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_sample";
+  const int s = page_shift(page_size, op);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
+  check_seeds(seeds_in, pool_in, fanout, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
+                   degree = degree_in.contiguous(), seeds = seeds_in.contiguous();
+  const int64_t n = seeds.numel(), num_ids = root.numel();
+  at::Tensor counts = at::zeros({n}, degree.options());
+  at::Tensor first_bad = at::full({1}, n, degree.options());
+  if (n > 0) {
+    sample_count_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
+        seeds.data_ptr<int64_t>(), n, degree.data_ptr<int64_t>(), num_ids, fanout, replace,
+        counts.data_ptr<int64_t>(), reinterpret_cast<unsigned long long*>(first_bad.data_ptr<int64_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor offsets = offsets_of(counts);
+  const std::vector<int64_t> h = read_back({offsets.slice(0, n), first_bad});
+  if (h[1] < n) {
+    TORCH_CHECK_INDEX(false, op, ": seeds[", h[1], "] = ", seeds.select(0, h[1]).item<int64_t>(),
+                      " is out of range for ", num_ids, " vertex ids");
+  }
+  const int64_t total = h[0];
+  at::Tensor neighbors = at::empty({total}, pool.options());
+  at::Tensor slots = at::empty({total}, degree.options());
+  at::Tensor seed_index = at::empty({total}, degree.options());
+  if (total > 0) {
+    const at::Tensor order = std::get<1>(seeds.sort());
+    AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+      sample_kernel<index_t><<<blocks_for(n * kWarp), kBlock, 0, stream>>>(
+          pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+          seeds.data_ptr<int64_t>(), order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), fanout, replace,
+          static_cast<uint64_t>(seed), neighbors.data_ptr<index_t>(), slots.data_ptr<int64_t>(),
+          seed_index.data_ptr<int64_t>(), s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  }
+  return {offsets, neighbors, slots, seed_index};
+}
+
+// ---------------------------------------------------------------------------------------------
+// bfs: level-synchronous; each level sweeps the pages of the vertices at that depth.
+
+template <typename idx_t>
+__global__ void bfs_level_kernel(const idx_t* __restrict__ pool, const int64_t* __restrict__ degree,
+                                 const idx_t* __restrict__ owner, const int32_t* __restrict__ rank,
+                                 const int64_t* __restrict__ meta, int64_t num_ids, int32_t level,
+                                 int32_t* __restrict__ depth, idx_t* __restrict__ pred,
+                                 unsigned long long* __restrict__ found, unsigned long long* __restrict__ edges,
+                                 int s) {
+  const int64_t size = int64_t(1) << s;
+  bool any = false;
+  unsigned long long scanned = 0;
+  for_each_active_page(
+      meta[kFresh],
+      [&](int64_t p) {
+        return data_page_of(owner, rank, p, num_ids) && depth[static_cast<int64_t>(owner[p])] == level;
+      },
+      [&](int64_t p, int lane) {
+        const int64_t v = static_cast<int64_t>(owner[p]);
+        const int64_t n = imin(size, degree[v] - (static_cast<int64_t>(rank[p]) << s));
+        if (lane == 0) scanned += n;
+        for (int64_t k = lane; k < n; k += kWarp) {
+          const int64_t u = static_cast<int64_t>(pool[(p << s) + k]);
+          if (u < 0 || u >= num_ids || depth[u] != -1) continue;
+          if (atomicCAS(&depth[u], -1, level + 1) == -1) {
+            if (pred) pred[u] = static_cast<idx_t>(v);
+            any = true;
+          }
+        }
+      });
+  if (__syncthreads_or(any) && threadIdx.x == 0) atomicExch(found, 1ULL);
+  if (scanned) atomicAdd(edges, scanned);
+}
+
+template <typename idx_t>
+__global__ void bfs_start_kernel(int32_t* depth, idx_t* pred, int64_t source) {
+  depth[source] = 0;
+  if (pred) pred[source] = static_cast<idx_t>(source);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& pool_in, const at::Tensor& root_in,
+                                                       const at::Tensor& height_in, const at::Tensor& degree_in,
+                                                       const at::Tensor& page_owner_in, const at::Tensor& page_rank_in,
+                                                       const at::Tensor& meta_in, int64_t source, bool predecessors,
+                                                       int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_bfs";
+  const int s = page_shift(page_size, op);
+  const int64_t num_pages =
+      check_sweeper(pool_in, root_in, height_in, degree_in, page_owner_in, page_rank_in, meta_in, s, kCuda, op);
+  const int64_t n = root_in.numel();
+  check_bfs_source(source, n, op);
+  TORCH_CHECK_VALUE(n < INT32_MAX, op, ": supports fewer than 2^31 vertex ids, got ", n);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), degree = degree_in.contiguous(), owner = page_owner_in.contiguous(),
+                   rank = page_rank_in.contiguous(), meta = meta_in.contiguous();
+  at::Tensor depth = at::full({n}, -1, degree.options().dtype(at::kInt));
+  at::Tensor pred = predecessors ? at::full({n}, -1, pool.options()) : at::empty({0}, pool.options());
+  at::Tensor counters = at::zeros({2}, degree.options());  // [found, edges]
+  int64_t levels = 0;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    index_t* p = predecessors ? pred.data_ptr<index_t>() : nullptr;
+    bfs_start_kernel<index_t><<<1, 1, 0, stream>>>(depth.data_ptr<int32_t>(), p, source);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    auto* cnt = reinterpret_cast<unsigned long long*>(counters.data_ptr<int64_t>());
+    for (int32_t level = 0;; ++level) {
+      counters.select(0, 0).zero_();
+      bfs_level_kernel<index_t><<<blocks_for(num_pages), kBlock, 0, stream>>>(
+          pool.data_ptr<index_t>(), degree.data_ptr<int64_t>(), owner.data_ptr<index_t>(), rank.data_ptr<int32_t>(),
+          meta.data_ptr<int64_t>(), n, level, depth.data_ptr<int32_t>(), p, cnt, cnt + 1, s);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      if (counters.select(0, 0).item<int64_t>() == 0) {
+        levels = level + 1;
+        break;
+      }
+    }
+  });
+  at::Tensor stats = at::empty({2}, degree.options());
+  stats.select(0, 0).copy_(counters.select(0, 1));
+  stats.select(0, 1).fill_(levels);
+  return {depth, pred, stats};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
+  m.impl("dynamic_graph_append", append_cuda);
+  m.impl("dynamic_graph_contains", contains_cuda);
+  m.impl("dynamic_graph_find", find_cuda);
+  m.impl("dynamic_graph_find_touching", find_touching_cuda);
+  m.impl("dynamic_graph_remove", remove_cuda);
+  m.impl("dynamic_graph_to_csr", to_csr_cuda);
+  m.impl("dynamic_graph_sample", sample_cuda);
+  m.impl("dynamic_graph_bfs", bfs_cuda);
+}
+
+}  // namespace zerocopy
