@@ -18,8 +18,11 @@ time / epoch time); the unique input rows and the link-bound floor (rows x row b
 pinned memcpy rate measured in this run). Placement rows, for the choice of where sampling and
 gathering run: ``zerocopy`` under MPS at other producer shares (``--shares``), unpartitioned
 (``--extra-partitions``), and inside the trainer's process with no producer (``--in-trainer``); ``--width-sweep`` adds Figure 12 (table size
-fixed, feature width varied). Results: ``training.{json,md,png}`` (``training_quick`` with
-``--quick``), with the bars of the issue in ``"bars"``.
+fixed, feature width varied). Cache row: ``zerocopy`` with a GPU cache of ``--cache-fraction``
+of the table's rows (``--cache-policy``; ``zerocopy[cache 10%]``), chosen before the run, with
+the share of input rows it held; the bar ``zerocopy_cache10_over_gpu_epoch_time`` sets it
+against the table held in GPU memory. Results: ``training.{json,md,png}`` (``training_quick``
+with ``--quick``), with the bars of the issue in ``"bars"``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ GPU_MODES = "dma,zerocopy,gpu"
 CPU_MODES = "zerocopy,cpu"
 BAR_MS = 2.5  # zerocopy ms per minibatch
 BAR_OVER_DMA = 3.0
+BAR_CACHE_OVER_GPU = 1.10  # zerocopy with a cache of 10% of the table, against the table in GPU memory
 
 
 def _mean(summary: Optional[Dict[str, float]]) -> float:
@@ -92,6 +96,7 @@ def _run(ds, label: str, mode: str, args, max_batches: int, ceiling_gbs: float, 
             "input_rows": rows, "link_floor_ms": floor_ms, "over_link_floor": ms / floor_ms if floor_ms else float("nan"),
             "feature_gbs": nbytes / seconds / 1e9 if seconds > 0 else float("nan"),
             "val_acc": last.val_acc, "loss": last.loss, "wall_seconds": wall,
+            "cache_rows": last.cache_rows, "cache_hit_rate": last.cache_hit_rate,
             "partition": {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(last.partition).items()
                           if v is not None},
             "gather_batches": last.gather_batches, "train_step": last.train_step, "trace": asdict(trace)}
@@ -113,7 +118,9 @@ def _line(r: Dict) -> str:
         return f"  {r['mode']}: FAILED {r['error']}"
     return (f"  {r['mode']}: {r['ms_per_minibatch']:.2f} ms/minibatch (sample {r['sample_ms']:.2f}, gather "
             f"{r['gather_ms']:.2f}, train {r['train_ms']:.2f}; floor {r['link_floor_ms']:.2f}), GPU busy "
-            f"{r['gpu_busy_share']:.0%}, {r['feature_gbs']:.1f} GB/s, {r['wall_seconds']:.0f} s")
+            f"{r['gpu_busy_share']:.0%}, {r['feature_gbs']:.1f} GB/s, {r['wall_seconds']:.0f} s"
+            + (f", cache of {r['cache_rows']:,} rows held {r['cache_hit_rate']:.0%} of the input rows"
+               if r.get("cache_rows") else ""))
 
 
 def _table(runs: List[Dict], by: Dict[str, Dict], ceiling: float) -> List[str]:
@@ -165,6 +172,10 @@ def main() -> int:
     p.add_argument("--extra-partitions", default="none", help="placement rows: zerocopy with these partitions")
     p.add_argument("--in-trainer", action=argparse.BooleanOptionalAction, default=True,
                    help="placement row: zerocopy sampled and gathered inside the trainer's process (no producer)")
+    p.add_argument("--cache-fraction", type=float, default=0.10,
+                   help="cache row: zerocopy with a GPU cache of this share of the table's rows (0: no cache row)")
+    p.add_argument("--cache-policy", default="presample", choices=("presample", "degree"),
+                   help="cache row: which rows the cache holds")
     p.add_argument("--cpu-sampling", action="store_true",
                    help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")
     p.add_argument("--width-sweep", default="", help="Figure 12: feature widths at the same table size (e.g. 512,2048)")
@@ -177,6 +188,8 @@ def main() -> int:
     args = p.parse_args()
     if args.repeats < 1:
         p.error(f"--repeats must be a positive count, got {args.repeats}")
+    if not 0 <= args.cache_fraction <= 1:
+        p.error(f"--cache-fraction must be in [0, 1], got {args.cache_fraction}")
     if args.replay is not None and args.replay < 1:
         p.error(f"--replay must be a positive count, got {args.replay}")
     try:
@@ -242,10 +255,16 @@ def main() -> int:
             extra.append(("zerocopy[in trainer]", dict(partition="none", gather_in="trainer")))
     if args.cpu_sampling and "zerocopy" in modes:
         extra.append(("zerocopy[cpu-sampling]", dict(sample_on="cpu", num_samplers=args.samplers or 4)))
+    cache_label = f"zerocopy[cache {args.cache_fraction * 100:g}%]"
+    if args.cache_fraction > 0 and "zerocopy" in modes:
+        from pytorch_zerocopy import CacheConfig, CachePolicy
+
+        extra.append((cache_label, dict(cache=CacheConfig(policy=CachePolicy(args.cache_policy),
+                                                          fraction=args.cache_fraction))))
     for label, settings in extra:
         runs.append(_attempt(lambda: _run(ds, label, "zerocopy", args, max_batches, ceiling, **settings), label))
         print(_line(runs[-1]), flush=True)
-    described, table_bytes = ds.describe(), ds.features.numel() * ds.features.element_size()
+    described, table_bytes, ds_row_bytes = ds.describe(), ds.features.numel() * ds.features.element_size(), ds.row_bytes
     del ds
     gc.collect()
 
@@ -274,7 +293,16 @@ def main() -> int:
             bars[f"zerocopy_at_least_{BAR_OVER_DMA:g}x_dma"] = bars["zerocopy_speedup_over_dma"] >= BAR_OVER_DMA
         if "gpu" in by:
             bars["zerocopy_over_gpu_epoch_time"] = zc["ms_per_minibatch"] / by["gpu"]["ms_per_minibatch"]
-    placement = [r for r in runs if "error" not in r and r["base_mode"] == "zerocopy"]
+    cached = by.get(cache_label)
+    if cached is not None:
+        tag = f"zerocopy_cache{args.cache_fraction * 100:g}"
+        bars[f"{tag}_hit_rate"] = cached["cache_hit_rate"]
+        if "gpu" in by:
+            bars[f"{tag}_over_gpu_epoch_time"] = cached["ms_per_minibatch"] / by["gpu"]["ms_per_minibatch"]
+            if args.cache_fraction == 0.10:
+                bars[f"{tag}_within_{BAR_CACHE_OVER_GPU:g}x_gpu"] = (bars[f"{tag}_over_gpu_epoch_time"]
+                                                                   <= BAR_CACHE_OVER_GPU)
+    placement = [r for r in runs if "error" not in r and r["base_mode"] == "zerocopy" and not r.get("cache_rows")]
     best = min(placement, key=lambda r: r["ms_per_minibatch"]) if placement else None
     result = {"machine": info, "notes": notes, "ceilings": ceilings, "dataset": described, "table_bytes": table_bytes,
               "generation_seconds": gen_s, "runs": runs, "width_sweep": sweep,
@@ -289,6 +317,10 @@ def main() -> int:
         md += ["", "Producer placement (sampling and gathering in the producer process, on its own streams): "
                + ", ".join(f"{r['mode']} {r['ms_per_minibatch']:.2f} ms" for r in placement)
                + f"; fastest: {best['mode']}."]
+    if cached is not None:
+        md += ["", f"{cache_label}: a cache of {cached['cache_rows']:,} rows "
+               f"({cached['cache_rows'] * ds_row_bytes / 2**30:.2f} GiB, {args.cache_policy} policy, chosen before the "
+               f"run) held {cached['cache_hit_rate']:.1%} of the training minibatches' input rows."]
     if sweep:
         md += ["", "Figure 12 (same table size, other widths):", ""] + _table(sweep, {}, ceiling)
     md += ["", "Per-minibatch timings (trainer and producer):", ""]

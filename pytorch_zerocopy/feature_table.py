@@ -172,7 +172,14 @@ def node_cache_configs(gpu_cache: Any, policy: CachePolicy = CachePolicy.DEGREE)
 
 
 def _cache_device(device: DeviceLike) -> torch.device:
-    """The device a cache lives on: the named GPU, else the current one; the CPU without a GPU."""
+    """The device a cache lives on: the named device (a GPU, or the CPU), else the current GPU;
+    the CPU without a GPU."""
+    if device is not None and not isinstance(device, int):
+        kind = torch.device(device).type
+        if kind == "cpu":
+            return torch.device("cpu")
+        if kind != "cuda":
+            raise ValueError(f"FeatureTable: device must be a GPU or the CPU, got {device}")
     if not _unified.gpu_backed():
         if device is not None and torch.device(device if not isinstance(device, int) else "cpu").type == "cuda":
             raise RuntimeError(f"FeatureTable: device {device} asked for, but unified tensors are not GPU-backed here")
@@ -181,7 +188,7 @@ def _cache_device(device: DeviceLike) -> torch.device:
         return torch.device("cuda", torch.cuda.current_device())
     dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if dev.type != "cuda":
-        raise ValueError(f"FeatureTable: device must be a GPU, got {dev}")
+        raise ValueError(f"FeatureTable: device must be a GPU or the CPU, got {dev}")
     return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
 
 
@@ -190,7 +197,9 @@ class FeatureTable:
 
     ``table``: ``[rows, width]`` CPU tensor (shared memory to pickle it) or unified tensor,
     any dtype. ``cached_rows``: int64 ids of the rows to hold in GPU memory (unique, in range),
-    or None for no cache. ``device``: the cache's GPU (default: the current one).
+    or None for no cache. ``device``: the cache's GPU (default: the current one; the CPU where
+    no GPU serves unified tensors), or ``"cpu"``: a cache in host memory, where the same calls
+    run on the CPU (no faster than the table itself; for CPU runs of GPU code paths).
     Raises ``torch.cuda.OutOfMemoryError`` before allocating anything when the cache and its
     slot map do not fit in the GPU's free memory.
     """
@@ -312,11 +321,19 @@ class FeatureTable:
         rows = self.gather(idx.reshape(-1))
         return rows.view(*idx.shape, self.width)
 
+    def count_hits(self, index: torch.Tensor) -> torch.Tensor:
+        """How many entries of ``index`` (valid row ids, CPU or the cache's device) the cache
+        holds: a 0-d int64 tensor on the cache's device, computed without a host sync."""
+        if self.slot_of is None or index.numel() == 0:
+            return torch.zeros((), dtype=torch.int64, device=self.device)
+        slots = torch.index_select(self.slot_of, 0, index.to(self.device, non_blocking=True))
+        return (slots >= 0).sum()
+
     def hit_rate(self, index: torch.Tensor) -> float:
         """The share of ``index`` entries the cache holds (reads back one number: a host sync)."""
-        if self.slot_of is None or index.numel() == 0:
+        if index.numel() == 0:
             return 0.0
-        return float((self.slot_of[index.to(self.slot_of.device).long()] >= 0).float().mean())
+        return int(self.count_hits(index)) / index.numel()
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -325,9 +342,8 @@ class FeatureTable:
         from .ops import gather_rows
 
         kwargs = dict(kwargs or {})
-        # By name: libraries may wrap torch.index_select (torch_geometric does), and the wrapper
-        # reaches here with torch's own function.
-        if func is torch.index_select or getattr(func, "__name__", None) == "index_select":
+        # torch's own index_select, also where a library (PyG) has wrapped torch.index_select.
+        if func is torch.index_select or func is torch._C._VariableFunctions.index_select:
             named = dict(zip(("input", "dim", "index"), args), **kwargs)
             table, index = named.get("input"), named.get("index")
             if isinstance(table, FeatureTable) and named.get("dim") in (0, -2) and index.dim() <= 1:

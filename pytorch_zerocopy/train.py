@@ -21,36 +21,52 @@ Without a GPU, ``zerocopy`` runs the same three-process pipeline on the CPU (CPU
 sampler process, CPU gather from the table in a producer, ring slots in shared memory, CPU
 training). Every setting is checked once, when the run's :class:`~pytorch_zerocopy.pipeline.Plan`
 is built: a bad one ends the command with one line and status 2.
+
+``--cache SIZE`` (mode ``zerocopy``) keeps the hottest feature rows in GPU memory
+(:class:`~pytorch_zerocopy.FeatureTable`): the gather reads them from there and the rest from
+host memory in one call; each epoch line then reports the share of input rows the cache held.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import time
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .pipeline.plan import Mode, Partition, Plan, PlanError, gpu_available, make_plan
+from .feature_table import CacheConfig, CachePolicy
+from .pipeline.plan import Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
 
 MODES = tuple(m.value for m in Mode)
 PARTITIONS = ("auto",) + tuple(p.value for p in Partition)
+_PHASE_WORDS = {Phase.TRAIN: "training", Phase.VAL: "validation", Phase.TEST: "test"}
+EPOCH_LEGEND = ("Each epoch: its training minibatches and their time, the rate at which their input nodes' feature "
+                "rows were read (bytes / training time), the mean training loss and the validation accuracy; test "
+                "accuracy after the last epoch.")
 
 
 class ProgressPrinter:
-    """Turns pipeline messages into a tqdm bar per epoch and one summary line per epoch."""
+    """Turns pipeline messages into a tqdm bar per phase and one summary line per epoch. Each
+    bar counts one phase's minibatches (an epoch's training bar counts exactly the training
+    minibatches its summary line reports); ``totals`` holds each phase's count. With
+    ``trace``, each summary is followed by the epoch's per-minibatch timings."""
 
-    def __init__(self, batches_per_epoch: int, val_batches: int, quiet: bool = False):
-        self.per_epoch = batches_per_epoch + val_batches
+    def __init__(self, totals: Dict[Phase, int], quiet: bool = False, trace: bool = False):
+        self.totals = totals
         self.quiet = quiet
+        self.trace = trace
         self.bar = None
-        self.epoch = -1
+        self.current: Optional[Tuple[int, int]] = None  # (epoch, phase's place in the epoch) of the bar
 
     def __call__(self, message) -> None:
         from .pipeline import EpochStats, PartitionInfo, StepDone
+        from .pipeline.trace import describe_trace
 
         if self.quiet:
             return
@@ -64,17 +80,24 @@ class ProgressPrinter:
                       f"requested {message.requested_producer_sms}"
                       + ("" if message.disjoint else "; torch's green contexts: the SM sets may overlap") + ")")
         elif isinstance(message, StepDone):
-            if message.epoch != self.epoch:
+            key = (message.epoch, list(Phase).index(message.phase))
+            if self.current is None or key > self.current:  # a late minibatch of an earlier phase has no bar
                 self._close()
                 from tqdm import tqdm
 
-                self.epoch = message.epoch
-                self.bar = tqdm(total=self.per_epoch, desc=f"epoch {message.epoch}", unit="mb", leave=False,
-                                file=sys.stderr, dynamic_ncols=True)
-            self.bar.update(1)
+                self.current = key
+                self.bar = tqdm(total=self.totals[message.phase],
+                                desc=f"epoch {message.epoch} {_PHASE_WORDS[message.phase]}", unit="minibatch",
+                                leave=False, file=sys.stderr, dynamic_ncols=True)
+            if key == self.current:
+                self.bar.update(1)
         elif isinstance(message, EpochStats):
             self._close()
             print(format_epoch(message), flush=True)
+            if self.trace and message.trace is not None:
+                print(f"  trace: {describe_trace(message.trace)}", flush=True)
+            if message.test_nodes:
+                print(f"test accuracy {message.test_acc:.4f} on {message.test_nodes:,} test nodes", flush=True)
 
     def _close(self) -> None:
         if self.bar is not None:
@@ -83,34 +106,47 @@ class ProgressPrinter:
 
 
 def format_epoch(s) -> str:
+    """An epoch's summary line (see :data:`EPOCH_LEGEND`)."""
     secs = s.train_seconds
     rate = s.train_batches / secs if secs > 0 else float("nan")
     gbs = s.feature_bytes / secs / 1e9 if secs > 0 else float("nan")
-    return (f"epoch {s.epoch}: {secs:.2f} s, {s.train_batches} minibatches ({rate:.1f}/s), "
-            f"features {gbs:.2f} GB/s, loss {s.loss:.4f}, val acc {s.val_acc:.4f}")
+    line = (f"epoch {s.epoch}: {s.train_batches} training minibatches in {secs:.2f} s ({rate:.1f}/s), "
+            f"feature rows read at {gbs:.2f} GB/s, loss {s.loss:.4f}, val acc {s.val_acc:.4f}")
+    if s.cache_lookups:
+        line += f", cache held {s.cache_hit_rate:.1%} of the input rows"
+    return line
 
 
 def _printer(plan: Plan, ds, quiet: bool) -> ProgressPrinter:
-    n_train = -(-ds.train_idx.numel() // plan.world_size // plan.batch_size)
-    n_val = -(-ds.val_idx.numel() // plan.batch_size)
-    return ProgressPrinter(min(n_train, plan.max_batches or n_train), min(n_val, plan.val_batches or n_val), quiet)
+    """A printer whose bars count the minibatches :func:`~.pipeline.minibatches.epoch_batches`
+    gives each phase."""
+    def count(nodes: int, limit: Optional[int]) -> int:
+        n = math.ceil(nodes / plan.batch_size)
+        return n if limit is None else min(n, limit)
+
+    totals = {Phase.TRAIN: count(ds.train_idx.numel() // plan.world_size, plan.max_batches),
+              Phase.VAL: count(ds.val_idx.numel(), plan.val_batches),
+              Phase.TEST: count(ds.test_idx.numel(), plan.val_batches)}
+    return ProgressPrinter(totals, quiet, plan.trace)
 
 
-def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = False) -> List:
+def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = False,
+             cached_rows: Optional[torch.Tensor] = None) -> List:
     """Runs ``plan`` on ``dataset`` with a progress display. ``mps_fallback``: the MPS partition
-    was the package's choice, not the user's; where its daemon cannot start, run unpartitioned."""
+    was the package's choice, not the user's; where its daemon cannot start, run unpartitioned.
+    ``cached_rows``: the rows of ``plan.cache`` when already chosen (else chosen here)."""
     from .pipeline import run_pipeline
     from .pipeline.partition import MpsError
 
     printer = _printer(plan, dataset, quiet)
     try:
-        return run_pipeline(plan, dataset, printer)
+        return run_pipeline(plan, dataset, printer, cached_rows=cached_rows)
     except MpsError as e:
         if not mps_fallback:
             raise
         if not quiet:
             print(f"MPS is not usable here ({e}); running without a GPU partition")
-        return run_pipeline(replace(plan, partition=Partition.NONE), dataset, printer)
+        return run_pipeline(replace(plan, partition=Partition.NONE), dataset, printer, cached_rows=cached_rows)
 
 
 def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", *, feature_dim: Optional[int] = None,
@@ -139,7 +175,7 @@ def lost_a_peer(message: str) -> bool:
     return any(s in message for s in _PEER_LOST)
 
 
-def _rank_main(dataset, plan: Plan) -> List:
+def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) -> List:
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
     worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
 
@@ -153,7 +189,7 @@ def _rank_main(dataset, plan: Plan) -> List:
     from .pipeline import PipelineError
 
     try:
-        return run_plan(plan, dataset, quiet=rank != 0)
+        return run_plan(plan, dataset, quiet=rank != 0, cached_rows=cached_rows)
     except PipelineError as e:
         if lost_a_peer(str(e)):
             # A consequence of another rank's failure, not a cause: give the failing rank time to
@@ -164,7 +200,7 @@ def _rank_main(dataset, plan: Plan) -> List:
 
 def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", *,
                         launch_options=None, quiet: bool = False, use_gpu: Optional[bool] = None,
-                        **settings) -> Dict[int, List]:
+                        cached_rows: Optional[torch.Tensor] = None, **settings) -> Dict[int, List]:
     """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
     gloo without a GPU), gradients averaged over NCCL (inside the step's CUDA graphs; with DDP
     when ``cuda_graph=False`` and on CPU workers), one shared copy of the dataset.
@@ -176,9 +212,12 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
     control daemon that serves every GPU of the machine, each pipeline's producer and trainer
     connect to it with their thread shares, and it is stopped when the run ends, also when a
-    worker fails. Returns each rank's epoch statistics.
+    worker fails. ``cached_rows``: the rows of a ``cache`` setting, when already chosen
+    (:func:`~pytorch_zerocopy.pipeline.gather.choose_cached_rows`); else chosen here, once for
+    every rank. Returns each rank's epoch statistics.
     """
     from .launch import LaunchOptions, launch
+    from .pipeline.gather import choose_cached_rows
     from .pipeline.partition import MpsDaemon, MpsError
 
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
@@ -186,8 +225,11 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, gpu=use_gpu, **settings)
     options = launch_options or LaunchOptions()
     options.nproc_per_node = nproc
+    dataset.share_memory_()
+    if cached_rows is None:
+        cached_rows = choose_cached_rows(plan, dataset)  # once, for every rank
     if plan.partition is not Partition.MPS:
-        return launch(_rank_main, (dataset, plan), options)
+        return launch(_rank_main, (dataset, plan, cached_rows), options)
     daemon = MpsDaemon()
     try:
         daemon.start()
@@ -196,47 +238,71 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
             raise
         if not quiet:
             print(f"MPS is not usable here ({e}); running without a GPU partition")
-        return launch(_rank_main, (dataset, replace(plan, partition=Partition.NONE)), options)
+        return launch(_rank_main, (dataset, replace(plan, partition=Partition.NONE), cached_rows), options)
     try:
         if not quiet:
             print(f"GPU partition: MPS, one daemon for all {nproc} pipelines of this machine")
         options.extra_env = {**options.extra_env, **daemon.shared_env()}
-        return launch(_rank_main, (dataset, plan), options)
+        return launch(_rank_main, (dataset, plan, cached_rows), options)
     finally:
         daemon.stop()
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``--help`` with every flag's default (as its help words it, where it does), and
+    descriptions kept as written."""
+
+    def _get_help_string(self, action):
+        if "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=MODES, default="zerocopy", help="how features reach the trainer")
+    p.add_argument("--mode", choices=MODES, default="zerocopy",
+                   help="how features reach the trainer: cpu (no GPU), dma (CPU gather + copy), zerocopy-naive, "
+                        "zerocopy (GPU reads host memory in place), gpu (table copied into GPU memory)")
     p.add_argument("--partition", choices=PARTITIONS, default="auto",
                    help="GPU partition for --mode zerocopy (auto: MPS where available)")
     p.add_argument("--dataset", default="community",
-                   help="'community' (embedded, default), 'papers-like:NODES[:DEGREE]', or an OGB directory")
+                   help="'community' (embedded), 'papers-like:NODES[:DEGREE]', or an OGB directory")
     p.add_argument("--fanouts", default="10,10", help="neighbours per layer, input layer first (e.g. 15,10,5)")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--feature-dim", type=int, default=None, help="feature width of generated datasets")
+    p.add_argument("--batch-size", type=int, default=1024, help="seed nodes per minibatch")
+    p.add_argument("--epochs", type=int, default=2, help="training epochs (test accuracy after the last)")
+    p.add_argument("--feature-dim", type=int, default=None,
+                   help="feature width of generated datasets (default: 64 for community, 128 for papers-like)")
     p.add_argument("--max-batches", type=int, default=None, help="training minibatches per epoch (default: all)")
+    p.add_argument("--cache", default=None, metavar="SIZE",
+                   help="--mode zerocopy: keep the hottest feature rows in GPU memory: a share of the table ('10%%'), "
+                        "a size ('2GiB', '500MB') or a row count (default: no cache)")
+    p.add_argument("--cache-policy", choices=tuple(c.value for c in CachePolicy), default=None,
+                   help="which rows --cache holds: presample (the rows a pre-sampled epoch of the training seeds "
+                        "reads most; GNNLab's choice) or degree (nodes in the most neighbour lists) "
+                        "(default: presample)")
     p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where minibatches are sampled (auto: on the GPU that gathers, except --mode dma and cpu)")
-    p.add_argument("--samplers", type=int, default=None, help="sampler processes, when sampling on the CPU")
+    p.add_argument("--samplers", type=int, default=None,
+                   help="sampler processes, when sampling on the CPU (default: 2 for dma, else 1)")
     p.add_argument("--gather-batches", type=int, default=None,
                    help="zerocopy: minibatches gathered per call by the producer (default: from the row width)")
-    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--hidden", type=int, default=128, help="hidden units per GraphSAGE layer")
     p.add_argument("--eager", action="store_true",
                    help="issue each training step op by op (with DDP on several GPUs) instead of replaying it "
                         "from CUDA graphs")
+    p.add_argument("--trace", action="store_true",
+                   help="record per-minibatch timings (waits, sample, gather, GPU train) and print their p50/p90 "
+                        "after each epoch")
     p.add_argument("--gpus", type=int, default=1,
                    help="data-parallel pipelines on this machine, one per GPU (CPU workers without a GPU)")
     # torchrun's multi-machine flags, with torchrun's names (one launcher per machine).
     p.add_argument("--nnodes", default="1", help="machines in the job, or MIN:MAX")
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--rdzv-backend", default="c10d")
+    p.add_argument("--node-rank", type=int, default=0, help="this machine's rank in the job")
+    p.add_argument("--rdzv-backend", default="c10d", help="rendezvous backend (several machines)")
     p.add_argument("--rdzv-endpoint", default="", help="host:port of the rendezvous (several machines)")
-    p.add_argument("--rdzv-id", default="")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rdzv-id", default="", help="job id shared by the machines' launchers")
+    p.add_argument("--seed", type=int, default=0, help="seed of parameters, minibatch order and sampling")
 
 
 # The command-line flag of each setting a bad value of which the plan reports.
@@ -244,7 +310,7 @@ _FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--
           "fanouts": "--fanouts", "num_samplers": "--samplers", "gather_batches": "--gather-batches",
           "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
           "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
-          "sample_on": "--sample-on"}
+          "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy"}
 
 
 def _one_line(error: Exception) -> str:
@@ -263,6 +329,35 @@ def _parse_fanouts(text: str):
         raise PlanError("fanouts", f"fanouts must be comma-separated integers, got {text!r}") from None
 
 
+_BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_cache(text: str, policy: Optional[str] = None) -> CacheConfig:
+    """``--cache SIZE`` as a :class:`CacheConfig`: ``'10%'`` (a share of the table's rows),
+    ``'2GiB'`` / ``'500MB'`` (bytes of cached rows) or ``'100000'`` (rows); ``policy``:
+    ``'presample'`` (default) or ``'degree'``. Raises :class:`PlanError` naming ``cache``."""
+    policy_ = CachePolicy(policy or CachePolicy.PRESAMPLE.value)
+    t = str(text).strip().lower().replace(" ", "")
+    want = "a share of the table ('10%'), a size ('2GiB', '500MB') or a row count ('100000')"
+    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(%|[kmgt]i?b|b)?", t)
+    if m is None:
+        raise PlanError("cache", f"cache must be {want}, got {text!r}")
+    number, unit = float(m.group(1)), m.group(2)
+    if unit == "%":
+        if not 0 < number <= 100:
+            raise PlanError("cache", f"cache must be a share in (0%, 100%], got {text!r}")
+        return CacheConfig(policy=policy_, fraction=number / 100)
+    if unit is not None:
+        size = int(number * _BYTE_UNITS[unit])
+        if size < 1:
+            raise PlanError("cache", f"cache must be at least one byte, got {text!r}")
+        return CacheConfig(policy=policy_, cache_bytes=size)
+    if number != int(number) or number < 1:
+        raise PlanError("cache", f"cache must be {want}; a row count is a whole number >= 1, got {text!r}")
+    return CacheConfig(policy=policy_, rows=int(number))
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from .datasets import parse_dataset
     from .launch import WorkerFailed
@@ -279,11 +374,17 @@ def run_from_args(args: argparse.Namespace) -> int:
         settings["cuda_graph"] = False
     if args.sample_on != "auto":
         settings["sample_on"] = args.sample_on
+    if args.trace:
+        settings["trace"] = True
     distributed = args.gpus != 1 or args.nnodes not in ("1", "1:1")
     try:
         if args.gpus < 1:
             raise PlanError("nproc", f"nproc must be >= 1, got {args.gpus}")
         settings["fanouts"] = _parse_fanouts(args.fanouts)
+        if args.cache is not None:
+            settings["cache"] = parse_cache(args.cache, args.cache_policy)
+        elif args.cache_policy is not None:
+            raise PlanError("cache_policy", "cache_policy applies to a cache: give --cache SIZE too")
         spec = parse_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
         plan = make_plan(args.mode, args.partition, row_bytes=spec.row_bytes, **settings)
     except ValueError as e:
@@ -299,7 +400,18 @@ def run_from_args(args: argparse.Namespace) -> int:
         if spec.row_bytes is None:  # an OGB directory: its row width is known once it is read
             plan = make_plan(args.mode, args.partition, row_bytes=ds.row_bytes, **settings)
         print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
-        print(f"{plan.describe()}; fanouts {list(plan.fanouts)}, batch size {plan.batch_size}, epochs {plan.epochs}")
+        print(f"training GraphSAGE ({len(plan.fanouts)} layers, hidden {plan.hidden}) on {ds.name}; {plan.describe()}")
+        print(f"fanouts {list(plan.fanouts)}, batch size {plan.batch_size}, epochs {plan.epochs}. {EPOCH_LEGEND}")
+        cached_rows = None
+        if plan.cache is not None:
+            from .pipeline.gather import choose_cached_rows
+            from .unified import format_bytes
+
+            t = time.perf_counter()
+            cached_rows = choose_cached_rows(plan, ds)
+            print(f"cache: {cached_rows.numel():,} of {ds.num_nodes:,} rows "
+                  f"({format_bytes(cached_rows.numel() * ds.row_bytes)}) chosen by {plan.cache.policy.value} in "
+                  f"{time.perf_counter() - t:.1f} s")
         if distributed:
             from .launch import LaunchOptions
 
@@ -308,9 +420,9 @@ def run_from_args(args: argparse.Namespace) -> int:
             options = LaunchOptions(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                                     rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
             train_data_parallel(ds, args.gpus, args.mode, args.partition, launch_options=options, quiet=False,
-                                **settings)
+                                cached_rows=cached_rows, **settings)
         else:
-            run_plan(plan, ds, mps_fallback=args.partition == "auto")
+            run_plan(plan, ds, mps_fallback=args.partition == "auto", cached_rows=cached_rows)
     except (PipelineError, WorkerFailed) as e:
         print(f"zerocopy train failed: {e}", file=sys.stderr)
         return 1

@@ -128,6 +128,59 @@ def test_block_attributes_and_prefetch(data, use_uva):
     assert torch.equal(blocks[-1].dstdata["label"].cpu(), cg.label[output_nodes.cpu()])
 
 
+@pytest.mark.parametrize("use_uva", [False, True])
+def test_gpu_cache_serves_prefetched_features(data, use_uva):
+    """DGL's ``gpu_cache={"node": {name: rows}}``: that many rows of the feature, the nodes in
+    the most in-neighbour lists, held by a FeatureTable (in GPU memory where one serves the
+    loader, else in host memory); prefetched features read through it equal the table's rows."""
+    cg, graph = data
+    sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    loader = DataLoader(graph, cg.train_idx, sampler, batch_size=100, use_uva=use_uva,
+                        gpu_cache={"node": {"feat": 200}})
+    cache = loader.node_caches["feat"].features
+    assert set(loader.node_caches) == {"feat"} and cache.cache_rows == 200
+    assert cache.device.type == ("cuda" if use_uva and zc.gpu_backed() else "cpu")
+    # The nodes in the most in-neighbour lists: those with the most out-edges.
+    out_degree = torch.bincount(cg.src, minlength=cg.num_nodes)
+    held = torch.zeros(cg.num_nodes, dtype=torch.bool)
+    held[cache.cached_ids] = True
+    assert int(out_degree[held].min()) >= int(out_degree[~held].max())
+    hits = 0
+    for input_nodes, output_nodes, blocks in loader:
+        assert torch.equal(blocks[0].srcdata["feat"].cpu(), cg.feat[input_nodes.cpu()])
+        assert torch.equal(blocks[-1].dstdata["label"].cpu(), cg.label[output_nodes.cpu()])
+        hits += int(held[input_nodes.cpu()].sum())
+    assert hits > 0
+    # In-place writes to the cached table are detected; a replaced table is refused.
+    graph.ndata["feat"][0] += 1
+    try:
+        with pytest.raises(RuntimeError, match="refresh"):
+            next(iter(loader))
+    finally:
+        graph.ndata["feat"][0] -= 1
+    loader.node_caches["feat"].features.refresh()
+    saved = graph.ndata["feat"]
+    graph.ndata["feat"] = saved.clone()
+    try:
+        with pytest.raises(RuntimeError, match="was replaced"):
+            next(iter(loader))
+    finally:
+        graph.ndata["feat"] = saved
+
+
+def test_gpu_cache_bad_arguments(data):
+    cg, graph = data
+    sampler = NeighborSampler([3], prefetch_node_feats=["feat"])
+    with pytest.raises(KeyError, match="gpu_cache: the graph has no node feature 'nope'"):
+        DataLoader(graph, cg.train_idx, sampler, gpu_cache={"node": {"nope": 10}})
+    with pytest.raises(NotImplementedError, match="edge-feature caches"):
+        DataLoader(graph, cg.train_idx, sampler, gpu_cache={"edge": {"w": 10}})
+    with pytest.raises(ValueError, match="gpu_cache must be a dict"):
+        DataLoader(graph, cg.train_idx, sampler, gpu_cache=["feat"])
+    with pytest.raises(ValueError, match="rows must be an int"):
+        DataLoader(graph, cg.train_idx, sampler, gpu_cache={"node": {"feat": -1}})
+
+
 def test_uva_and_cpu_sampling_agree(data):
     cg, graph = data
     outs = []

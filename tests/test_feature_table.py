@@ -365,3 +365,30 @@ def test_dgl_gpu_cache_argument():
         node_cache_configs({"nodes": {"feat": 1}})
     with pytest.raises(ValueError, match="rows must be an int >= 0"):
         node_cache_configs({"node": {"feat": -3}})
+
+
+def test_cpu_cache_count_hits_and_a_wrapped_index_select(gen, monkeypatch):
+    """``device='cpu'`` keeps the cache in host memory on any machine; ``count_hits`` counts
+    the cached entries of an index (repeats included) as a 0-d tensor on the cache's device;
+    ``torch.index_select`` still reaches the FeatureTable when a library wraps it (PyG does)."""
+    table = random_rows(500, 6, torch.float32, gen)
+    ids = torch.randperm(500, generator=gen)[:120]
+    ft = FeatureTable(table, ids, device="cpu")
+    assert ft.device == torch.device("cpu") and ft.cache.device.type == "cpu"
+    idx = torch.cat([ids[:30], ids[:5], torch.randint(0, 500, (200,), generator=gen)])
+    held = torch.zeros(500, dtype=torch.bool)
+    held[ids] = True
+    hits = ft.count_hits(idx)
+    assert hits.dim() == 0 and hits.dtype == torch.int64 and int(hits) == int(held[idx].sum())
+    assert ft.hit_rate(idx) == pytest.approx(int(held[idx].sum()) / idx.numel())
+    assert int(FeatureTable(table, None, device="cpu").count_hits(idx)) == 0
+    assert torch.equal(ft.gather(idx), table[idx])
+    original = torch.index_select
+
+    def wrapped(input, dim, index, *, out=None):
+        return original(input, dim, index) if out is None else original(input, dim, index, out=out)
+
+    monkeypatch.setattr(torch, "index_select", wrapped)
+    assert torch.equal(torch.index_select(ft, 0, idx), table[idx])
+    with pytest.raises(ValueError, match="a GPU or the CPU"):
+        FeatureTable(table, ids, device="meta")

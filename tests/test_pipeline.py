@@ -3,6 +3,7 @@ also on a GPU, with the producer sampling there)."""
 
 import queue
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from pytorch_zerocopy.pipeline.minibatches import epoch_batches
 from pytorch_zerocopy.pipeline.producer import producer_main
 from pytorch_zerocopy.pipeline.ring import RingReader
 from pytorch_zerocopy.pipeline.sampler import sampler_main
+from pytorch_zerocopy.train import _printer
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
     assert not producer.is_alive()
     assert grown >= 2  # slots grew
     assert packed_grown >= (2 if device == "cuda" else 0)
-    assert seen_batches == 7 + 2
+    assert seen_batches == 7 + 2 + 2  # training, validation, test
 
 
 def test_sampler_replay_and_packing(small):
@@ -179,7 +181,21 @@ def test_cpu_pipeline_trains_end_to_end(small):
     assert all(e.train_batches == n_train for e in epochs)
     assert all(e.val_nodes == small.val_idx.numel() for e in epochs)
     steps = [m for m in messages if isinstance(m, StepDone)]
-    assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256))
+    n_test = -(-small.test_idx.numel() // 256)
+    assert len(steps) == 2 * (n_train + -(-small.val_idx.numel() // 256)) + n_test
+    # The test split is evaluated once, after the last epoch, and reported with it.
+    assert epochs[0].test_nodes == 0 and epochs[0].test_acc != epochs[0].test_acc  # nan
+    assert epochs[-1].test_nodes == small.test_idx.numel() and epochs[-1].test_acc > 0.5
+    # `zerocopy train`'s progress bars count each phase's minibatches: the training bar's total
+    # is what the epoch's summary reports, and what arrives.
+    totals = _printer(plan, small, quiet=True).totals
+    for e in epochs:
+        for phase, want in ((Phase.TRAIN, e.train_batches), (Phase.VAL, None), (Phase.TEST, None)):
+            arrived = sum(1 for m in steps if m.epoch == e.epoch and m.phase is phase)
+            if phase is Phase.TEST and e.epoch != epochs[-1].epoch:
+                assert arrived == 0
+                continue
+            assert arrived == totals[phase] and (want is None or want == arrived)
     assert epochs[-1].val_acc > 0.5
     assert epochs[-1].loss < epochs[0].loss
     assert all(e.feature_bytes > 0 and e.train_seconds > 0 for e in epochs)
@@ -224,3 +240,29 @@ def test_trace_summary_percentiles():
     assert (s["n"], s["p10"], s["p50"], s["p90"], s["max"], s["mean"]) == (100, 10.0, 50.0, 90.0, 100.0, 50.5)
     assert summarise([3.0]) == {"n": 1, "mean": 3.0, "max": 3.0, "p10": 3.0, "p50": 3.0, "p90": 3.0}
     assert summarise([]) == {"n": 0}
+
+
+def test_cpu_roles_start_with_passive_openmp_waits(small, monkeypatch):
+    """Every role of a CPU run starts with OMP_WAIT_POLICY=PASSIVE (idle OpenMP threads sleep
+    rather than spin on cores the other roles need), unless the environment sets a policy."""
+    import psutil
+
+    from pytorch_zerocopy.pipeline.runner import cpu_role_environment
+
+    plan = cpu_ring(num_slots=2, batch_size=512, epochs=1, max_batches=2, val_batches=1, fanouts=(3, 3), hidden=16)
+    seen = {}
+
+    def look(pids):
+        for name, pid in pids.items():
+            env, deadline = {}, time.monotonic() + 10
+            while not env and time.monotonic() < deadline:  # empty while the child is still exec'ing
+                env = psutil.Process(pid).environ()
+            seen[name] = env.get("OMP_WAIT_POLICY")
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    run_pipeline(plan, small, on_start=look)
+    assert set(seen) == {"sampler0", "producer1", "consumer2"} and set(seen.values()) == {"PASSIVE"}, seen
+    assert "OMP_WAIT_POLICY" not in __import__("os").environ  # the parent's own environment is unchanged
+    assert cpu_role_environment(replace(plan, mode=Mode.ZEROCOPY, device="cuda:0")) == {}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert cpu_role_environment(plan) == {}

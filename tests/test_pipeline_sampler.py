@@ -72,7 +72,7 @@ def test_sampling_is_reproducible_per_minibatch(graph):
     c = sample_on_cpu(graph.graph, graph.labels, plan, SeedBatch(Phase.TRAIN, 1, 1, _batch(graph, plan, 1).seeds))
     assert not torch.equal(a.packed, c.packed)
     seeds = {minibatch_seed(0, e, p, i) for e in range(3) for p in Phase for i in range(50)}
-    assert len(seeds) == 3 * 2 * 50
+    assert len(seeds) == 3 * len(Phase) * 50
     # Two workers take alternate minibatches of the same schedule.
     full = [x for x in schedule(Plan(batch_size=500, epochs=1), graph) if isinstance(x, SeedBatch)]
     split = [x for w in (0, 1) for x in schedule(Plan(batch_size=500, epochs=1), graph, w, 2)
@@ -84,8 +84,14 @@ def test_schedule_marks_every_phase(graph):
     items = list(schedule(Plan(batch_size=250, epochs=2, max_batches=2), graph))
     marks = [x for x in items if isinstance(x, EpochMark)]
     assert marks == [EpochMark(0, Phase.TRAIN), EpochMark(0, Phase.VAL), EpochMark(1, Phase.TRAIN),
-                     EpochMark(1, Phase.VAL)]
+                     EpochMark(1, Phase.VAL), EpochMark(1, Phase.TEST)]
     assert sum(isinstance(x, SeedBatch) and x.phase is Phase.TRAIN for x in items) == 4
+    # The test split, after the last epoch only, in order.
+    test = [x.seeds for x in items if isinstance(x, SeedBatch) and x.phase is Phase.TEST]
+    assert torch.equal(torch.cat(test), graph.test_idx) and all(x.epoch == 1 for x in items
+                                                                if isinstance(x, SeedBatch) and x.phase is Phase.TEST)
+    assert len(list(schedule(Plan(batch_size=250, epochs=1, val_batches=1), graph))) == (
+        len(epoch_batches(Plan(batch_size=250), graph, 0, Phase.TRAIN)) + 2 + 3)
 
 
 def test_minibatch_packs_and_describes(graph):
@@ -192,7 +198,7 @@ def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeyp
     plan = Plan(fanouts=(3, 3), batch_size=8, epochs=2, max_batches=4, val_batches=2)
     expected = [x if isinstance(x, EpochMark) else (x.phase, x.epoch, x.index) for x in schedule(plan, directed)]
     total = sum(not isinstance(x, EpochMark) for x in expected)
-    assert total == 2 * (4 + 1)  # the validation split holds one minibatch
+    assert total == 2 * (4 + 1) + 1  # the validation and test splits hold one minibatch each
     items = []
     for item in GpuSampler(plan, directed, torch.device("cpu"), ahead=3):
         if not isinstance(item, EpochMark):
@@ -209,7 +215,7 @@ def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeyp
     finished.clear()
     replayed = [x for x in GpuSampler(replace(plan, replay=2), directed, torch.device("cpu"), ahead=1)
                 if not isinstance(x, EpochMark)]
-    assert len(issued) == 2 + 2 and len(replayed) == total  # 2 training samples kept; 1 per validation
+    assert len(issued) == 2 + 2 + 1 and len(replayed) == total  # 2 training samples kept; 1 per validation; test
     train = [x for x in replayed if x.batch.phase is Phase.TRAIN]
     assert [x.batch.step for x in train] == [0, 1, 2, 3, 0, 1, 2, 3]
     assert train[2].batch.packed is train[0].batch.packed and train[2].batch.sample_ms == 0

@@ -145,7 +145,8 @@ def test_make_plan_without_a_gpu():
     assert (zc.device, zc.sample_on, zc.gather_in, zc.partition) == ("cpu", SampleOn.CPU, GatherIn.PRODUCER,
                                                                      Partition.NONE)
     assert zc.sampler_processes == 1 and zc.gather_batches == 1 and zc.host_slots
-    assert zc.consumer_threads == available_cores()  # a CPU trainer takes every core
+    # A CPU trainer takes the cores the sampler and the producer leave.
+    assert zc.consumer_threads == max(1, available_cores() - zc.sampler_threads - 1)
     with pytest.raises(PlanError, match="device 'cuda:0' needs a CUDA GPU"):
         make_plan("zerocopy", device="cuda:0")
     with pytest.raises(PlanError, match="unknown setting 'batchsize'"):
@@ -163,11 +164,28 @@ def test_threads_come_from_the_cores_this_process_may_use(monkeypatch):
     threads = plan_module._threads(Mode.DMA, True, 2, 16)
     assert threads == dict(sampler_threads=3, producer_threads=8, consumer_threads=1)
     threads = plan_module._threads(Mode.ZEROCOPY, False, 1, 8)
-    assert threads == dict(sampler_threads=2, producer_threads=1, consumer_threads=8)
+    assert threads == dict(sampler_threads=2, producer_threads=1, consumer_threads=5)
+    # Two cores: every role single-threaded (the trainer does not wait on a descheduled sibling).
+    assert plan_module._threads(Mode.ZEROCOPY, False, 1, 2) == dict(sampler_threads=1, producer_threads=1,
+                                                                     consumer_threads=1)
     # Data-parallel ranks on one machine share its cores.
     p = replace(Plan(mode=Mode.ZEROCOPY, device="cpu", num_samplers=2))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert p.for_rank(0, 2, 0, 2).consumer_threads == 8
+    assert p.for_rank(0, 2, 0, 2).consumer_threads == 5
+
+
+@pytest.mark.parametrize("mode, on_gpu", [(Mode.ZEROCOPY, False), (Mode.CPU, False), (Mode.DMA, True),
+                                          (Mode.ZEROCOPY, True), (Mode.GPU, True)])
+def test_roles_never_ask_for_more_threads_than_cores(mode, on_gpu):
+    """The roles' threads together fit the cores, beyond the one thread each role needs."""
+    for cores in range(1, 65):
+        for samplers in range(0 if on_gpu else 1, 5):
+            t = plan_module._threads(mode, on_gpu, samplers, cores)
+            total = samplers * t["sampler_threads"] + t["producer_threads"] + t["consumer_threads"]
+            assert min(t.values()) >= 1
+            assert total <= max(cores, samplers + 2), (cores, samplers, t)
+            if samplers and cores >= 4 * samplers + 2:
+                assert total >= cores - samplers - 2  # and CPU sampling or training uses the cores
 
 
 def test_default_gather_batches_shrink_as_rows_widen():

@@ -120,6 +120,60 @@ def test_feature_store_round_trip_and_gather(gen):
         store.get_tensor(None, "mask", idx)
 
 
+def test_feature_store_cache_rows(gen):
+    """Rows kept in the store's cache read like the table (index order, repeats), writes
+    through the store reach the cache, a table put again keeps its cached ids, None drops it."""
+    store = FeatureStore()
+    x = torch.randn(300, 4, generator=gen)
+    store.put_tensor(x, group_name=None, attr_name="x", index=None)
+    rows = torch.randperm(300, generator=gen)[:60]
+    store.cache_rows("x", rows)
+    cache = store.cache_of("x")
+    assert cache is not None and cache.cache_rows == 60 and torch.equal(cache.cached_ids, rows.sort().values)
+    assert cache.device.type == ("cuda" if zc.gpu_backed() else "cpu")
+    idx = torch.cat([rows[:20], torch.randint(0, 300, (50,), generator=gen)])
+    assert torch.equal(store.get_tensor(None, "x", idx).cpu(), x[idx])
+    store.put_tensor(torch.full((2, 4), 9.0), group_name=None, attr_name="x", index=rows[:2])
+    assert bool((store.get_tensor(None, "x", rows[:2]).cpu() == 9).all())
+    store.put_tensor(x.clone(), group_name=None, attr_name="x", index=None)
+    assert torch.equal(store.cache_of("x").cached_ids, cache.cached_ids)
+    assert torch.equal(store.get_tensor(None, "x", idx).cpu(), x[idx])
+    with pytest.raises(IndexError):
+        store.get_tensor(None, "x", torch.tensor([0, 300]))
+    store.cache_rows("x", None)
+    assert store.cache_of("x") is None
+    with pytest.raises(KeyError, match="no table 'nope'"):
+        store.cache_rows("nope", rows)
+    with pytest.raises(IndexError, match="out of range"):
+        store.cache_rows("x", torch.tensor([300]))
+
+
+@pytest.mark.parametrize("policy", ["degree", "presample"])
+def test_neighbor_loader_gpu_cache(small, policy):
+    """``NeighborLoader(..., gpu_cache=CacheConfig(...))`` caches the chosen rows of ``x``; the
+    minibatches are those of the loader without a cache."""
+    seeds = torch.nonzero(small.train_mask).flatten()
+    config = zc.CacheConfig(policy=zc.CachePolicy(policy), rows=100)
+    torch.manual_seed(3)
+    cached = list(NeighborLoader(small, num_neighbors=[5, 3], batch_size=64, input_nodes=seeds, gpu_cache=config))
+    torch.manual_seed(3)
+    plain_loader = NeighborLoader(small, num_neighbors=[5, 3], batch_size=64, input_nodes=seeds)
+    plain = list(plain_loader)
+    loader = NeighborLoader(small, num_neighbors=[5, 3], batch_size=64, input_nodes=seeds, gpu_cache=config)
+    held = loader.feature_store.cache_of("x")
+    assert held is not None and held.cache_rows == 100 and plain_loader.feature_store.cache_of("x") is None
+    hits = 0
+    for a, b in zip(cached, plain):
+        assert torch.equal(a.n_id.cpu(), b.n_id.cpu()) and torch.equal(a.x.cpu(), b.x.cpu())
+        assert torch.equal(a.x.cpu(), small.x[a.n_id.cpu()])
+        hits += int(torch.isin(a.n_id.cpu(), held.cached_ids).sum())
+    assert hits > 0
+    with pytest.raises(TypeError, match="gpu_cache must be a pytorch_zerocopy.CacheConfig"):
+        NeighborLoader(small, num_neighbors=[5], batch_size=8, gpu_cache={"x": 100})
+    with pytest.raises(KeyError, match="no node feature 'h'"):
+        NeighborLoader(small, num_neighbors=[5], batch_size=8, gpu_cache={"h": config})
+
+
 def test_feature_store_maps_host_tables_only_where_a_gpu_reads_them():
     store = FeatureStore()
     x = torch.randn(10, 3)

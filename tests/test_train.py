@@ -66,6 +66,11 @@ BAD_SETTINGS = [
     (["--fanouts", ","], "--fanouts must be one positive fanout"),
     (["--seed", "-1"], "--seed must be >= 0"),
     (["--gpus", "0"], "--gpus must be >= 1, got 0"),
+    (["--cache", "lots"], "--cache must be a share of the table ('10%'), a size"),
+    (["--cache", "150%"], "--cache must be a share in (0%, 100%]"),
+    (["--cache", "0"], "--cache must be a share of the table"),
+    (["--cache", "10%", "--mode", "cpu"], "--cache applies to mode 'zerocopy' only"),
+    (["--cache-policy", "degree"], "--cache-policy applies to a cache: give --cache SIZE too"),
 ]
 
 
@@ -87,19 +92,66 @@ def test_bad_arguments(capsys):
 
 
 def test_train_cli_runs_the_cpu_path():
-    """A short run through ``python -m pytorch_zerocopy train``: per-epoch lines with loss and
-    validation accuracy, and the CPU path announced when there is no GPU."""
+    """A short run through ``python -m pytorch_zerocopy train``: what trains where, per-epoch
+    lines with loss and validation accuracy (and the trace with ``--trace``), test accuracy at
+    the end, and the CPU path announced when there is no GPU."""
     cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--mode", "cpu", "--dataset", "papers-like:4k:6",
-           "--feature-dim", "32", "--epochs", "2", "--batch-size", "128", "--fanouts", "4,4", "--hidden", "32"]
+           "--feature-dim", "32", "--epochs", "2", "--batch-size", "16", "--fanouts", "4,4", "--hidden", "32",
+           "--trace"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    lines = [l for l in out.stdout.splitlines() if l.startswith("epoch ")]
+    stdout = out.stdout
+    assert "training GraphSAGE (2 layers, hidden 32) on papers-like" in stdout
+    assert "mode cpu: sampling on the CPU in 1 sampler process, gathering on the CPU in the trainer process, " \
+           "training on cpu" in stdout
+    assert "feature rows were read" in stdout  # the legend of the epoch lines
+    lines = [l for l in stdout.splitlines() if l.startswith("epoch ")]
     assert len(lines) == 2
     for line in lines:
-        assert "minibatches" in line and "GB/s" in line and "loss" in line and "val acc" in line
+        assert "training minibatches in" in line and "feature rows read at" in line and "GB/s" in line
+        assert "loss" in line and "val acc" in line and "cache" not in line
+    traces = [l for l in stdout.splitlines() if l.startswith("  trace: ms per minibatch, p50/p90: ")]
+    assert len(traces) == 2 and all("host issue" in t and "sample" in t and "gather" in t for t in traces)
+    test_lines = [l for l in stdout.splitlines() if l.startswith("test accuracy ")]
+    assert len(test_lines) == 1 and test_lines[0].endswith(" test nodes")
+    assert 0.0 <= float(test_lines[0].split()[2]) <= 1.0
     if not gpu_available():
-        assert "No CUDA GPU available" in out.stdout
+        assert "No CUDA GPU available" in stdout
     assert set(MODES) == {"cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"}
+
+
+def test_train_cli_with_a_cache_reports_its_hits():
+    """``--cache 20%`` on the zerocopy pipeline (a host-memory cache without a GPU, the same
+    code path): the rows chosen are announced, and each epoch line gives the share of input
+    rows the cache held."""
+    cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--dataset", "papers-like:4k:6", "--feature-dim", "16",
+           "--epochs", "1", "--batch-size", "16", "--fanouts", "4,4", "--hidden", "16", "--cache", "20%",
+           "--cache-policy", "degree", "--partition", "none"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "cache: 800 of 4,000 rows" in out.stdout and "chosen by degree" in out.stdout
+    assert "cache of 20% of the rows (degree)" in out.stdout
+    (line,) = [l for l in out.stdout.splitlines() if l.startswith("epoch ")]
+    share = float(line.split("cache held ")[1].split("%")[0])
+    assert 20 < share < 100
+
+
+def test_help_shows_every_default_and_no_markup():
+    from pytorch_zerocopy.cli import build_parser
+
+    parser = build_parser()
+    top = parser.format_help()
+    assert "``" not in top and "train GraphSAGE" in top and "doctor" in top and "demo" not in top
+    train = parser._subparsers._group_actions[0].choices["train"]
+    text = train.format_help()
+    for action in train._actions:
+        if action.dest == "help":
+            continue
+        assert action.help, f"{action.option_strings} has no help"
+    assert text.count("(default:") == len(train._actions) - 1  # every flag but --help, once
+    assert "(default: 1024)" in text and "--cache SIZE" in text and "--trace" in text
+    with pytest.raises(SystemExit):
+        main(["demo"])
 
 
 def _is_role(child) -> bool:

@@ -12,6 +12,13 @@ Differences from DGL, all on the permissive side:
   (host-mapped) structure instead of failing.
 * The graph and the indices may be on different devices; indices are moved to where sampling
   runs.
+* ``gpu_cache={"node": {name: rows}}`` keeps ``rows`` rows of node feature ``name`` in GPU
+  memory: a static cache (:class:`~pytorch_zerocopy.FeatureTable`) of the nodes found in the
+  most neighbour lists the sampler reads, filled once when the loader is built, where DGL's
+  HugeCTR cache fills as batches arrive. Features prefetched through the sampler
+  (``prefetch_node_feats``) are read from it, the rest from host memory in the same call.
+  Without a GPU the cache is kept in host memory (same results). Edge-feature caches raise
+  ``NotImplementedError``.
 
 Shuffling draws from torch's default generator (``torch.manual_seed`` makes epochs
 reproducible); with ``use_ddp`` each rank takes its share of a permutation seeded by
@@ -28,9 +35,10 @@ from typing import Any, Iterator, Optional, Union
 import torch
 
 from .. import unified as _unified
+from ..feature_table import node_cache_configs
 from ..graph import CSRGraph
 from ._backend import is_dgl_graph
-from .sampler import NeighborSampler, _graph_device
+from .sampler import NeighborSampler, NodeCache, _graph_device
 
 
 class DataLoader:
@@ -70,8 +78,7 @@ class DataLoader:
             raise NotImplementedError("index dicts are for heterogeneous graphs, which are not supported")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if gpu_cache is not None:
-            raise NotImplementedError("gpu_cache is not supported; features are read zero-copy from host memory")
+        cache_configs = node_cache_configs(gpu_cache)
         indices = torch.as_tensor(indices)
         if indices.dtype == torch.bool:
             indices = indices.nonzero().flatten()
@@ -117,11 +124,37 @@ class DataLoader:
         else:
             self._seed_device = torch.device("cpu")
 
+        self.node_caches = {}
+        if cache_configs:
+            self.node_caches = self._node_caches(cache_configs)
+
         self._rank, self._world = 0, 1
         if use_ddp:
             if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
                 raise RuntimeError("use_ddp=True needs torch.distributed to be initialised first")
             self._rank, self._world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+    def _node_caches(self, configs) -> dict:
+        """One :class:`NodeCache` per node feature named in ``gpu_cache`` that lives in host
+        memory (a feature already in GPU memory is read from there: warned, not cached)."""
+        if not hasattr(self.graph_sampler, "lists"):
+            raise TypeError("gpu_cache needs pytorch_zerocopy.dgl.NeighborSampler (or a subclass) as graph_sampler")
+        ndata = self.graph.ndata if hasattr(self.graph, "ndata") else {}
+        # The cache lives on the GPU that gathers: the output device's, else the sampling one's.
+        device = next((d for d in (self.device, self._seed_device) if d.type == "cuda"), torch.device("cpu"))
+        caches = {}
+        for name, config in configs.items():
+            try:
+                table = ndata[name]
+            except KeyError:
+                raise KeyError(f"gpu_cache: the graph has no node feature {name!r}") from None
+            if table.device.type == "cuda":
+                warnings.warn(f"gpu_cache: node feature {name!r} is already in GPU memory; it is not cached",
+                              stacklevel=3)
+                continue
+            caches[name] = NodeCache(name, table, self.graph_sampler.lists(self.graph, self.placement), config,
+                                     device)
+        return caches
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose permutation ``use_ddp`` shuffling uses (as DistributedSampler)."""
@@ -155,4 +188,5 @@ class DataLoader:
         for b in range(len(self)):
             seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
             out = self.graph_sampler.output_device or self.device
-            yield self.graph_sampler.sample_with(self.graph, seeds, self.placement, out)
+            yield self.graph_sampler.sample_with(self.graph, seeds, self.placement, out,
+                                                 node_caches=self.node_caches)

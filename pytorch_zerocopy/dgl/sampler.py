@@ -16,7 +16,8 @@ layer. With DGL installed and a ``dgl.DGLGraph`` given, blocks are real DGL bloc
 (``dgl.create_block``) carrying ``dgl.NID``/``dgl.EID``; otherwise :class:`Block`. Prefetched
 node features land in ``blocks[0].srcdata``, labels in ``blocks[-1].dstdata``, edge features in
 every block's ``edata``. Features of a graph on the CPU are read in place from unified tensors
-(mapped once, on first use), so they reach the GPU without an intermediate copy.
+(mapped once, on first use), so they reach the GPU without an intermediate copy; node features
+with a :class:`NodeCache` (the loader's ``gpu_cache``) are read through its GPU cache.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from .. import sampling as _sampling
 from .. import unified as _unified
 from ..block import EID, NID, Block
+from ..feature_table import CacheConfig, FeatureTable, cached_rows_for
 from ..graph import CSRGraph
 from ._backend import is_dgl_graph, real_dgl
 
@@ -62,6 +64,37 @@ class _GraphState:
         self.edge_ids = edge_ids
         self.probs = probs
         self.unified_feats: Dict[Tuple[str, str], Tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+class NodeCache:
+    """A node feature table read through a :class:`~pytorch_zerocopy.FeatureTable`: the rows
+    ``config`` picks from the neighbour lists a sampler reads (``CachePolicy.DEGREE``: the
+    nodes in the most lists) held on ``device`` (a GPU, or the CPU without one), the rest read
+    from host memory in the same call.
+
+    Lifetime: the cache is a snapshot of ``table``; in-place writes to it make the next read
+    raise (see :mod:`pytorch_zerocopy.feature_table`), and a graph whose feature is replaced by
+    another tensor must get a new loader."""
+
+    def __init__(self, name: str, table: torch.Tensor, lists: CSRGraph, config: CacheConfig, device: torch.device):
+        if not isinstance(table, torch.Tensor) or table.dim() == 0 or table.shape[0] != lists.num_nodes:
+            raise ValueError(f"gpu_cache: node feature {name!r} must hold one row per node ({lists.num_nodes}), "
+                             f"got {getattr(table, 'shape', type(table).__name__)}")
+        if not table.is_contiguous():
+            raise ValueError(f"gpu_cache: node feature {name!r} must be contiguous to be cached in place")
+        rows = table.view(table.shape[0], -1)
+        ids = cached_rows_for((lists.indptr, lists.indices), config, rows.shape[0],
+                              rows.shape[1] * rows.element_size())
+        self.name, self.table = name, table
+        self.features = FeatureTable(rows, ids, device=device)
+
+    def gather(self, table: torch.Tensor, index: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Rows ``index`` (valid node ids) of ``table``, which must still be the cached one."""
+        if table is not self.table:
+            raise RuntimeError(f"gpu_cache: node feature {self.name!r} was replaced after the DataLoader cached its "
+                               "rows; create a new DataLoader for the new tensor")
+        rows = self.features.gather(index.to(self.features.device), check_bounds=False)
+        return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)
 
 
 class NeighborSampler:
@@ -178,8 +211,10 @@ class NeighborSampler:
         return self.sample_with(g, seed_nodes, placement, out, exclude_eids)
 
     def sample_with(self, g: Any, seed_nodes: torch.Tensor, placement: Placement,
-                    device: torch.device, exclude_eids: Any = None, seed: Optional[int] = None):
-        """Samples with the graph structure in ``placement`` and returns blocks on ``device``."""
+                    device: torch.device, exclude_eids: Any = None, seed: Optional[int] = None,
+                    node_caches: Optional[Dict[str, NodeCache]] = None):
+        """Samples with the graph structure in ``placement`` and returns blocks on ``device``;
+        prefetched node features named in ``node_caches`` are read through their caches."""
         if exclude_eids is not None:
             raise NotImplementedError("exclude_eids is not supported by this NeighborSampler")
         state = self._state(g, placement)
@@ -189,7 +224,7 @@ class NeighborSampler:
         output_nodes = seed_nodes.to(device)
         input_nodes = layers[0].nodes.to(device)
         blocks = [self._block(g, lay, state.edge_ids, device) for lay in layers]
-        self._prefetch(g, state, blocks, input_nodes, output_nodes, device)
+        self._prefetch(g, state, blocks, input_nodes, output_nodes, device, node_caches or {})
         return input_nodes, output_nodes, blocks
 
     def sample_blocks(self, g: Any, seed_nodes: torch.Tensor, exclude_eids: Any = None):
@@ -209,11 +244,19 @@ class NeighborSampler:
             return block
         return Block(src, dst, lay.num_src, lay.num_dst, nodes=nodes, eids=eids)
 
-    def _prefetch(self, g, state, blocks, input_nodes, output_nodes, device) -> None:
+    def lists(self, g: Any, placement: Placement) -> CSRGraph:
+        """The neighbour lists this sampler reads from ``g`` in ``placement`` (prepared once)."""
+        return self._state(g, placement).lists
+
+    def _prefetch(self, g, state, blocks, input_nodes, output_nodes, device, node_caches) -> None:
         ndata = g.ndata if hasattr(g, "ndata") else {}
         edata = g.edata if hasattr(g, "edata") else {}
         for name in self.prefetch_node_feats:
-            blocks[0].srcdata[name] = _gather(state, "n", name, _lookup(ndata, name, "node"), input_nodes, device)
+            table = _lookup(ndata, name, "node")
+            if name in node_caches:
+                blocks[0].srcdata[name] = node_caches[name].gather(table, input_nodes, device)
+            else:
+                blocks[0].srcdata[name] = _gather(state, "n", name, table, input_nodes, device)
         for name in self.prefetch_labels:
             blocks[-1].dstdata[name] = _gather(state, "n", name, _lookup(ndata, name, "node"), output_nodes, device)
         for name in self.prefetch_edge_feats:

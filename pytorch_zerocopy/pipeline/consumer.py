@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Dict, Iterator, Optional
 
 import torch
 
 from ..datasets.base import NodeDataset
 from ..nn import GraphSAGE
-from .gather import FeatureGather, to_device_async
+from .gather import CacheHits, FeatureGather, to_device_async
 from .messages import EpochMark, SlotReady, StepDone
-from .minibatches import GpuSampler, Sampled, from_samplers
+from .minibatches import GpuSampler, Sampled, from_samplers, run_phases
 from .plan import GatherIn, Partition, Phase, Plan, SampleOn
 from .process import maybe_fail, set_threads, trainer_device
 from .ring import RingReader
@@ -35,13 +36,15 @@ class InlineSource:
     :class:`~.minibatches.GpuSampler` in this process (its next sample runs while the current
     minibatch is gathered and trained). With ``side_stream`` the gather of minibatch ``i+1`` is
     issued on that stream before minibatch ``i`` is handed out, so on a partitioned GPU the two
-    run concurrently.
+    run concurrently. With ``cached_rows`` the gather runs through a cache of those rows on
+    ``device``, and each epoch mark carries its hit counts.
     """
 
     def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
-                 side_stream: Optional["torch.cuda.Stream"] = None):
+                 side_stream: Optional["torch.cuda.Stream"] = None, cached_rows: Optional[torch.Tensor] = None):
         self.plan, self.device, self.side = plan, device, side_stream
-        self.gather = FeatureGather(ds.features, plan.mode, device)
+        self.gather = FeatureGather(ds.features, plan.mode, device, cached_rows)
+        self.hits = CacheHits(self.gather.cache) if self.gather.cache is not None else None
         self.trace = ProducerTrace(device.type == "cuda") if plan.trace else None
         if plan.sample_on is SampleOn.GPU:
             self.items = GpuSampler(plan, ds, device, ahead=1, trace=self.trace)
@@ -59,6 +62,8 @@ class InlineSource:
             feats = self.gather.gather(batch.input_nodes)
             if tracer is not None:
                 tracer.host("gather_ms", time.perf_counter() - start)
+            if self.hits is not None:
+                self.hits.add(batch.epoch, batch.phase, batch.input_nodes)
             return self._ready(sampled, batch, n), feats, None
         stream = self.side or torch.cuda.current_stream(self.device)
         with torch.cuda.stream(stream):
@@ -74,6 +79,8 @@ class InlineSource:
             if span is not None:
                 span[1].record(stream)
                 tracer.gpu("gather_ms", [span])
+            if self.hits is not None:
+                self.hits.add(batch.epoch, batch.phase, batch.input_nodes)
             done = None
             if self.side is not None:
                 done = torch.cuda.Event()
@@ -97,6 +104,8 @@ class InlineSource:
                 if pending is not None:
                     yield self._hand_out(pending)
                     pending = None
+                if self.hits is not None:
+                    item = replace(item, cache=self.hits.take(item.epoch, item.phase))
                 yield item, None
                 continue
             fetched = self._fetch(item)
@@ -124,10 +133,11 @@ class InlineSource:
         pass
 
 
-def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
+def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Optional[torch.Tensor], report) -> None:
     """Trains on every minibatch of the run; ``report(("progress", message))`` sends a
     :class:`~.messages.StepDone` per minibatch, a :class:`~.messages.PartitionInfo` (green
-    partition) and an :class:`~.stats.EpochStats` per epoch, in epoch order."""
+    partition) and an :class:`~.stats.EpochStats` per epoch, in epoch order. ``cached_rows``:
+    the rows of the feature cache when this process gathers (``Plan.gather_in`` trainer)."""
     set_threads(plan.consumer_threads)
     device = trainer_device(plan)
 
@@ -144,7 +154,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
             side, compute, info = green_streams(device, plan.producer_sms)
             send(info)
             torch.cuda.set_stream(compute)
-        source = InlineSource(plan, ds, queues.get("batch"), device, side)
+        source = InlineSource(plan, ds, queues.get("batch"), device, side, cached_rows)
 
     torch.manual_seed(plan.seed)
     model = GraphSAGE(ds.feature_dim, plan.hidden, ds.num_classes, len(plan.fanouts), plan.dropout).to(device)
@@ -183,6 +193,8 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
             break
         waited = time.perf_counter() - t_wait
         if isinstance(item, EpochMark):
+            if item.cache is not None and item.phase is Phase.TRAIN:
+                epoch(item.epoch).cache_counted(item.cache)
             marks[(item.epoch, item.phase)] += 1
             if marks[(item.epoch, item.phase)] < plan.mark_sources:
                 continue
@@ -195,12 +207,14 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
                 if plan.trace:
                     trace = traces.pop(item.epoch, None) or ConsumerTrace(False)
                     acc.stats.trace = trace.summary(producer_timings)
-            else:
+            elif item.phase is Phase.VAL:
                 acc.end_validation()
                 sync()
                 train_clock = time.perf_counter()  # validation time is not training time
+            else:
+                acc.end_test()
             complete.add((item.epoch, item.phase))
-            while (next_report, Phase.TRAIN) in complete and (next_report, Phase.VAL) in complete:
+            while next_report in epochs and all((next_report, p) in complete for p in run_phases(plan, next_report)):
                 stats = epochs.pop(next_report).stats
                 stats.train_step = train_step.summary()
                 stats.param_checksum = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
@@ -235,8 +249,11 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, report) -> None:
         else:
             model.eval()
             with torch.no_grad():
-                pred = model(blocks, feats).argmax(1)
-            acc.validated((pred == labels).sum(), labels.numel())
+                correct = (model(blocks, feats).argmax(1) == labels).sum()
+            if batch.phase is Phase.VAL:
+                acc.validated(correct, labels.numel())
+            else:
+                acc.tested(correct, labels.numel())
         del feats, blocks
         source.release(item)
         send(StepDone(batch.phase, batch.epoch, feature_bytes))

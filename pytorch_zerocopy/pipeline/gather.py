@@ -1,15 +1,19 @@
-"""How feature rows of a minibatch's input nodes reach the trainer, per mode."""
+"""How feature rows of a minibatch's input nodes reach the trainer, per mode, and what a GPU
+cache of hot rows in front of the table served."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
 import pytorch_zerocopy
 
+from ..datasets.base import NodeDataset
+from ..feature_table import FeatureTable, cached_rows_for
 from ..unified import gpu_backed, to_unified
-from .plan import Mode
+from .messages import CacheCounts
+from .plan import Mode, Phase, Plan
 
 
 def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -30,9 +34,14 @@ class FeatureGather:
     memory. ``DMA`` / ``CPU``: ``index_select`` on the host table, on the CPU, with this
     process's torch threads (the DMA path copies the result to the GPU afterwards).
     The object keeps the mapping (or the GPU copy) alive for its own lifetime.
+
+    ``cached_rows`` (``ZEROCOPY`` only): ids of rows to hold in ``device``'s memory; the gather
+    then runs through a :class:`~pytorch_zerocopy.feature_table.FeatureTable` (``cache``),
+    which reads those rows from there and the rest from host memory, in one call.
     """
 
-    def __init__(self, features: torch.Tensor, mode: Mode, device: torch.device):
+    def __init__(self, features: torch.Tensor, mode: Mode, device: torch.device,
+                 cached_rows: Optional[torch.Tensor] = None):
         if not isinstance(mode, Mode):
             raise TypeError(f"FeatureGather: mode must be a Mode, got {mode!r}")
         if features.device.type != "cpu":
@@ -45,7 +54,13 @@ class FeatureGather:
         self.host = features
         if mode in (Mode.ZEROCOPY_NAIVE, Mode.GPU) and self.device.type != "cuda":
             raise RuntimeError(f"the {mode.value!r} gather needs a CUDA device, got {self.device}")
-        if mode is Mode.ZEROCOPY:
+        if cached_rows is not None and mode is not Mode.ZEROCOPY:
+            raise ValueError(f"a feature cache applies to the 'zerocopy' gather, not {mode.value!r}")
+        self.cache: Optional[FeatureTable] = None
+        if cached_rows is not None:
+            self.cache = FeatureTable(features, cached_rows, device=self.device)
+            self.table = self.cache
+        elif mode is Mode.ZEROCOPY:
             # On the CPU the host table itself is the zero-copy source (gather_rows' CPU kernel).
             self.table = to_unified(features) if self.device.type == "cuda" else features
         elif mode is Mode.ZEROCOPY_NAIVE:
@@ -68,7 +83,8 @@ class FeatureGather:
     def _routed(self, idx: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The zero-copy gather: the library's ``gather_rows`` (no bounds check: sampled ids are
         valid by construction, and the check would cost a host synchronisation) where it
-        exists, else ``table[idx]``, which the unified device routes to the same kernel."""
+        exists, else ``table[idx]``, which the unified device routes to the same kernel. With a
+        cache, ``gather_rows`` reaches the FeatureTable's cached gather."""
         idx = to_device_async(idx, self.device) if self.on_device else idx
         gather_rows = getattr(pytorch_zerocopy, "gather_rows", None)
         if gather_rows is not None:
@@ -95,3 +111,42 @@ class FeatureGather:
             torch.index_select(self.table, 0, to_device_async(idx, self.device), out=out[:n])
         else:
             torch.index_select(self.table, 0, idx, out=out[:n])
+
+
+def choose_cached_rows(plan: Plan, ds: NodeDataset) -> Optional[torch.Tensor]:
+    """The ids of the rows ``plan.cache`` keeps in GPU memory for ``ds`` (None without a
+    cache), in shared memory: chosen once, by the parent, from the dataset's host graph and
+    training seeds (this process opens no GPU context), then handed to the process that
+    gathers."""
+    if plan.cache is None:
+        return None
+    return cached_rows_for(ds.graph, plan.cache, ds.num_nodes, ds.row_bytes, seeds=ds.train_idx).share_memory_()
+
+
+class CacheHits:
+    """Counts, per ``(epoch, phase)``, the input rows that ``cache`` holds, on its device (adding
+    a minibatch never synchronises); :meth:`take` reads a phase's counts once."""
+
+    def __init__(self, cache: FeatureTable):
+        self.cache = cache
+        self.counts: Dict[Tuple[int, Phase], Tuple[torch.Tensor, int]] = {}
+
+    def add(self, epoch: int, phase: Phase, input_nodes: torch.Tensor) -> None:
+        """One minibatch's ``input_nodes`` (valid ids, on the CPU or the cache's device)."""
+        hits = self.cache.count_hits(input_nodes)
+        key = (epoch, phase)
+        if key in self.counts:
+            total, lookups = self.counts[key]
+            self.counts[key] = (total + hits, lookups + input_nodes.numel())
+        else:
+            self.counts[key] = (hits, input_nodes.numel())
+
+    def take(self, epoch: int, phase: Phase) -> CacheCounts:
+        """The counts of ``phase`` of ``epoch`` since the last take, forgotten here. Waits for
+        the device (whichever stream counted): call it once per phase, not per minibatch."""
+        hits, lookups = self.counts.pop((epoch, phase), (None, 0))
+        if hits is None:
+            return CacheCounts(0, lookups)
+        if hits.is_cuda:
+            torch.cuda.synchronize(hits.device)
+        return CacheCounts(int(hits), lookups)

@@ -96,11 +96,25 @@ class Minibatch:
 
 
 @dataclass(frozen=True)
+class CacheCounts:
+    """Of ``lookups`` feature rows gathered through a GPU cache, ``hits`` were held by it."""
+
+    hits: int
+    lookups: int
+
+    def __add__(self, other: "CacheCounts") -> "CacheCounts":
+        return CacheCounts(self.hits + other.hits, self.lookups + other.lookups)
+
+
+@dataclass(frozen=True)
 class EpochMark:
-    """Sent by each sampling source after its share of an epoch's ``phase`` minibatches."""
+    """Sent by each sampling source after its share of an epoch's ``phase`` minibatches. The
+    gathering side adds ``cache``: its cache's counts over that phase's minibatches gathered
+    since its previous mark of the phase (None without a cache)."""
 
     epoch: int
     phase: Phase
+    cache: Optional[CacheCounts] = None
 
 
 @dataclass

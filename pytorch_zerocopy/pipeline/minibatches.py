@@ -42,8 +42,8 @@ class SeedBatch:
 
 
 def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
-    """The seed batches of one epoch's phase: a shuffled training split, or the validation split
-    in order.
+    """The seed batches of one epoch's phase: a shuffled training split, or the validation
+    (test) split in order, at most ``plan.val_batches`` of them.
 
     With several data-parallel ranks, every rank draws the same permutation and takes its own
     equal, disjoint slice of it, so all ranks run the same number of training steps (the
@@ -56,23 +56,31 @@ def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List
             ids = ids[plan.rank * per_rank:(plan.rank + 1) * per_rank]
         limit = plan.max_batches
     else:
-        ids = ds.val_idx
+        ids = ds.val_idx if phase is Phase.VAL else ds.test_idx
         limit = plan.val_batches
     batches = list(torch.split(ids, plan.batch_size))
     return batches[:limit] if limit is not None else batches
 
 
+_PHASE_CODE = {Phase.TRAIN: 0, Phase.VAL: 1, Phase.TEST: 2}
+
+
 def minibatch_seed(seed: int, epoch: int, phase: Phase, index: int) -> int:
     """The sampling seed of one minibatch, the same in every process, run and device (a
     non-negative int64)."""
-    return (((seed * 1_000_003 + epoch) * 2 + (phase is Phase.VAL)) * 10_000_019 + index) & ((1 << 63) - 1)
+    return (((seed * 1_000_003 + epoch) * 3 + _PHASE_CODE[phase]) * 10_000_019 + index) & ((1 << 63) - 1)
+
+
+def run_phases(plan: Plan, epoch: int) -> Tuple[Phase, ...]:
+    """The phases of ``epoch``, in order: training, validation, and after the last epoch test."""
+    return (Phase.TRAIN, Phase.VAL) + ((Phase.TEST,) if epoch == plan.epochs - 1 else ())
 
 
 def schedule(plan: Plan, ds: NodeDataset, worker: int = 0, workers: int = 1) -> Iterator[Union[SeedBatch, EpochMark]]:
     """Every ``workers``-th minibatch of the run from ``worker`` on, in order, each phase followed
     by its :class:`EpochMark`."""
     for epoch in range(plan.epochs):
-        for phase in (Phase.TRAIN, Phase.VAL):
+        for phase in run_phases(plan, epoch):
             for i, seeds in enumerate(epoch_batches(plan, ds, epoch, phase)):
                 if i % workers == worker:
                     yield SeedBatch(phase, epoch, i, seeds)
@@ -101,8 +109,8 @@ class Replay:
 
     def __init__(self, count: Optional[int]):
         self.count = count
-        self.pool: Dict[Phase, list] = {Phase.TRAIN: [], Phase.VAL: []}
-        self.turn = {Phase.TRAIN: 0, Phase.VAL: 0}
+        self.pool: Dict[Phase, list] = {p: [] for p in Phase}
+        self.turn = {p: 0 for p in Phase}
 
     def take(self, phase: Phase):
         """A kept item to send again, or None when this minibatch must be sampled."""

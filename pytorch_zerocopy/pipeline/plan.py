@@ -21,6 +21,9 @@ Vocabulary (one word per thing, in every layer):
                   the graph's in-neighbour lists from unified (host) memory
 ``GatherIn``      ``producer``: a producer process gathers into a ring of slots shared with the
                   trainer; ``trainer``: the trainer gathers inline
+``cache``         a :class:`~pytorch_zerocopy.feature_table.CacheConfig`: the feature rows the
+                  gathering process keeps in GPU memory (a
+                  :class:`~pytorch_zerocopy.feature_table.FeatureTable`), mode ``zerocopy``
 ================  ==============================================================================
 """
 
@@ -31,7 +34,9 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Optional, Tuple, Type, TypeVar, Union
+
+from ..feature_table import CacheConfig
 
 __all__ = ["GatherIn", "InjectedFailure", "Mode", "Partition", "Phase", "Plan", "PlanError", "SampleOn",
            "available_cores", "default_gather_batches", "gpu_available", "make_plan"]
@@ -62,10 +67,12 @@ class GatherIn(Enum):
 
 
 class Phase(Enum):
-    """The two phases of an epoch: training minibatches, then validation minibatches."""
+    """The phases of a run: each epoch trains on training minibatches, then evaluates
+    validation minibatches; after the last epoch, test minibatches are evaluated."""
 
     TRAIN = "train"
     VAL = "val"
+    TEST = "test"
 
 
 E = TypeVar("E", bound=Enum)
@@ -150,13 +157,20 @@ class Plan:
     trains while the next is gathered. With GPU sampling the producer keeps the next
     ``gather_batches`` minibatches' samples in flight while it gathers the current ones.
 
+    Cache (mode ``zerocopy``): ``cache`` sizes a GPU cache of hot feature rows and picks its
+    policy; the rows are chosen once, in the parent, from the dataset's graph (and training
+    seeds: ``CachePolicy.PRESAMPLE`` pre-samples them as the run samples, with the plan's
+    fanouts, batch size and seed, which the plan writes into the config), and the process that
+    gathers holds them in GPU memory and gathers through them.
+
     Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
     ``producer_sms`` SMs for the gathering stream under green contexts.
 
     Training: GraphSAGE with ``len(fanouts)`` layers (``fanouts[0]`` nearest the input, ``-1``:
     every neighbour), ``hidden`` units, ``dropout``, Adam at ``lr``; ``batch_size`` seeds per
     minibatch; ``epochs`` epochs of at most ``max_batches`` training and ``val_batches``
-    validation minibatches (None: the whole split). ``cuda_graph``: replay each step from CUDA
+    validation minibatches (None: the whole split), then at most ``val_batches`` minibatches of
+    the test split, evaluated after the last epoch. ``cuda_graph``: replay each step from CUDA
     graphs after ``graph_warmup`` eager steps (:mod:`.train_step`; not with the green partition).
     Sampling is reproducible per ``(seed, epoch, phase, minibatch)`` wherever it runs.
 
@@ -189,6 +203,7 @@ class Plan:
     consumer_threads: int = 1
     num_slots: int = 3
     gather_batches: int = 1
+    cache: Optional[CacheConfig] = None
     queue_depth: int = 4
     producer_share: float = 10.0
     producer_sms: int = 16
@@ -215,6 +230,11 @@ class Plan:
         self._check_types()
         self._check_ranges()
         self._check_placement()
+        if self.cache is not None:
+            # The pre-sampling pass samples as the run does: the dataset's in-neighbour rows as
+            # stored, the run's fanouts, batch size and seed.
+            object.__setattr__(self, "cache", replace(self.cache, fanouts=self.fanouts, batch_size=self.batch_size,
+                                                      edge_dir="out", seed=self.seed))
 
     def _fail(self, name: str, want: str) -> None:
         raise PlanError(name, f"{name} must be {want}, got {getattr(self, name)!r}")
@@ -240,6 +260,8 @@ class Plan:
             self._fail("fanouts", "ints, one per layer")
         if self.inject_failure is not None and not isinstance(self.inject_failure, InjectedFailure):
             self._fail("inject_failure", "an InjectedFailure or None")
+        if self.cache is not None and not isinstance(self.cache, CacheConfig):
+            self._fail("cache", "a pytorch_zerocopy.CacheConfig or None")
 
     def _check_ranges(self) -> None:
         checks = [
@@ -316,6 +338,9 @@ class Plan:
                 raise PlanError("num_samplers", "num_samplers applies to sample_on 'cpu' (sampler processes); "
                                                 "sampling on the GPU runs in the gathering process, got "
                                                 f"{self.num_samplers}")
+        if self.cache is not None and mode is not Mode.ZEROCOPY:
+            raise PlanError("cache", f"cache applies to mode 'zerocopy' only (rows gathered zero-copy from the host "
+                                     f"table), not {mode.value!r}")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
@@ -350,21 +375,57 @@ class Plan:
         return replace(self, rank=rank, world_size=world_size, device=device, **threads)
 
     def describe(self) -> str:
-        parts = [f"mode {self.mode.value}", f"device {self.device}", f"sampling on {self.sample_on.value}",
-                 f"gather in the {self.gather_in.value}", f"partition {self.partition.value}"]
+        """One line: the mode and where sampling, gathering and training run."""
+        device, where = self.device, f"in the {self.gather_in.value} process"
+        if self.sample_on is SampleOn.CPU:
+            n = self.sampler_processes
+            sampling = f"sampling on the CPU in {n} sampler process{'es' if n != 1 else ''}"
+        else:
+            sampling = f"sampling on {device} {where}"
+        gathering = {
+            Mode.CPU: f"gathering on the CPU {where}",
+            Mode.DMA: f"gathering on the CPU {where}, copied to {device}",
+            Mode.ZEROCOPY_NAIVE: f"gathering on {device} from host memory (index_select on its mapping) {where}",
+            Mode.ZEROCOPY: (f"gathering on {device} zero-copy from host memory {where}" if self.on_gpu
+                            else f"gathering on the CPU {where}"),
+            Mode.GPU: f"gathering on {device} from a copy of the table in its memory {where}",
+        }[self.mode]
+        parts = [f"mode {self.mode.value}: {sampling}", gathering, f"training on {device}"]
+        if self.partition is not Partition.NONE:
+            parts.append(f"GPU partition {self.partition.value}")
         if self.gather_in is GatherIn.PRODUCER and self.on_gpu and not self.host_slots:
             parts.append(f"{self.gather_batches} minibatch(es) per gather")
+        if self.cache is not None:
+            parts.append(f"{'GPU' if self.on_gpu else 'host'} cache of {describe_cache_size(self.cache)} "
+                         f"({self.cache.policy.value})")
         if self.replay:
             parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
         return ", ".join(parts)
 
     def settings(self) -> dict:
-        """The plan as plain values (enums by their names), for reports."""
-        out = asdict(self)
-        for k, v in out.items():
-            if isinstance(v, Enum):
-                out[k] = v.value
-        return out
+        """The plan as plain values (enums by their values), for reports."""
+        return _plain(asdict(self))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
+
+
+def describe_cache_size(cache: CacheConfig) -> str:
+    """How a cache is sized, in words: ``10% of the rows``, ``1.50 GiB`` or ``1000 rows``."""
+    if cache.fraction is not None:
+        return f"{cache.fraction * 100:g}% of the rows"
+    if cache.cache_bytes is not None:
+        from ..unified import format_bytes
+
+        return format_bytes(cache.cache_bytes)
+    return f"{cache.rows:,} rows"
 
 
 _PLAN_FIELDS = {f.name for f in fields(Plan)}
@@ -374,18 +435,21 @@ _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches
 
 
 def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
-    """Torch threads per role, from the ``cores`` available to the run.
+    """Torch threads per role, from the ``cores`` available to the run, so that the roles
+    together never ask for more threads than there are cores (one each at least): an OpenMP
+    thread that waits at a barrier for a descheduled sibling stalls its whole process.
 
-    A CPU trainer uses every core (training is the heavy part; samplers get a quarter between
-    them). On a GPU the trainer's and the producer's hosts only issue work: one thread each,
-    and the rest goes to the CPU samplers, if any; the DMA path's CPU gather takes half the
-    cores first."""
+    A CPU trainer gets the cores the other roles leave (training is the heavy part; samplers
+    get a quarter between them, the producer one). On a GPU the trainer's and the producer's
+    hosts only issue work: one thread each, and the rest goes to the CPU samplers, if any; the
+    DMA path's CPU gather takes half the cores first."""
     cores = max(1, cores)
     samplers = max(0, samplers)
     if not on_gpu:
-        return dict(sampler_threads=max(1, cores // (4 * max(1, samplers))), producer_threads=1,
-                    consumer_threads=cores)
-    producer = max(1, cores // 2) if mode is Mode.DMA else 1
+        sampler = max(1, cores // (4 * max(1, samplers)))
+        return dict(sampler_threads=sampler, producer_threads=1,
+                    consumer_threads=max(1, cores - samplers * sampler - 1))
+    producer = max(1, min(cores // 2, cores - samplers - 1)) if mode is Mode.DMA else 1
     sampler = max(1, (cores - producer - 1) // max(1, samplers))
     return dict(sampler_threads=sampler, producer_threads=producer, consumer_threads=1)
 

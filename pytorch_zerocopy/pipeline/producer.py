@@ -7,6 +7,10 @@ gathers on (inside its MPS partition), on a stream of its own, the next minibatc
 flight while the current ones are gathered, and the blocks reach the slot by a device-to-device
 copy; they never leave the GPU or cross a process.
 
+Cache: with ``cached_rows`` (chosen by the parent for ``Plan.cache``) the producer holds those
+rows in its GPU's memory and gathers through them; each epoch mark it forwards carries the
+cache's hit counts over the minibatches of that phase.
+
 Groups: ``Plan.gather_batches`` minibatches are gathered by one call: a minibatch's rows are
 few and scattered over the whole table, so one gather of several minibatches' rows walks each
 page of the table once for more rows (rows per second rise with rows per call). The rows then
@@ -17,12 +21,13 @@ group is.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import List, Optional
 
 import torch
 
 from ..datasets.base import NodeDataset
-from .gather import FeatureGather
+from .gather import CacheHits, FeatureGather
 from .messages import EpochMark
 from .minibatches import GpuSampler, Sampled, from_samplers
 from .plan import Plan, SampleOn
@@ -56,12 +61,14 @@ class _GroupGather:
             offset += n
 
 
-def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q) -> None:
+def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
+                  cached_rows: Optional[torch.Tensor] = None) -> None:
     """Fills ring slots until the minibatches of the run are done (see the module docstring)."""
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
     on_gpu = device.type == "cuda"
-    gather = FeatureGather(ds.features, plan.mode, device)
+    gather = FeatureGather(ds.features, plan.mode, device, cached_rows)
+    hits = CacheHits(gather.cache) if gather.cache is not None else None
     tracer = ProducerTrace(on_gpu) if plan.trace else None
     if plan.sample_on is SampleOn.GPU:
         source = GpuSampler(plan, ds, device, ahead=plan.gather_batches, trace=tracer)
@@ -107,12 +114,15 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q) -> None
                     tracer.value("sample_ms", sampled.batch.sample_ms)
         for slot, batch in zip(slots, batches):
             ring.publish(slot, batch, tracer.take() if tracer is not None else None)
+        if hits is not None:  # counted after the slots' ready events: the trainer does not wait for it
+            for b in batches:
+                hits.add(b.epoch, b.phase, b.input_nodes)
         group.clear()
 
     for item in source:
         if isinstance(item, EpochMark):
             flush()  # the minibatches before a mark reach the trainer before it
-            ring.mark(item)
+            ring.mark(item if hits is None else replace(item, cache=hits.take(item.epoch, item.phase)))
             continue
         maybe_fail(plan, "producer", step)
         step += 1

@@ -9,6 +9,11 @@ role, with its traceback. Ctrl-C reaches only the parent (children start with SI
 which shuts down the same way and re-raises ``KeyboardInterrupt``; SIGTERM to the parent does
 the same. Nothing outlives the run: children are joined, queues closed, the ring's GPU buffers
 die with their owner, shared-memory segments are unlinked at creation.
+
+Threads: each role sets its torch threads from the plan (:func:`~.plan.make_plan` shares the
+cores out). The roles of a CPU run also start with ``OMP_WAIT_POLICY=PASSIVE`` unless the
+environment sets it: an idle OpenMP thread then sleeps instead of spinning, so one role's
+waiting threads take no core from another role, or from other work on the machine.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from multiprocessing import queues as mp_queues
 from multiprocessing.connection import wait
 from typing import Callable, Dict, List, Optional
 
+import torch
 import torch.multiprocessing as mp
 
 from .._process import enter_child
 from ..datasets.base import NodeDataset
 from .consumer import consumer_main
+from .gather import choose_cached_rows
 from .messages import PartitionInfo
 from .plan import GatherIn, Partition, Plan
 from .producer import producer_main
@@ -231,18 +238,33 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def cpu_role_environment(plan: Plan) -> Dict[str, str]:
+    """What the roles' environment adds on a CPU run (see the module docstring)."""
+    if plan.on_gpu or "OMP_WAIT_POLICY" in os.environ:
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[object], None]] = None,
-                 on_start: Optional[Callable[[Dict[str, int]], None]] = None) -> List[EpochStats]:
+                 on_start: Optional[Callable[[Dict[str, int]], None]] = None,
+                 cached_rows: Optional[torch.Tensor] = None) -> List[EpochStats]:
     """Runs the plan's roles to completion: ``plan.sampler_processes`` samplers, a producer
     (``plan.gather_in`` producer) and the trainer. The plan was validated when it was built.
 
     Returns the trainer's per-epoch statistics. ``on_message`` sees every progress message
     (:class:`~.messages.StepDone`, :class:`~.messages.PartitionInfo`,
     :class:`~.stats.EpochStats`) as it arrives; ``on_start`` the role processes' pids.
+    ``cached_rows``: the rows of ``plan.cache``, when already chosen
+    (:func:`~.gather.choose_cached_rows`; data-parallel ranks share one choice); else they are
+    chosen here, before any role starts.
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"run_pipeline needs a Plan (pytorch_zerocopy.pipeline.make_plan), got {type(plan).__name__}")
     ds.share_memory_()
+    if plan.cache is None:
+        cached_rows = None
+    elif cached_rows is None:
+        cached_rows = choose_cached_rows(plan, ds)
     epochs: List[EpochStats] = []
     partition = PartitionInfo(Partition.NONE)
 
@@ -254,6 +276,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
         if isinstance(message, EpochStats):
             message.partition = partition  # how the GPU was shared in this run
             message.gather_batches = plan.gather_batches
+            message.cache_rows = 0 if cached_rows is None else int(cached_rows.numel())
             epochs.append(message)
         if on_message is not None:
             on_message(message)
@@ -271,8 +294,9 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     stack = contextlib.ExitStack()
     try:
         with stack, _sigterm_raises():
-            producer_env: Dict[str, str] = {}
-            consumer_env: Dict[str, str] = {}
+            role_env = cpu_role_environment(plan)
+            producer_env: Dict[str, str] = dict(role_env)
+            consumer_env: Dict[str, str] = dict(role_env)
             if plan.partition is Partition.MPS:
                 from .partition import MpsDaemon, shared_daemon
 
@@ -281,19 +305,20 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
                 shared = daemon is not None
                 if daemon is None:
                     daemon = stack.enter_context(MpsDaemon())
-                producer_env = daemon.client_env(plan.producer_share)
-                consumer_env = daemon.client_env(100.0 - plan.producer_share)
+                producer_env.update(daemon.client_env(plan.producer_share))
+                consumer_env.update(daemon.client_env(100.0 - plan.producer_share))
                 dispatch(("progress", PartitionInfo(Partition.MPS, producer_share=plan.producer_share,
                                                     consumer_share=100.0 - plan.producer_share,
                                                     shared_daemon=shared)))
             stack.callback(sup.shutdown)  # also when starting a role fails (before the MPS daemon stops)
             barrier = ctx.Barrier(samplers) if samplers > 1 else None
             for w in range(samplers):
-                sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier))
+                sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier), role_env)
             if plan.gather_in is GatherIn.PRODUCER:
-                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"]),
+                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"], cached_rows),
                           producer_env)
-            sup.start("consumer", consumer_main, (plan, ds, queues), consumer_env)
+            inline_rows = cached_rows if plan.gather_in is GatherIn.TRAINER else None
+            sup.start("consumer", consumer_main, (plan, ds, queues, inline_rows), consumer_env)
             if on_start is not None:
                 on_start(sup.pids())
             try:

@@ -15,13 +15,14 @@ from typing import Optional
 
 import torch
 
-from .messages import PartitionInfo
+from .messages import CacheCounts, PartitionInfo
 from .trace import TraceSummary
 
 
 @dataclass
 class EpochStats:
-    """One epoch: training (loss, time, feature rows read) and validation accuracy."""
+    """One epoch: training (loss, time, feature rows read), validation accuracy and, for the
+    last epoch, test accuracy."""
 
     epoch: int
     train_seconds: float = 0.0  # the training phase, from its first minibatch to its last
@@ -30,6 +31,8 @@ class EpochStats:
     loss: float = float("nan")  # mean training loss
     val_acc: float = float("nan")
     val_nodes: int = 0
+    test_acc: float = float("nan")  # after the last epoch only
+    test_nodes: int = 0
     steady_seconds: float = float("nan")
     steady_batches: int = 0
     steady_bytes: int = 0
@@ -39,6 +42,14 @@ class EpochStats:
     trace: Optional[TraceSummary] = None  # with ``Plan.trace``
     partition: Optional[PartitionInfo] = None  # how the GPU was shared (set by the runner)
     gather_batches: int = 1  # minibatches per gather (set by the runner from the plan)
+    cache_rows: int = 0  # rows in the feature cache (set by the runner; 0: no cache)
+    cache_hits: int = 0  # input rows of the training minibatches read from the cache
+    cache_lookups: int = 0  # input rows of the training minibatches gathered through the cache
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Share of the training minibatches' input rows the feature cache held (nan: no cache)."""
+        return self.cache_hits / self.cache_lookups if self.cache_lookups else float("nan")
 
     @property
     def steady_ms_per_minibatch(self) -> float:
@@ -61,6 +72,7 @@ class EpochAccumulator:
         self.stats = EpochStats(epoch)
         self.loss_sum = 0.0
         self.correct = 0
+        self.test_correct = 0
         self.steady_t0 = 0.0
 
     def trained(self, loss: torch.Tensor, feature_bytes: int, waited: float, sync) -> None:
@@ -77,9 +89,18 @@ class EpochAccumulator:
             self.steady_t0 = time.perf_counter()
             st.steady_bytes = -feature_bytes
 
+    def cache_counted(self, counts: CacheCounts) -> None:
+        """The feature cache's counts over some of the epoch's training minibatches."""
+        self.stats.cache_hits += counts.hits
+        self.stats.cache_lookups += counts.lookups
+
     def validated(self, correct: torch.Tensor, nodes: int) -> None:
         self.correct = self.correct + correct
         self.stats.val_nodes += nodes
+
+    def tested(self, correct: torch.Tensor, nodes: int) -> None:
+        self.test_correct = self.test_correct + correct
+        self.stats.test_nodes += nodes
 
     def end_training(self, started: float, now: float) -> None:
         """The epoch's training phase began at ``started`` and ended (device synchronised) at ``now``."""
@@ -95,3 +116,7 @@ class EpochAccumulator:
 
     def end_validation(self) -> None:
         self.stats.val_acc = float(self.correct) / max(1, self.stats.val_nodes)
+
+    def end_test(self) -> None:
+        if self.stats.test_nodes:
+            self.stats.test_acc = float(self.test_correct) / self.stats.test_nodes

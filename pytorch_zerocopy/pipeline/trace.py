@@ -94,6 +94,25 @@ class TraceSummary:
     producer: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
 
+_TRACE_LABELS = (("consumer", "input_wait_ms", "trainer input wait"), ("consumer", "issue_ms", "host issue"),
+                 ("consumer", "gpu_gap_ms", "GPU gap"), ("consumer", "gpu_copy_ms", "blocks copy"),
+                 ("consumer", "gpu_train_ms", "GPU train"), ("producer", "sample_ms", "sample"),
+                 ("producer", "gather_ms", "gather"), ("producer", "batch_wait_ms", "wait for a sample"),
+                 ("producer", "slot_wait_ms", "wait for a slot"))
+
+
+def describe_trace(summary: TraceSummary) -> str:
+    """One line of an epoch's timings: ``name p50/p90`` in ms per minibatch, the trainer's
+    (input wait, host issue, and on a GPU: the compute stream's gap before a step, the blocks'
+    copy, the step's GPU time) then the gathering side's (sample, gather, its waits)."""
+    parts = []
+    for side, key, label in _TRACE_LABELS:
+        s = getattr(summary, side).get(key)
+        if s and s.get("n"):
+            parts.append(f"{label} {s['p50']:.2f}/{s['p90']:.2f}")
+    return "ms per minibatch, p50/p90: " + (", ".join(parts) if parts else "no steady-state minibatches")
+
+
 class ConsumerTrace:
     """The trainer's timings of one epoch's training minibatches, summarised at its end."""
 

@@ -8,8 +8,14 @@ GPU, tables stay ordinary CPU tensors and are gathered on the CPU.
 
 Reading rows: :meth:`FeatureStore.get_tensor` with an ``index`` returns those rows, on the GPU
 for unified and CUDA tables (the CPU without a GPU), in index order. Every row read goes through
-:meth:`FeatureStore._gather_rows`, the one place a table is read, so a table type with its own
-gather (a GPU cache of hot rows) plugs in there.
+:meth:`FeatureStore._gather_rows`, the one place a table is read.
+
+GPU cache: :meth:`FeatureStore.cache_rows` keeps chosen rows of a host table in GPU memory (a
+:class:`~pytorch_zerocopy.FeatureTable`); reads of that table then take those rows from there
+and the rest from host memory in the same call. ``NeighborLoader(..., gpu_cache=CacheConfig(...))``
+chooses the rows (highest degree, or most often pre-sampled) and caches them. Rows written with
+``put_tensor(..., index=...)`` are re-read into the cache; a table put again whole keeps the
+same cached ids.
 
 Aliasing: :meth:`get_tensor` without an index returns the stored table itself (not a copy);
 writing into it changes the store.
@@ -25,6 +31,7 @@ from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import TensorAttr
 
 from .. import unified as _unified
+from ..feature_table import FeatureTable
 from ..ops import gather_rows
 
 Key = Tuple[Optional[str], str]
@@ -66,6 +73,7 @@ class FeatureStore(_PygFeatureStore):
     def __init__(self, map_host_tables: Optional[bool] = None):
         super().__init__()
         self._tables: Dict[Key, torch.Tensor] = {}
+        self._caches: Dict[Key, FeatureTable] = {}
         self.map_host_tables = _unified.gpu_backed() if map_host_tables is None else bool(map_host_tables)
 
     # --- PyG's interface ---------------------------------------------------------------
@@ -75,6 +83,9 @@ class FeatureStore(_PygFeatureStore):
         key = (attr.group_name, attr.attr_name)
         if attr.index is None:
             self._tables[key] = self._place(tensor)
+            cache = self._caches.pop(key, None)
+            if cache is not None and self._tables[key].shape[0] == cache.num_rows:
+                self._caches[key] = self._feature_table(self._tables[key], cache.cached_ids)
             return True
         table = self._tables.get(key)
         if table is None:
@@ -83,6 +94,8 @@ class FeatureStore(_PygFeatureStore):
         index = _index_tensor(attr.index) if not isinstance(attr.index, slice) else attr.index
         host = table.cpu() if table.device.type != "cuda" else table
         host[index if isinstance(index, slice) else index.to(host.device).long()] = tensor.to(host.device, host.dtype)
+        if key in self._caches:
+            self._caches[key].refresh()
         return True
 
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
@@ -94,9 +107,10 @@ class FeatureStore(_PygFeatureStore):
             return table
         if isinstance(attr.index, slice):
             return table[attr.index]
-        return self._gather_rows(table, _index_tensor(attr.index))
+        return self._gather_rows(table, _index_tensor(attr.index), self._caches.get((attr.group_name, attr.attr_name)))
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
+        self._caches.pop((attr.group_name, attr.attr_name), None)
         return self._tables.pop((attr.group_name, attr.attr_name), None) is not None
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[Tuple[int, ...]]:
@@ -118,13 +132,50 @@ class FeatureStore(_PygFeatureStore):
         tensor = tensor.contiguous()
         return _unified.to_unified(tensor) if self.map_host_tables else tensor
 
-    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    # --- GPU cache -----------------------------------------------------------------------
+
+    def cache_rows(self, attr_name: str, rows: Optional[torch.Tensor], group_name: Optional[str] = None) -> None:
+        """Keeps rows ``rows`` (int64 ids) of table ``attr_name`` in GPU memory: later reads of
+        the table take them from there and the others from host memory, in one call (same
+        results). ``rows=None`` drops the cache. The table must be in host memory (unified,
+        or CPU: then the cache is in host memory too, where reads of the table run).
+        :func:`pytorch_zerocopy.feature_table.cached_rows_for` chooses rows from a graph."""
+        key = (group_name, attr_name)
+        if key not in self._tables:
+            raise KeyError(f"cache_rows: no table {attr_name!r} (group {group_name!r}) in this FeatureStore")
+        if rows is None:
+            self._caches.pop(key, None)
+            return
+        self._caches[key] = self._feature_table(self._tables[key], rows)
+
+    def cache_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[FeatureTable]:
+        """The :class:`~pytorch_zerocopy.FeatureTable` reads of table ``attr_name`` go through
+        (its ``cached_ids``, ``hit_rate``), or None."""
+        return self._caches.get((group_name, attr_name))
+
+    @staticmethod
+    def _feature_table(table: torch.Tensor, rows: torch.Tensor) -> FeatureTable:
+        if table.device.type == "cuda":
+            raise ValueError("cache_rows: the table is already in GPU memory; there is nothing to cache")
+        if not table.is_contiguous():
+            raise ValueError("cache_rows: the table must be contiguous to be cached in place")
+        # A unified table's cache lives on its GPU (the CPU without one); a CPU table is read on
+        # the CPU, and so is its cache.
+        device = None if _unified.is_unified(table) else "cpu"
+        return FeatureTable(table.view(table.shape[0], -1), rows, device=device)
+
+    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor,
+                     cache: Optional[FeatureTable] = None) -> torch.Tensor:
         """Rows ``index`` of ``table`` in index order: the one place this store reads rows.
 
         Unified tables are read by the GPU from host memory (the index may be on the CPU or
         the GPU) or, without a GPU, on the CPU; CPU and CUDA tables on their own device, the
-        index moved there. Out-of-range ids raise ``IndexError``.
+        index moved there; a table with a ``cache`` (:meth:`cache_rows`) through it.
+        Out-of-range ids raise ``IndexError``.
         """
+        if cache is not None:
+            out = cache.gather(index.to(cache.device))
+            return out.view((index.numel(),) + tuple(table.shape[1:]))
         if table.device.type == "cpu":
             index = index.cpu()
         elif table.device.type == "cuda":

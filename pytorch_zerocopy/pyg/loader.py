@@ -19,12 +19,20 @@ Differences from PyG's loader, all reported when asked for:
 * a ``(FeatureStore, GraphStore)`` pair need not be this package's: a PyG graph store is read
   once through its ``csc()`` into a host-resident :class:`~pytorch_zerocopy.pyg.GraphStore`;
   a foreign feature store receives node ids on the sampling device.
+
+One addition: ``gpu_cache`` (a :class:`~pytorch_zerocopy.CacheConfig`, applied to node
+feature ``x``, or ``{feature name: CacheConfig}``) keeps the hottest rows of those features in
+GPU memory (:meth:`~pytorch_zerocopy.pyg.FeatureStore.cache_rows`), chosen once when the
+loader is built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
+``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
+``input_nodes`` with ``num_neighbors`` and ``batch_size``.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Optional
+from dataclasses import replace as _replace
+from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 from torch_geometric.data import Data
@@ -32,8 +40,10 @@ from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
 
+from ..feature_table import CacheConfig, cached_rows_for
 from ..graph import CSRGraph
 from .data import DataExtras, stores_from_data
+from .feature_store import FeatureStore
 from .graph_store import GraphStore
 from .sampler import NeighborSampler
 
@@ -72,6 +82,35 @@ def _as_stores(data: Any):
                     f"{type(data).__name__} (HeteroData is not supported)")
 
 
+def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neighbors, input_nodes,
+                    batch_size: int) -> None:
+    """Caches the rows ``gpu_cache`` chooses of each named node feature (see the module docstring)."""
+    configs = {"x": gpu_cache} if isinstance(gpu_cache, CacheConfig) else gpu_cache
+    if not isinstance(configs, dict) or not all(isinstance(c, CacheConfig) for c in configs.values()):
+        raise TypeError(f"gpu_cache must be a pytorch_zerocopy.CacheConfig or a dict of them by feature name, got "
+                        f"{gpu_cache!r}")
+    if not isinstance(feature_store, FeatureStore):
+        raise TypeError("gpu_cache needs this package's FeatureStore (pytorch_zerocopy.pyg.FeatureStore), got "
+                        f"{type(feature_store).__name__}")
+    if isinstance(num_neighbors, dict):
+        raise NotImplementedError("per-edge-type num_neighbors are for heterogeneous graphs, which are not supported")
+    seeds = torch.as_tensor(input_nodes)
+    if seeds.dtype == torch.bool:
+        seeds = seeds.nonzero().flatten()
+    graph = graph_store.csc_graph
+    for name, config in configs.items():
+        size = feature_store.get_tensor_size(attr_name=name, group_name=None)
+        if size is None:
+            raise KeyError(f"gpu_cache: the feature store has no node feature {name!r}")
+        row_bytes = feature_store.get_tensor(attr_name=name, group_name=None, index=None).element_size()
+        for d in size[1:]:
+            row_bytes *= d
+        # The sampler reads the in-neighbour lists as stored, with these fanouts and batches.
+        config = _replace(config, fanouts=tuple(num_neighbors), batch_size=int(batch_size), edge_dir="out")
+        rows = cached_rows_for(graph, config, int(size[0]), row_bytes, seeds=seeds.cpu())
+        feature_store.cache_rows(name, rows)
+
+
 class NeighborLoader(NodeLoader):
     """PyG's ``NeighborLoader`` (same signature, same minibatches; see the module docstring).
 
@@ -80,6 +119,7 @@ class NeighborLoader(NodeLoader):
     ``num_neighbors[h]``: neighbours sampled per node in hop ``h`` (``-1``: all).
     ``input_nodes``: seed node ids or a boolean mask (default: every node). ``**kwargs``:
     ``batch_size``, ``shuffle``, ``drop_last``, ... of ``torch.utils.data.DataLoader``.
+    ``gpu_cache``: GPU caches of hot feature rows (see the module docstring).
     """
 
     def __init__(
@@ -100,6 +140,7 @@ class NeighborLoader(NodeLoader):
         filter_per_worker: Optional[bool] = None,
         neighbor_sampler: Optional[NeighborSampler] = None,
         directed: bool = True,
+        gpu_cache: Optional[Union[CacheConfig, Dict[str, CacheConfig]]] = None,
         **kwargs,
     ):
         if input_time is not None or time_attr is not None:
@@ -138,6 +179,9 @@ class NeighborLoader(NodeLoader):
             warnings.warn("minibatches are built on the GPU: pin_memory is ignored", stacklevel=2)
         if input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
+        if gpu_cache is not None:
+            _cache_features(feature_store, graph_store, gpu_cache, num_neighbors, input_nodes,
+                            kwargs.get("batch_size", 1))
 
         super().__init__(
             data=(feature_store, graph_store),
