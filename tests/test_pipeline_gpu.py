@@ -166,7 +166,7 @@ def test_gpu_modes_train(graph, mode):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("settings", [dict(mode="zerocopy", partition="none", num_slots=2),
+@pytest.mark.parametrize("settings", [dict(mode="zerocopy", partition="none", num_slots=2, gather_batches=1),
                                       dict(mode="zerocopy", partition="none", sample_on="cpu", num_samplers=2),
                                       dict(mode="gpu", gather_in="producer")],
                          ids=["zerocopy-gpu-sampling", "zerocopy-cpu-sampling", "gpu-ring"])

@@ -21,11 +21,14 @@
 // the edges, else warp per active vertex (aligned reads, inactive vertices skipped in tiles).
 //
 // Async (Atos): the same residual equations, but one persistent kernel over a worklist
-// (traversal_async.cuh) of vertices whose |r| exceeds eps; taking a vertex moves its whole
-// residual (atomicExch) and its pushes may schedule its neighbours again at once. Mass of
-// dangling vertices is gathered in one sum and spread between runs of the kernel, which the
-// host repeats until the bound holds. `max_iter` bounds the work at max_iter passes' worth of
-// edges.
+// (traversal_async.cuh). A vertex expands only when |r[v]| > unit * max(outdeg(v), 1), with
+// unit = (1 - alpha) tol / (2 (E + N)) (Andersen, Chung and Lang's threshold): a hub then waits
+// until its residual pays for reading its list, and whatever stays below the thresholds sums to
+// at most half the target. A vertex is queued when |r| rises above unit (the smallest
+// threshold); taking it re-reads its residual against its own threshold and moves the whole of
+// it (atomicExch) or leaves it. Mass of dangling vertices is gathered in one sum and spread
+// between runs of the kernel, which the host repeats until the bound holds. `max_iter` bounds
+// the work at max_iter passes' worth of edges.
 //
 // Iterations are launched in batches and stop on the device: `top` holds the last iteration
 // known to have work, the kernels of iteration s return at once when top < s, and the finish
@@ -365,16 +368,18 @@ struct PageRankAsyncOp {
   int* queued;
   double* dangling;
   float alpha;
-  float eps;
+  float unit;  // a vertex expands once |r| > unit * max(outdeg, 1); it is queued above unit
   using Item = float;  // what the vertex adds to each out-neighbour's residual
   struct Edge {};
   struct Peek {};
 
   __device__ __forceinline__ bool begin(int64_t v, int64_t start, int64_t end, float& amount) const {
-    // Unmark before taking the residual: an addition after the exchange then sees the mark
-    // clear and schedules v again (both sides fence between their two accesses).
+    // Unmark before reading the residual: an addition after the read then sees the mark clear
+    // and schedules v again (both sides fence between their two accesses).
     atomicExch(queued + v, 0);
     __threadfence();
+    const int64_t degree = end > start ? end - start : 1;
+    if (!(fabsf(ld_volatile(r + v)) > unit * static_cast<float>(degree))) return false;
     const float p = atomicExch(r + v, 0.0f);
     if (p == 0.0f) return false;
     atomicAdd(x + v, p);
@@ -392,23 +397,25 @@ struct PageRankAsyncOp {
 
   __device__ __forceinline__ bool relax(int64_t, int64_t u, Edge, float amount, Peek) const {
     const float before = atomicAdd(r + u, amount);
-    if (!(fabsf(before + amount) > eps)) return false;
+    if (!(fabsf(before + amount) > unit)) return false;
     __threadfence();
     if (ld_volatile(queued + u) != 0) return false;
     return atomicExch(queued + u, 1) == 0;
   }
 };
 
-// Schedules every vertex whose |r| exceeds eps. Every thread of a warp runs the same number of
-// loop trips (async_push_warp is warp-collective).
+// Schedules every vertex above its threshold (PageRankAsyncOp). Every thread of a warp runs the
+// same number of loop trips (async_push_warp is warp-collective).
 template <typename T>
-__global__ void pra_seed_kernel(int64_t n, const float* __restrict__ r, int* queued, float eps,
-                                AsyncQueueView<T> q) {
+__global__ void pra_seed_kernel(int64_t n, const int64_t* __restrict__ indptr, const float* __restrict__ r,
+                                int* queued, float unit, AsyncQueueView<T> q) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t base = blockIdx.x * static_cast<int64_t>(blockDim.x); base < n;
        base += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t v = base + threadIdx.x;
-    const bool push = v < n && fabsf(r[v]) > eps && atomicExch(queued + v, 1) == 0;
+    const int64_t degree = v < n ? indptr[v + 1] - indptr[v] : 0;
+    const float threshold = unit * static_cast<float>(degree > 0 ? degree : 1);
+    const bool push = v < n && fabsf(r[v]) > threshold && atomicExch(queued + v, 1) == 0;
     async_push_warp(q, push, static_cast<T>(push ? v : 0), lane);
   }
 }
@@ -436,11 +443,12 @@ void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alph
   at::Tensor queued_t = at::zeros({n}, rank.options().dtype(at::kInt));
   AsyncQueue<T> queue(n, indptr.options().dtype(indices.scalar_type()), stream);
   double* dangling = &res.scalars->dangling;
-  const PageRankAsyncOp op{res.r, res.x, queued_t.data_ptr<int>(), dangling, static_cast<float>(alpha), res.eps};
+  const float unit = static_cast<float>(res.target / (2.0 * static_cast<double>(m + n)));
+  const PageRankAsyncOp op{res.r, res.x, queued_t.data_ptr<int>(), dangling, static_cast<float>(alpha), unit};
   const unsigned long long budget = static_cast<unsigned long long>(std::max<int64_t>(m, 1)) *
                                     static_cast<unsigned long long>(max_iter - 1);
   // Each run empties the worklist; the mass dangling vertices gathered during it is spread
-  // afterwards, which may lift residuals above eps again. A handful of runs suffice.
+  // afterwards, which may lift residuals above their thresholds again. A handful of runs suffice.
   const at::Tensor& r_t = res.r_t;
   const at::Tensor& scalars_t = res.scalars_t;
   for (int64_t run = 0; run < max_iter; ++run) {
@@ -451,7 +459,7 @@ void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alph
     pra_spread_kernel<<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, dangling);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     scalars_t.select(0, 0).zero_();
-    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, queued_t.data_ptr<int>(), res.eps,
+    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.off, res.r, queued_t.data_ptr<int>(), unit,
                                                                   queue.view);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     queue.run(res.off, res.col, op, res.st, budget - static_cast<unsigned long long>(used), false, stream);

@@ -108,7 +108,9 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
       ``"direction"`` when the in-neighbour lists are at hand (a symmetric graph, or one whose
       :meth:`CSRGraph.csc` was already computed); otherwise ``"frontier"`` when the edge list is
       in host memory and ``"aligned"`` in GPU memory.
-    * sssp: ``"async"`` on a mesh-like graph on a GPU, else ``"aligned"``.
+    * sssp: ``"frontier"`` on a mesh-like graph (few vertices change per level, and the
+      asynchronous label-correcting search re-relaxes weighted paths many times over), else
+      ``"aligned"``.
     * connected_components: ``"staged"`` when the edge list is in host memory (unified,
       managed) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
     * pagerank: ``"push"``.
@@ -125,7 +127,7 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
             return "direction"
         return "frontier" if host_list else "aligned"
     if op == "sssp":
-        return "async" if mesh_like and traits.on_gpu else "aligned"
+        return "frontier" if mesh_like else "aligned"
     if op == "connected_components":
         return "staged" if host_list or not traits.symmetric else "frontier"
     return "push"
