@@ -5,7 +5,7 @@
 #   build            pip install -e . for the GPU's architecture
 #   tests:par        the GPU-safe test files, several pytest workers at once (pytest-xdist)
 #   tests:ser        the test files that start processes or take the whole GPU, one at a time
-#   tests:FILE,...   the named test files (PYTEST_ARGS adds options)
+#   tests:FILE,...   the named test files (PYTEST_ARGS adds options; QUIET= names every test)
 #   bench:NAME       benchmarks/NAME.py --out $RESULTS (BENCH_ARGS_NAME adds options)
 #   doctor           zerocopy doctor
 # Each stage logs to $RESULTS/<stage>.log; results land in $RESULTS, packed into
@@ -42,15 +42,15 @@ for spec in "$@"; do
   start=$(date +%s)
   case "$stage" in
     build) timeout "$limit" python3 -m pip install --no-build-isolation --no-deps -e . > "$log" 2>&1 ;;
-    tests:par) timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
+    tests:par) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
                  -m "not whole_gpu" ${PYTEST_ARGS:-} $(parallel_files) > "$log" 2>&1 ;;
-    tests:ser) timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
+    tests:ser) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
                  > "$log" 2>&1
                rc1=$?
-               timeout 120 python3 -m pytest -q -rfE -p no:cacheprovider -m whole_gpu $(parallel_files) \
+               timeout 120 python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -m whole_gpu $(parallel_files) \
                  >> "$log" 2>&1
                [ $rc1 -eq 0 ] && [ $? -eq 0 ] ;;
-    tests:*) timeout "$limit" python3 -m pytest -q -rfE -p no:cacheprovider ${PYTEST_ARGS:-} \
+    tests:*) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} \
                $(echo "${stage#tests:}" | tr ',' ' ') > "$log" 2>&1 ;;
     bench:*) name=${stage#bench:}; var="BENCH_ARGS_${name^^}"
              timeout "$limit" python3 "benchmarks/$name.py" --out "$RESULTS" ${!var:-} > "$log" 2>&1 ;;
