@@ -52,6 +52,22 @@ def gen():
     return g
 
 
+@pytest.fixture
+def host_bytes():
+    """``host_bytes(u)``: the host tensor over unified tensor ``u``'s bytes (``u.cpu()``, no copy)
+    once the GPU work queued so far has finished. Ops on unified tensors run on the GPU
+    asynchronously, like any CUDA op, and ``u.cpu()`` does not wait for them: a test that reads
+    bytes a GPU op wrote reads them through this."""
+    from pytorch_zerocopy.unified import gpu_backed
+
+    def settled(u: torch.Tensor) -> torch.Tensor:
+        assert u.is_unified, f"host_bytes takes a unified tensor, got one on {u.device}"
+        if gpu_backed():
+            torch.cuda.synchronize()
+        return u.cpu()
+    return settled
+
+
 def _gpu_bytes_held() -> dict:
     """Bytes torch's allocator has handed out per GPU (where this process has initialised
     CUDA; nothing is initialised here), and bytes of host memory unified tensors keep mapped

@@ -142,11 +142,19 @@ def test_out_is_written_completely(kind, gen):
 
 @pytest.mark.parametrize("kind", TABLE_KINDS)
 def test_zero_width_and_empty_table(kind, gen):
+    # A table without elements has a null data pointer; its rows are still valid (and empty),
+    # row 0 included, in caller order (short index) and in the GPU's sorted order (long index).
     table = make_table(kind, 10, 0, torch.float32, gen) if kind != "unified" else zc.empty_unified((10, 0))
     index = torch.tensor([3, 9, 0]).to(index_device(kind))
     assert zc.gather_rows(table, index).shape == (3, 0)
+    long_index = torch.randint(0, 10, (3000,), generator=gen)
+    long_index[1234] = 0
+    assert zc.gather_rows(table, long_index.to(index_device(kind))).shape == (3000, 0)
     with pytest.raises(IndexError, match="index 10 at position 1"):
         zc.gather_rows(table, torch.tensor([3, 10, 0]).to(index_device(kind)))
+    long_index[2345] = 10
+    with pytest.raises(IndexError, match="index 10 at position 2345"):
+        zc.gather_rows(table, long_index.to(index_device(kind)))
     no_rows = make_table(kind, 0, 4, torch.float32, gen) if kind != "unified" else zc.empty_unified((0, 4))
     assert zc.gather_rows(no_rows, torch.empty(0, dtype=torch.long, device=index_device(kind))).shape == (0, 4)
     with pytest.raises(IndexError, match="index 0 at position 0"):

@@ -43,41 +43,42 @@ def test_untyped_storage_on_the_unified_device():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16], ids=str)
-def test_storage_clone_is_a_new_unified_allocation(dtype, gen):
+def test_storage_clone_is_a_new_unified_allocation(dtype, gen, host_bytes):
     u, host = random_unified((7, 5), gen, dtype)
     clone = u.untyped_storage().clone()
     assert clone.device.type == zc.DEVICE_TYPE and clone.nbytes() == u.untyped_storage().nbytes()
     assert clone.data_ptr() != u.untyped_storage().data_ptr()
     back = torch.empty(0, dtype=dtype, device=zc.unified_device()).set_(clone, 0, (7, 5), (5, 1))
-    assert torch.equal(back.cpu(), host)
+    assert torch.equal(host_bytes(back), host)
 
 
-def test_deepcopy_gives_a_unified_tensor_with_its_own_bytes(gen):
+def test_deepcopy_gives_a_unified_tensor_with_its_own_bytes(gen, host_bytes):
     u, host = random_unified((9, 4), gen)
+    expect = host.clone()
     v = copy.deepcopy(u)
     assert_own_bytes(u, v)
     assert v.shape == u.shape and v.stride() == u.stride() and v.dtype == u.dtype
-    assert torch.equal(v.cpu(), host)
-    v.add_(1.0)  # writes v's bytes, not u's
-    assert torch.equal(u.cpu(), host) and torch.equal(v.cpu(), host + 1)
+    assert torch.equal(host_bytes(v), expect)
+    v.add_(1.0)  # writes v's bytes (on the GPU, asynchronously), not u's
+    assert torch.equal(host_bytes(v), expect + 1) and torch.equal(host_bytes(u), expect)
 
 
-def test_deepcopy_keeps_views_and_sharing(gen):
+def test_deepcopy_keeps_views_and_sharing(gen, host_bytes):
     u, host = random_unified((6, 8), gen)
     view = u[1:5, ::2]
     a, b = copy.deepcopy([u, view])
-    assert torch.equal(b.cpu(), host[1:5, ::2]) and b.stride() == view.stride()
+    assert torch.equal(host_bytes(b), host[1:5, ::2]) and b.stride() == view.stride()
     assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()  # one storage, as before
     assert a.untyped_storage().data_ptr() != u.untyped_storage().data_ptr()
 
 
-def test_deepcopy_of_a_module_with_a_unified_buffer(gen):
+def test_deepcopy_of_a_module_with_a_unified_buffer(gen, host_bytes):
     m = torch.nn.Module()
     u, host = random_unified((5, 3), gen)
     m.register_buffer("table", u)
     m2 = copy.deepcopy(m)
     assert_own_bytes(m.table, m2.table)
-    assert torch.equal(m2.table.cpu(), host)
+    assert torch.equal(host_bytes(m2.table), host)
 
 
 def test_pickle_round_trip(gen):

@@ -107,36 +107,39 @@ def test_views_stay_unified(gen):
         assert view.cpu().data_ptr() == u.cpu().data_ptr() + view.storage_offset() * 4 - u.storage_offset() * 4
 
 
-def test_in_place_ops_write_host_memory(gen):
+def test_in_place_ops_write_host_memory(gen, host_bytes):
+    # host_bytes(u) waits for the GPU's writes and is x itself.
     x = torch.randn(5, 7, generator=gen)
     expect = x + 1.5
     u = x.to("unified")
     r = u.add_(1.5)
     assert r is u, "an in-place op must return the unified tensor itself"
+    assert host_bytes(u).data_ptr() == x.data_ptr()
     torch.testing.assert_close(x, expect)
     u[2].fill_(-3.0)
-    assert torch.all(x[2] == -3.0)
+    assert torch.all(host_bytes(u)[2] == -3.0) and torch.all(x[2] == -3.0)
     src = torch.randn(5, 7, generator=gen).to(compute_device())
     u.copy_(src)
-    torch.testing.assert_close(x, src.cpu())
+    torch.testing.assert_close(host_bytes(u), src.cpu())
 
 
-def test_out_variant_into_unified(gen):
+def test_out_variant_into_unified(gen, host_bytes):
     x = torch.full((4, 4), float("nan"))
     u = x.to("unified")
     a = torch.randn(4, 4, generator=gen).to(compute_device())
     r = torch.mul(a, 2, out=u)
     assert r is u
+    assert host_bytes(u).data_ptr() == x.data_ptr()
     torch.testing.assert_close(x, a.cpu() * 2)
 
 
-def test_to_cuda_copies_and_to_cpu_aliases(gen):
+def test_to_cuda_copies_and_to_cpu_aliases(gen, host_bytes):
     x = torch.randn(8, 3, generator=gen)
     u = x.to("unified")
     assert u.to("cpu").data_ptr() == x.data_ptr()
     converted = u.to(torch.float64)
     assert converted.device.type == zc.DEVICE_TYPE and converted.dtype == torch.float64
-    torch.testing.assert_close(converted.cpu(), x.double())
+    torch.testing.assert_close(host_bytes(converted), x.double())
     assert converted.cpu().data_ptr() != x.data_ptr()
 
 
@@ -150,9 +153,9 @@ def test_to_cuda_is_a_device_copy(gen):
     torch.testing.assert_close(c.cpu(), x - 100)
 
 
-def test_factories_on_the_unified_device(gen):
+def test_factories_on_the_unified_device(gen, host_bytes):
     z = torch.zeros(3, 5, device=zc.unified_device())
-    assert z.device.type == zc.DEVICE_TYPE and torch.equal(z.cpu(), torch.zeros(3, 5))
+    assert z.device.type == zc.DEVICE_TYPE and torch.equal(host_bytes(z), torch.zeros(3, 5))
     assert z.cpu().is_shared(), "new unified tensors live in shared memory"
     e = zc.empty_unified((7, 2), torch.int32)
     assert e.dtype == torch.int32 and e.shape == (7, 2) and e.is_unified
@@ -161,11 +164,11 @@ def test_factories_on_the_unified_device(gen):
     assert zc.empty_unified(0).numel() == 0
 
 
-def test_clone_and_like_stay_on_the_unified_device(gen):
+def test_clone_and_like_stay_on_the_unified_device(gen, host_bytes):
     u = torch.randn(4, 3, generator=gen).to("unified")
     c = u.clone()
     assert c.device.type == zc.DEVICE_TYPE and c.cpu().data_ptr() != u.cpu().data_ptr()
-    torch.testing.assert_close(c.cpu(), u.cpu())
+    torch.testing.assert_close(host_bytes(c), u.cpu())
     assert torch.zeros_like(u).device.type == zc.DEVICE_TYPE
 
 

@@ -160,11 +160,20 @@ __device__ __forceinline__ Vec load_vec(const char* p) {
   }
 }
 
-__device__ __forceinline__ const char* row_address(const RowSources& src, int64_t key) {
-  if (key >= 0 && key < src.table_rows) return src.table + key * src.table_pitch;
+// Whether `key` names a row, and where that row starts. Validity comes from the key alone, never
+// from the address: a table without elements (no columns) has a null data pointer, yet its rows
+// are valid (and empty).
+__device__ __forceinline__ bool row_address(const RowSources& src, int64_t key, const char** row) {
+  if (key >= 0 && key < src.table_rows) {
+    *row = src.table + key * src.table_pitch;
+    return true;
+  }
   const int64_t c = key - src.table_rows - 1;
-  if (c >= 0 && c < src.cache_rows) return src.cache + c * src.cache_pitch;
-  return nullptr;
+  if (c >= 0 && c < src.cache_rows) {
+    *row = src.cache + c * src.cache_pitch;
+    return true;
+  }
+  return false;
 }
 
 // Slot s (0 <= s < n) gathers the row of keys[s] into output row positions[s] (s when
@@ -196,13 +205,14 @@ __global__ void __launch_bounds__(kThreads)
       const int chunk = it * s.group + lane;
       const int64_t slot = slot0 + row_in_group;
       const int64_t pos = positions != nullptr ? static_cast<int64_t>(positions[slot]) : slot;
-      const char* src_row = row_address(src, static_cast<int64_t>(keys[slot]));
-      if (src_row == nullptr && first_bad != nullptr && chunk == 0) {
+      const char* src_row = nullptr;
+      const bool valid = row_address(src, static_cast<int64_t>(keys[slot]), &src_row);
+      if (!valid && first_bad != nullptr && chunk == 0) {
         atomicMin(first_bad, static_cast<unsigned long long>(pos));
       }
       if (chunk >= s.chunks) continue;
       char* out_row = out + pos * row_bytes;
-      if (src_row == nullptr) {
+      if (!valid) {
         buf[u] = Vec{};
         dst[u] = out_row + static_cast<int64_t>(chunk) * V;
         continue;
