@@ -230,6 +230,10 @@ STATE = ("pool", "weights", "root", "height", "degree", "alive", "page_owner", "
 
 
 def state_of(dg: DynamicGraph):
+    if torch.cuda.is_initialized():
+        # A unified pool's .cpu() is the host memory itself, read without waiting for the
+        # stream: let the last batch's kernels finish first.
+        torch.cuda.synchronize()
     out = {}
     for name in STATE:
         t = getattr(dg, name)
@@ -566,10 +570,19 @@ def test_bfs_matches_snapshot(seed, placement):
     rng = np.random.default_rng(seed)
     dg = updated_graph(rng, placement=placement, page_size=8)
     snap = dg.to_csr()
+    ip, ix = snap.indptr.cpu(), snap.indices.cpu()
     for source in (0, 7, int(rng.integers(0, dg.num_nodes))):
         d1, p1, s1 = dg.bfs(source, predecessors=True, return_stats=True)
-        d2, p2, s2 = bfs(snap, source, predecessors=True, return_stats=True)
-        assert torch.equal(d1, d2) and torch.equal(p1, p2) and torch.equal(s1, s2)
+        d2, p2, s2 = bfs(snap, source, variant="aligned", predecessors=True, return_stats=True)
+        assert torch.equal(d1, d2) and torch.equal(s1, s2)
+        if dg.device.type == "cpu":
+            assert torch.equal(p1, p2)
+        else:  # the GPU keeps any parent one level up (bfs's contract), so check the tree
+            depth, pred = d1.cpu(), p1.cpu()
+            assert int(pred[source]) == source and bool((pred[depth < 0] == -1).all())
+            for v in torch.nonzero(depth > 0).flatten().tolist():
+                p = int(pred[v])
+                assert int(depth[p]) == int(depth[v]) - 1 and v in ix[ip[p]:ip[p + 1]].tolist()
     with pytest.raises(IndexError, match="source"):
         dg.bfs(dg.num_nodes)
 

@@ -21,14 +21,19 @@
 // the edges, else warp per active vertex (aligned reads, inactive vertices skipped in tiles).
 //
 // Async (Atos): the same residual equations, but one persistent kernel over a worklist
-// (traversal_async.cuh). A vertex expands only when |r[v]| > unit * max(outdeg(v), 1), with
-// unit = (1 - alpha) tol / (2 (E + N)) (Andersen, Chung and Lang's threshold): a hub then waits
-// until its residual pays for reading its list, and whatever stays below the thresholds sums to
-// at most half the target. A vertex is queued when |r| rises above unit (the smallest
-// threshold); taking it re-reads its residual against its own threshold and moves the whole of
-// it (atomicExch) or leaves it. Mass of dangling vertices is gathered in one sum and spread
-// between runs of the kernel, which the host repeats until the bound holds. `max_iter` bounds
-// the work at max_iter passes' worth of edges.
+// (traversal_async.cuh), run in epochs. Epoch k takes the residual norm R_k = |r|_1 (plus the
+// dangling mass not yet spread) and a unit u_k = R_k / (2 (E + N)); a vertex expands only when
+// |r[v]| > u_k * max(outdeg(v), 1) (Andersen, Chung and Lang's per-degree threshold), so a hub
+// waits until its residual pays for reading its list. A vertex is queued when |r| rises above
+// u_k (the smallest threshold); taking it re-reads its residual against its own threshold and
+// moves the whole of it (atomicExch) or leaves it. An epoch ends when the worklist is empty:
+// whatever stays below the thresholds then sums to at most u_k (E + N) = R_k / 2, and every
+// expansion of p lowers the norm by at least (1 - alpha) |p| >= (1 - alpha) u_k outdeg(v), so an
+// epoch reads at most 2 (E + N) / (1 - alpha) edges and halves the norm, up to the mass dangling
+// vertices gather, which is spread before the next epoch. (A unit fixed by the final target
+// instead would let every small addition re-expand a hub: work without bound in practice.)
+// The host repeats epochs until the norm is at most the target. `max_iter` bounds the work at
+// max_iter passes' worth of edges.
 //
 // Iterations are launched in batches and stop on the device: `top` holds the last iteration
 // known to have work, the kernels of iteration s return at once when top < s, and the finish
@@ -368,7 +373,7 @@ struct PageRankAsyncOp {
   int* queued;
   double* dangling;
   float alpha;
-  float unit;  // a vertex expands once |r| > unit * max(outdeg, 1); it is queued above unit
+  float unit;  // the epoch's unit: a vertex expands once |r| > unit * max(outdeg, 1); queued above unit
   using Item = float;  // what the vertex adds to each out-neighbour's residual
   struct Edge {};
   struct Peek {};
@@ -443,12 +448,11 @@ void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alph
   at::Tensor queued_t = at::zeros({n}, rank.options().dtype(at::kInt));
   AsyncQueue<T> queue(n, indptr.options().dtype(indices.scalar_type()), stream);
   double* dangling = &res.scalars->dangling;
-  const float unit = static_cast<float>(res.target / (2.0 * static_cast<double>(m + n)));
-  const PageRankAsyncOp op{res.r, res.x, queued_t.data_ptr<int>(), dangling, static_cast<float>(alpha), unit};
+  int* queued = queued_t.data_ptr<int>();
   const unsigned long long budget = static_cast<unsigned long long>(std::max<int64_t>(m, 1)) *
                                     static_cast<unsigned long long>(max_iter - 1);
-  // Each run empties the worklist; the mass dangling vertices gathered during it is spread
-  // afterwards, which may lift residuals above their thresholds again. A handful of runs suffice.
+  // One epoch per pass of this loop (see the file comment); the mass dangling vertices gathered
+  // during an epoch is spread before the next one.
   const at::Tensor& r_t = res.r_t;
   const at::Tensor& scalars_t = res.scalars_t;
   for (int64_t run = 0; run < max_iter; ++run) {
@@ -456,11 +460,12 @@ void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alph
     if (norm <= res.target) break;
     const int64_t used = stats[0].item<int64_t>() - m;
     if (used >= static_cast<int64_t>(budget)) break;
+    const float unit = static_cast<float>(norm / (2.0 * static_cast<double>(m + n)));
+    const PageRankAsyncOp op{res.r, res.x, queued, dangling, static_cast<float>(alpha), unit};
     pra_spread_kernel<<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, dangling);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     scalars_t.select(0, 0).zero_();
-    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.off, res.r, queued_t.data_ptr<int>(), unit,
-                                                                  queue.view);
+    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.off, res.r, queued, unit, queue.view);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     queue.run(res.off, res.col, op, res.st, budget - static_cast<unsigned long long>(used), false, stream);
     if (queue.pending_host() != 0) break;  // the work budget ran out
