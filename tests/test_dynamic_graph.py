@@ -444,13 +444,14 @@ def test_raw_ops_check_batch_contents(seed):
     append = lambda v, o, d: ops.dynamic_graph_append(*_state_args(dg), L(v), L(o), L(d), None, 4)  # noqa: E731
     remove = lambda v, o, p: ops.dynamic_graph_remove(*_state_args(dg), L(v), L(o), L(p), 4)  # noqa: E731
     deg0 = int(dg.degree[0])
+    v2 = int(torch.nonzero(dg.degree.cpu() >= 2)[0])  # a vertex with positions 0 and 1
     cases = [
         (IndexError, "vertices\\[1\\] = 20 is out of range", lambda: append([0, 20], [0, 1, 2], [1, 1])),
         (ValueError, "strictly ascending", lambda: append([2, 1], [0, 1, 2], [1, 1])),
         (ValueError, "run_offsets must start at 0", lambda: append([1, 2], [0, 2, 1], [1, 1])),
         (ValueError, "run_offsets must start at 0", lambda: append([1], [0, 3], [1, 1])),
         (IndexError, "run_dst\\[1\\] = 25 is out of range", lambda: append([1], [0, 2], [1, 25])),
-        (IndexError, "positions\\[1\\] = 0 is not a position", lambda: remove([0], [0, 2], [1, 0])),
+        (IndexError, "positions\\[1\\] = 0 is not a position", lambda: remove([v2], [0, 2], [1, 0])),
         (IndexError, "is not a position", lambda: remove([0], [0, 1], [deg0])),
         (ValueError, "page_size must be a power of two", lambda: ops.dynamic_graph_append(
             *_state_args(dg), L([1]), L([0, 1]), L([1]), None, 6)),
