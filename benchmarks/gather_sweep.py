@@ -278,6 +278,35 @@ def fill_random(dst: torch.Tensor, seed: int) -> None:
     torch.cuda.synchronize()
 
 
+def sweep_bars(results: Dict[str, List[Dict]]) -> Dict[str, float]:
+    """The sweep's summary figures: the default op's 512 B gather against memcpy and the DMA
+    path, the best knob setting against the default, and host allocation kinds against shared
+    memory registered with cudaHostRegister (what is measured; absent ones are left out)."""
+    def gbps(section: str, name: str) -> Optional[float]:
+        rec = next((r for r in results.get(section, []) if r.get("name") == name and "gbps" in r), None)
+        return rec["gbps"] if rec is not None else None
+
+    bars: Dict[str, float] = {}
+    default = gbps("knobs", "512B op default")
+    if default:
+        first = next((r for r in results.get("knobs", []) if r.get("name") == "512B op default"), {})
+        if "vs_memcpy" in first:
+            bars["op_512B_vs_memcpy"] = first["vs_memcpy"]
+        dma = gbps("ceiling", "512B DMA path (CPU index_select + copy)")
+        if dma:
+            bars["op_512B_vs_dma"] = default / dma
+        tuned = [r["gbps"] for r in results.get("knobs", []) if r.get("name", "").startswith("512B op ") and "=" in
+                 r.get("name", "") and "gbps" in r]
+        if tuned:
+            bars["best_knob_512B_over_default"] = max(tuned) / default
+    registered = next((r["gbps"] for r in results.get("alloc", []) if r.get("name", "").startswith("shm+cudaHostRegister")
+                       and "gbps" in r), None)
+    for r in results.get("alloc", []):
+        if registered and "gbps" in r and not r["name"].startswith("shm+cudaHostRegister"):
+            bars[f"{r['name'].split()[0]}_over_registered"] = r["gbps"] / registered
+    return bars
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table-gib", type=float, default=16.0)
@@ -514,8 +543,8 @@ def main() -> int:
         print(f"[alloc] vmm_host cpu access: {results['alloc'][-1]['result']}", flush=True)
 
     report = {"benchmark": "gather_sweep", "machine": environment(), "sms": sms, "table_bytes": table_bytes,
-              "rows_per_call": n, "iters": args.iters, "pinned_memcpy_gbps": ceiling, "results": results,
-              "wall_s": time.perf_counter() - t_start}
+              "rows_per_call": n, "iters": args.iters, "pinned_memcpy_gbps": ceiling, "bars": sweep_bars(results),
+              "results": results, "wall_s": time.perf_counter() - t_start}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, "gather_sweep" + ("_quick" if args.quick else ""))
     with open(stem + ".json", "w") as f:
