@@ -5,6 +5,7 @@
 // pool, the page tables and the free-page queue end up identical to the CUDA kernels'.
 
 #include "checks.h"
+#include "cpu/sampling_cpu.h"
 #include "dynamic_graph.h"
 #include "dynamic_graph_checks.h"
 #include "sampling.h"
@@ -430,29 +431,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
 // ---------------------------------------------------------------------------------------------
 // sample
 
-// Sampled list positions of one seed (uniform; the rules of csrc/sampling.h and of the CPU
-// sample_neighbors kernel, so the same seed picks the same positions).
-void sample_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, bool replace, uint64_t seed,
-                      int64_t* pos) {
-  if (count == 0) return;
-  if (fanout < 0 || (!replace && deg <= fanout)) {
-    for (int64_t i = 0; i < count; ++i) pos[i] = i;
-  } else if (replace) {
-    for (int64_t i = 0; i < count; ++i)
-      pos[i] = sampling::below(sampling::draw(seed, node, sampling::kReplaceStream + i), deg);
-  } else {
-    std::unordered_set<int64_t> taken;
-    const bool use_set = count > 64;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t j = deg - count + i;
-      const int64_t t = sampling::below(sampling::draw(seed, node, sampling::kFloydStream + i), j + 1);
-      const bool seen = use_set ? taken.count(t) != 0 : std::find(pos, pos + i, t) != pos + i;
-      pos[i] = seen ? j : t;
-      if (use_set) taken.insert(pos[i]);
-    }
-  }
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
     const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
     const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
@@ -486,7 +464,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
         const int64_t v = sd[i];
         const int64_t count = off[i + 1] - off[i];
         int64_t* pos = sl + off[i];
-        sample_positions(v, deg[v], count, fanout, replace, static_cast<uint64_t>(seed), pos);
+        uniform_positions(v, deg[v], count, fanout, replace, static_cast<uint64_t>(seed), pos);
         for (int64_t k = 0; k < count; ++k) {
           pos[k] = entry_slot(g.pool, static_cast<int64_t>(g.root[v]), g.height[v], pos[k], s);
           nb[off[i] + k] = g.pool[pos[k]];

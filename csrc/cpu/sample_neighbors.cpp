@@ -20,6 +20,30 @@
 
 namespace zerocopy {
 
+void uniform_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, bool replace, uint64_t seed,
+                       int64_t* pos) {
+  if (count == 0) return;
+  if (fanout < 0 || (!replace && deg <= fanout)) {
+    for (int64_t i = 0; i < count; ++i) pos[i] = i;
+  } else if (replace) {
+    for (int64_t i = 0; i < count; ++i)
+      pos[i] = sampling::below(sampling::draw(seed, node, sampling::kReplaceStream + i), deg);
+  } else {
+    // Floyd's algorithm: for j = deg-count .. deg-1 pick t in [0, j]; take t unless already
+    // taken, else j. The membership test is a scan for small samples, a hash set otherwise;
+    // both give the same sequence.
+    std::unordered_set<int64_t> taken;
+    const bool use_set = count > 64;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t j = deg - count + i;
+      const int64_t t = sampling::below(sampling::draw(seed, node, sampling::kFloydStream + i), j + 1);
+      const bool seen = use_set ? taken.count(t) != 0 : std::find(pos, pos + i, t) != pos + i;
+      pos[i] = seen ? j : t;
+      if (use_set) taken.insert(pos[i]);
+    }
+  }
+}
+
 namespace {
 
 using sampling::sample_count;
@@ -38,30 +62,7 @@ void sample_positions(int64_t node, int64_t start, int64_t deg, int64_t count, i
                       const EdgeProbs* p, uint64_t seed, int64_t* pos) {
   if (count == 0) return;
   if (p == nullptr) {
-    if (fanout < 0 || (!replace && deg <= fanout)) {
-      for (int64_t i = 0; i < count; ++i) pos[i] = i;
-    } else if (replace) {
-      for (int64_t i = 0; i < count; ++i)
-        pos[i] = sampling::below(sampling::draw(seed, node, sampling::kReplaceStream + i), deg);
-    } else {
-      // Floyd's algorithm: for j = deg-count .. deg-1 pick t in [0, j]; take t unless already
-      // taken, else j. The membership test is a scan for small samples, a hash set otherwise;
-      // both give the same sequence.
-      std::unordered_set<int64_t> taken;
-      const bool use_set = count > 64;
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t j = deg - count + i;
-        const int64_t t = sampling::below(sampling::draw(seed, node, sampling::kFloydStream + i), j + 1);
-        bool seen;
-        if (use_set) {
-          seen = taken.count(t) != 0;
-        } else {
-          seen = std::find(pos, pos + i, t) != pos + i;
-        }
-        pos[i] = seen ? j : t;
-        if (use_set) taken.insert(pos[i]);
-      }
-    }
+    uniform_positions(node, deg, count, fanout, replace, seed, pos);
     return;
   }
   // Weighted.

@@ -33,6 +33,11 @@ LayerSample sample_layer_cpu(const at::Tensor& indptr, const at::Tensor& indices
                              const std::optional<at::Tensor>& eids, uint64_t seed, const char* op,
                              const SampleInputs& inputs);
 
+// Writes the `count` uniformly sampled list positions (relative to the list's start) of seed
+// `node`, whose list holds `deg` entries, into pos[0..count) (csrc/sampling.h's uniform rules).
+void uniform_positions(int64_t node, int64_t deg, int64_t count, int64_t fanout, bool replace, uint64_t seed,
+                       int64_t* pos);
+
 // The unique ids of cat(seeds, neighbors) in order of first appearance (int64) and each
 // neighbour's index in that list (int64). Negative ids raise ValueError. With
 // `first_repeated_seed`, also stores the smallest index i such that seeds[i] equals an earlier
