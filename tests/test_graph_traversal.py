@@ -705,19 +705,35 @@ def test_managed_refuses_more_than_free_memory():
 
 @pytest.mark.cuda
 def test_opcheck_cuda():
+    """The CUDA kernels against their schemas and fake kernels. Only calls whose outputs are
+    bitwise reproducible also go through opcheck's eager-versus-compiled comparison: on the GPU,
+    predecessors are any valid parent, the async variants' results and counters depend on thread
+    timing, and PageRank sums floats in atomics' order (each checked against the reference
+    elsewhere)."""
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
     g = small_graph(symmetric=True, weights=torch.tensor([1.5, 2.0, 3.0])).to("cuda", 0)
-    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 3, True))
-    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 4, True, g.indptr, g.indices))
-    torch.library.opcheck(torch.ops.zerocopy.graph_bfs.default, (g.indptr, g.indices, 1, 5, True))
-    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 2.0))
-    torch.library.opcheck(torch.ops.zerocopy.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 5, 0.0))
-    torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 3, True))
-    torch.library.opcheck(torch.ops.zerocopy.graph_connected_components.default, (g.indptr, g.indices, 7, True, 1))
-    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 3))
-    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 6))
-    torch.library.opcheck(torch.ops.zerocopy.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 5))
+    ops = torch.ops.zerocopy
+    reproducible = [
+        (ops.graph_bfs.default, (g.indptr, g.indices, 1, 3, False)),
+        (ops.graph_bfs.default, (g.indptr, g.indices, 1, 4, False, g.indptr, g.indices)),
+        (ops.graph_connected_components.default, (g.indptr, g.indices, 3, True)),
+    ]
+    timing_dependent = [
+        (ops.graph_bfs.default, (g.indptr, g.indices, 1, 3, True)),
+        (ops.graph_bfs.default, (g.indptr, g.indices, 1, 4, True, g.indptr, g.indices)),
+        (ops.graph_bfs.default, (g.indptr, g.indices, 1, 5, True)),
+        (ops.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 3, 2.0)),
+        (ops.graph_sssp.default, (g.indptr, g.indices, g.weights, 1, 5, 0.0)),
+        (ops.graph_connected_components.default, (g.indptr, g.indices, 7, True, 1)),
+        (ops.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 3)),
+        (ops.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 6)),
+        (ops.graph_pagerank.default, (g.indptr, g.indices, 0.85, 1e-4, 20, 5)),
+    ]
+    for op, args in reproducible:
+        torch.library.opcheck(op, args)
+    for op, args in timing_dependent:
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
 @pytest.mark.cuda
