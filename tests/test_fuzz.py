@@ -73,7 +73,12 @@ def warm_up():
     initialised before any leak is counted."""
     u = torch.arange(6.0).reshape(3, 2).to("unified")
     zc.gather_rows(u, torch.tensor([2, 0]))
+    zc.gather_rows(u, torch.tensor([1]), torch.zeros(1, 2).to("unified"))
+    with pytest.raises(IndexError):
+        zc.gather_rows(u, torch.tensor([3]), check_bounds=True)
     u[torch.tensor([1])]
+    if zc.unified.gpu_backed():
+        torch.cuda.synchronize()
     del u
     gc.collect()
 
