@@ -330,6 +330,32 @@ def test_source_out_of_range_in_op():
         torch.ops.zerocopy.graph_bfs.default(g.indptr, g.indices, 9, 2, False)
 
 
+MALFORMED_CSR = [
+    ([1, 2, 2], [1, 0], "indptr\\[0\\] must be 0"),
+    ([0, 5, 2], [1, 0], "never decrease"),
+    ([0, 2, 1, 2], [1, 0], "never decrease"),
+    ([0, 1, 3], [1, 0], "number of edges"),
+    ([0, 1, 2], [1, 7], "indices\\[1\\] = 7 is not a vertex id"),
+    ([0, 1, 2], [-1, 0], "indices\\[0\\] = -1 is not a vertex id"),
+]
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("indptr,indices,message", MALFORMED_CSR)
+def test_raw_ops_refuse_malformed_graphs(indptr, indices, message, index_dtype):
+    """The compiled ops check the offsets and ids they are given (every caller, not only
+    CSRGraph's), so a malformed graph raises instead of reading out of bounds."""
+    ip, ix = torch.tensor(indptr), torch.tensor(indices, dtype=index_dtype)
+    w = torch.ones(ix.numel())
+    calls = [lambda: torch.ops.zerocopy.graph_bfs.default(ip, ix, 0, 3, True),
+             lambda: torch.ops.zerocopy.graph_sssp.default(ip, ix, w, 0, 3),
+             lambda: torch.ops.zerocopy.graph_connected_components.default(ip, ix, 3),
+             lambda: torch.ops.zerocopy.graph_pagerank.default(ip, ix, 0.85, 1e-4, 20, 3)]
+    for call in calls:
+        with pytest.raises((ValueError, IndexError), match=message):
+            call()
+
+
 def test_negative_weights_refused():
     g = small_graph(weights=torch.tensor([1.0, -2.0, 3.0]))
     with pytest.raises(ValueError, match="non-negative"):

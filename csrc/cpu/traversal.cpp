@@ -9,8 +9,10 @@
 // discovered in queue order.
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -23,12 +25,50 @@
 namespace zerocopy {
 namespace {
 
+// The first position in [0, count) where bad(i) holds, or count: one parallel pass.
+template <typename Bad>
+int64_t first_bad(int64_t count, const Bad& bad) {
+  std::atomic<int64_t> first{count};
+  at::parallel_for(0, count, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && i < first.load(std::memory_order_relaxed); ++i) {
+      if (bad(i)) {
+        int64_t seen = first.load();
+        while (i < seen && !first.compare_exchange_weak(seen, i)) {
+        }
+        return;
+      }
+    }
+  });
+  return first.load();
+}
+
+// Checks a contiguous CPU graph in full before any list is followed: offsets start at 0, never
+// decrease and end at the number of edges, and every id names a vertex. One parallel pass over
+// both arrays, so a malformed graph given to the raw op raises instead of reading out of bounds.
+template <typename T>
+void check_cpu_csr_contents(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, const char* op) {
+  const int64_t* off = indptr.data_ptr<int64_t>();
+  const int64_t m = indices.numel();
+  TORCH_CHECK_VALUE(off[0] == 0, op, ": indptr[0] must be 0, got ", off[0]);
+  TORCH_CHECK_VALUE(off[n] == m, op, ": indptr[num_nodes] must equal the number of edges (", m, "), got ", off[n]);
+  const int64_t v = first_bad(n, [off](int64_t i) { return off[i + 1] < off[i]; });
+  TORCH_CHECK_VALUE(v == n, op, ": indptr must never decrease, but indptr[", v + 1, "] = ", v < n ? off[v + 1] : 0,
+                    " < indptr[", v, "] = ", v < n ? off[v] : 0);
+  const T* col = indices.data_ptr<T>();
+  const int64_t e = first_bad(m, [col, n](int64_t i) { return col[i] < 0 || static_cast<int64_t>(col[i]) >= n; });
+  TORCH_CHECK_INDEX(e == m, op, ": indices[", e, "] = ", e < m ? static_cast<int64_t>(col[e]) : 0,
+                    " is not a vertex id in [0, ", n, ")");
+}
+
+// Contiguous CPU offsets and ids (the callers pass .contiguous() tensors), checked in full.
 int64_t check_cpu_csr(const at::Tensor& indptr, const at::Tensor& indices, const char* op) {
   const int64_t n = check_csr(indptr, indices, op);
   check_device_type(indptr, c10::kCPU, "indptr");
-  const int64_t last = indptr[n].item<int64_t>();
-  TORCH_CHECK_VALUE(last == indices.numel(), op, ": indptr[num_nodes] must equal the number of "
-                    "edges (", indices.numel(), "), got ", last);
+  if (indices.scalar_type() == at::kInt) {
+    check_cpu_csr_contents<int32_t>(indptr, indices, n, op);
+  } else {
+    check_cpu_csr_contents<int64_t>(indptr, indices, n, op);
+  }
   return n;
 }
 
