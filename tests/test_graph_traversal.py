@@ -356,6 +356,15 @@ def test_raw_ops_refuse_malformed_graphs(indptr, indices, message, index_dtype):
             call()
 
 
+@pytest.mark.parametrize("placement", HOST_PLACEMENTS)
+def test_nan_weights_refused(placement):
+    g = small_graph(weights=torch.tensor([1.0, float("nan"), 3.0]))
+    with pytest.raises(ValueError, match="non-negative numbers"):
+        sssp(g.to(placement, 0), 0)
+    with pytest.raises(ValueError, match="non-negative numbers"):
+        torch.ops.zerocopy.graph_sssp.default(g.indptr, g.indices, g.weights, 0, 2)
+
+
 def test_negative_weights_refused():
     g = small_graph(weights=torch.tensor([1.0, -2.0, 3.0]))
     with pytest.raises(ValueError, match="non-negative"):

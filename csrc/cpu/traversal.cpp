@@ -179,8 +179,9 @@ std::tuple<at::Tensor, at::Tensor> sssp_cpu(const at::Tensor& indptr_in, const a
   if (weights_in.has_value()) {
     check_weights(*weights_in, indices);
     weights = weights_in->contiguous();
+    // min() propagates NaN, which fails the comparison: NaN weights are refused too.
     TORCH_CHECK_VALUE(weights->numel() == 0 || weights->min().item<double>() >= 0,
-                      "sssp: weights must be non-negative");
+                      "sssp: weights must be non-negative numbers (no NaN)");
   }
   if (indices.scalar_type() == at::kInt) return sssp_dispatch_weights<int32_t>(indptr, indices, weights, n, source);
   return sssp_dispatch_weights<int64_t>(indptr, indices, weights, n, source);

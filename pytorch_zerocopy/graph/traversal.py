@@ -218,8 +218,9 @@ def sssp(
     """
     _check_graph(graph, "sssp")
     source = _check_source(graph, source, "sssp")
-    if graph.weights is not None and graph.min_weight is not None and graph.min_weight < 0:
-        raise ValueError(f"sssp: weights must be non-negative, the graph's smallest weight is {graph.min_weight}")
+    if graph.weights is not None and graph.min_weight is not None and not graph.min_weight >= 0:  # NaN too
+        raise ValueError(f"sssp: weights must be non-negative numbers, the graph's smallest weight is "
+                         f"{graph.min_weight}")
     if delta is None:
         mean_w = 1.0 if graph.weights is None else (graph.mean_weight or 1.0)
         mean_deg = graph.num_edges / max(graph.num_nodes, 1)
