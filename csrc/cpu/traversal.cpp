@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "dynamic_graph_checks.h"
 #include "traversal_checks.h"
 
 namespace zerocopy {
@@ -42,20 +43,22 @@ int64_t first_bad(int64_t count, const Bad& bad) {
   return first.load();
 }
 
-// Checks a contiguous CPU graph in full before any list is followed: offsets start at 0, never
-// decrease and end at the number of edges, and every id names a vertex. One parallel pass over
-// both arrays, so a malformed graph given to the raw op raises instead of reading out of bounds.
+// Checks a contiguous CPU graph in full before any list is followed, with the content-check
+// predicates every offsets/ids pair of the package is held to (dynamic_graph_checks.h): offsets
+// start at 0, never decrease and end at the number of edges, and every id names a vertex. One
+// parallel pass over both arrays, so a malformed graph given to the raw op raises instead of
+// reading out of bounds.
 template <typename T>
 void check_cpu_csr_contents(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, const char* op) {
   const int64_t* off = indptr.data_ptr<int64_t>();
   const int64_t m = indices.numel();
-  TORCH_CHECK_VALUE(off[0] == 0, op, ": indptr[0] must be 0, got ", off[0]);
-  TORCH_CHECK_VALUE(off[n] == m, op, ": indptr[num_nodes] must equal the number of edges (", m, "), got ", off[n]);
-  const int64_t v = first_bad(n, [off](int64_t i) { return off[i + 1] < off[i]; });
-  TORCH_CHECK_VALUE(v == n, op, ": indptr must never decrease, but indptr[", v + 1, "] = ", v < n ? off[v + 1] : 0,
-                    " < indptr[", v, "] = ", v < n ? off[v] : 0);
+  const int64_t r = first_bad(n + 1, [off, n, m](int64_t i) { return !dyngraph::offset_ok(off, i, n, m); });
+  TORCH_CHECK_VALUE(r != 0 || off[0] == 0, op, ": indptr[0] must be 0, got ", off[0]);
+  TORCH_CHECK_VALUE(r > n || r == 0 || off[r] >= off[r - 1], op, ": indptr must never decrease, but indptr[", r, "] = ",
+                    r <= n ? off[r] : 0, " < indptr[", r - 1, "] = ", r <= n ? off[r - 1] : 0);
+  TORCH_CHECK_VALUE(r > n, op, ": indptr[num_nodes] must equal the number of edges (", m, "), got ", off[n]);
   const T* col = indices.data_ptr<T>();
-  const int64_t e = first_bad(m, [col, n](int64_t i) { return col[i] < 0 || static_cast<int64_t>(col[i]) >= n; });
+  const int64_t e = first_bad(m, [col, n](int64_t j) { return !dyngraph::value_ok(col, j, n); });
   TORCH_CHECK_INDEX(e == m, op, ": indices[", e, "] = ", e < m ? static_cast<int64_t>(col[e]) : 0,
                     " is not a vertex id in [0, ", n, ")");
 }
