@@ -37,6 +37,18 @@ inline int64_t value_at(const at::Tensor& t, int64_t i) {
 
 }  // namespace detail
 
+// Raises for a bad seed (kBadSeed: out of [0, num_nodes); kDuplicateSeed: repeats an earlier
+// one) recorded at `where`.
+[[noreturn]] inline void raise_seed_error(const char* op, int kind, int64_t where, const at::Tensor& seeds,
+                                          int64_t num_nodes) {
+  if (kind == sampling::kBadSeed) {
+    TORCH_CHECK_INDEX(false, op, ": seeds[", where, "] = ", detail::value_at(seeds, where),
+                      " is out of range for a graph with ", num_nodes, " nodes");
+  }
+  TORCH_CHECK_VALUE(false, op, ": seeds must not repeat a node id (a message flow graph numbers each node "
+                    "once): seeds[", where, "] = ", detail::value_at(seeds, where), " repeats an earlier seed");
+}
+
 // Raises the exception of error `kind` recorded at `where` (see sampling::SampleError).
 [[noreturn]] inline void raise_sample_error(const char* op, int kind, int64_t where, const SampleInputs& in) {
   using namespace sampling;
@@ -44,12 +56,8 @@ inline int64_t value_at(const at::Tensor& t, int64_t i) {
   const int64_t num_edges = in.indices.numel();
   switch (kind) {
     case kBadSeed:
-      TORCH_CHECK_INDEX(false, op, ": seeds[", where, "] = ", detail::value_at(in.seeds, where),
-                        " is out of range for a graph with ", num_nodes, " nodes");
     case kDuplicateSeed:
-      TORCH_CHECK_VALUE(false, op, ": seeds must not repeat a node id (a message flow graph numbers each node "
-                        "once): seeds[", where, "] = ", detail::value_at(in.seeds, where),
-                        " repeats an earlier seed");
+      raise_seed_error(op, kind, where, in.seeds, num_nodes);
     case kBadIndptr:
       TORCH_CHECK_VALUE(false, op, ": indptr is not a valid offset array at node ", where, ": indptr[", where,
                         "] = ", detail::value_at(in.indptr, where), ", indptr[", where + 1, "] = ",
@@ -67,6 +75,18 @@ inline int64_t value_at(const at::Tensor& t, int64_t i) {
     default:
       TORCH_CHECK(false, op, ": internal error ", kind, " at ", where,
                   " (the graph must not change while it is sampled)");
+  }
+}
+
+// The same for a sample of paged lists (a DynamicGraph, csrc/dynamic_graph.h): seed errors as
+// above; anything else means the graph's state is not what its own ops wrote.
+inline void raise_first_paged_sample_error(const char* op, const int64_t* words, const at::Tensor& seeds,
+                                           int64_t num_nodes) {
+  for (int k = 0; k < sampling::kNumSampleErrors; ++k) {
+    if (words[k] < 0) continue;
+    if (k == sampling::kBadSeed || k == sampling::kDuplicateSeed) raise_seed_error(op, k, words[k], seeds, num_nodes);
+    TORCH_CHECK(false, op, ": the dynamic graph's state is inconsistent (sampling error ", k, " at ", words[k],
+                "); was it changed other than by its own methods, or while it was sampled?");
   }
 }
 

@@ -165,6 +165,12 @@ TORCH_LIBRARY(zerocopy, m) {
   // the third output holds pool slots instead of CSR positions.
   m.def("dynamic_graph_sample(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor seeds, int fanout, "
         "bool replace, int seed, int page_size) -> (Tensor, Tensor, Tensor, Tensor)");
+  // sample_layers (uniform) over the paged lists: the same nodes, src and dst per layer as
+  // sample_layers on the to_csr snapshot for the same seed; eids hold pool slots. On the GPU, one
+  // host synchronisation per call (as sample_layers).
+  m.def("dynamic_graph_sample_layers(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor seeds, "
+        "int[] fanouts, bool replace, int seed, int page_size) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, "
+        "Tensor[] eids)");
   // graph_bfs over the paged lists: depth (int32, -1 unreachable), pred (ids' dtype; empty
   // unless asked) and stats (int64 [edges_scanned, levels]). On the CPU, lists are walked in
   // order, so pred equals graph_bfs's on the snapshot.

@@ -83,22 +83,6 @@ def _compute_device(t: torch.Tensor) -> torch.device:
     return t.device
 
 
-def _mix64(z: int) -> int:
-    """splitmix64's finaliser on Python ints (csrc/sampling.h's ``mix64``)."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def layer_seed(seed: int, layer: int) -> int:
-    """The seed layer ``layer`` of a multi-layer sample drawn with ``seed`` uses (layer 0 is
-    sampled from the seeds): csrc/sampling.h's ``layer_seed``, for samplers of other graph
-    structures (:class:`~pytorch_zerocopy.graph.DynamicGraph`) that must draw the same."""
-    seed &= _MASK64
-    return _signed64(seed if layer == 0 else _mix64(seed ^ _mix64(layer)))
-
-
 def _signed64(x: int) -> int:
     x &= _MASK64
     return x - (1 << 64) if x >= (1 << 63) else x
@@ -259,30 +243,43 @@ class _LayersCall:
 
     def blocks(self, nodes: Sequence[torch.Tensor], src: Sequence[torch.Tensor], dst: Sequence[torch.Tensor],
                eids: Sequence[torch.Tensor]) -> List[Block]:
-        """The op's layers as blocks, the layer farthest from the seeds first."""
-        out: List[Block] = []
-        num_dst = self.seeds.numel()
-        for layer_nodes, s, d, e in zip(nodes, src, dst, eids):
-            out.append(Block(s, d, layer_nodes.numel(), num_dst, nodes=layer_nodes, eids=e))
-            num_dst = layer_nodes.numel()
-        out.reverse()
-        return out
+        return layer_blocks(self.seeds.numel(), nodes, src, dst, eids)
 
 
-def _layers_call(graph: GraphLike, seeds, fanouts: Sequence[int], edge_dir: str, replace: bool,
-                 probs: Optional[torch.Tensor], seed: Optional[int]) -> _LayersCall:
+def layer_blocks(num_seeds: int, nodes: Sequence[torch.Tensor], src: Sequence[torch.Tensor],
+                 dst: Sequence[torch.Tensor], eids: Sequence[torch.Tensor]) -> List[Block]:
+    """The layers of a ``sample_layers`` op (layer 0 sampled from the seeds) as blocks, the
+    layer farthest from the seeds first."""
+    out: List[Block] = []
+    num_dst = num_seeds
+    for layer_nodes, s, d, e in zip(nodes, src, dst, eids):
+        out.append(Block(s, d, layer_nodes.numel(), num_dst, nodes=layer_nodes, eids=e))
+        num_dst = layer_nodes.numel()
+    out.reverse()
+    return out
+
+
+def applied_fanouts(fanouts: Sequence[int]) -> List[int]:
+    """Checked fanouts (input side first, as users give them) in the order a ``sample_layers``
+    op applies them: the first is sampled from the seeds."""
     fanouts = list(fanouts)
     if not fanouts:
         raise ValueError("fanouts must hold at least one fanout (one per layer)")
     for f in fanouts:
         if isinstance(f, bool) or not isinstance(f, int) or f < -1:
             raise ValueError(f"fanouts must be ints >= 0 or -1 (all neighbours), got {fanouts}")
+    return list(reversed(fanouts))
+
+
+def _layers_call(graph: GraphLike, seeds, fanouts: Sequence[int], edge_dir: str, replace: bool,
+                 probs: Optional[torch.Tensor], seed: Optional[int]) -> _LayersCall:
+    fanouts = applied_fanouts(fanouts)
     if edge_dir not in EDGE_DIRS:
         raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
     g = as_csr_graph(graph)
     adj = g if edge_dir == "out" else g.csc()
     device = _compute_device(adj.indptr)
-    return _LayersCall(adj.indptr, adj.indices, _as_seeds(seeds, device), list(reversed(fanouts)), bool(replace),
+    return _LayersCall(adj.indptr, adj.indices, _as_seeds(seeds, device), fanouts, bool(replace),
                        _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed), device)
 
 

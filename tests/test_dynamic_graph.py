@@ -564,6 +564,23 @@ def test_sampling_bad_seeds(seed):
         dg.sample_neighbors(torch.tensor([0]), -2)
     out = dg.sample_neighbors(torch.tensor([5]), 3)  # a deleted vertex has no neighbours
     assert out.offsets.tolist() == [0, 0]
+    check_sample_layers_bad_seeds(dg)
+
+
+def check_sample_layers_bad_seeds(dg):
+    """sample_layers refuses out-of-range and repeated seeds (checked by the op, once)."""
+    with pytest.raises(IndexError, match=f"seeds\\[2\\] = {dg.num_nodes} is out of range"):
+        dg.sample_layers(torch.tensor([0, 1, dg.num_nodes]), [3, 2], edge_dir="out")
+    with pytest.raises(IndexError, match="seeds\\[0\\] = -1 is out of range"):
+        dg.sample_layers(torch.tensor([-1]), [3], edge_dir="out")
+    with pytest.raises(ValueError, match="seeds\\[2\\] = 1 repeats an earlier seed"):
+        dg.sample_layers(torch.tensor([0, 1, 1]), [3, 2], edge_dir="out")
+    with pytest.raises(ValueError, match="fanouts"):
+        dg.sample_layers(torch.tensor([0]), [3, -2], edge_dir="out")
+    with pytest.raises(ValueError, match="fanouts"):
+        dg.sample_layers(torch.tensor([0]), [], edge_dir="out")
+    blocks = dg.sample_layers(torch.tensor([5], device=dg.device), [3, -1], edge_dir="out")  # deleted: no edges
+    assert [b.num_edges() for b in blocks] == [0, 0]
 
 
 @pytest.mark.parametrize("placement", ["cpu", "unified"])
@@ -637,6 +654,15 @@ def test_cuda_reads_match_cpu(seed, placement):
         for v in torch.nonzero(depth.cpu() > 0).flatten().tolist():
             p = int(pred[v])
             assert int(depth[p]) == int(depth[v]) - 1 and v in ix[ip[p]:ip[p + 1]].tolist()
+    for fanouts, replace in (([4, 3], False), ([-1, 2], False), ([3, 5], True)):
+        layer_seeds = torch.from_numpy(rng.choice(cpu.num_nodes, 20, replace=False))
+        a = cpu.sample_layers(layer_seeds, fanouts, edge_dir="out", replace=replace, seed=13)
+        b = gpu.sample_layers(layer_seeds.cuda(), fanouts, edge_dir="out", replace=replace, seed=13)
+        for x, y in zip(a, b):
+            assert torch.equal(x.src, y.src.cpu()) and torch.equal(x.dst, y.dst.cpu())
+            assert torch.equal(x.srcdata["_ID"], y.srcdata["_ID"].cpu())
+            assert torch.equal(x.edata["_ID"], y.edata["_ID"].cpu())
+    check_sample_layers_bad_seeds(gpu)
     sa, _ = cpu.to_csr(return_slots=True)
     sb, _ = gpu.to_csr(return_slots=True)
     assert torch.equal(sa.indices, sb.indices.cpu()) and torch.equal(sa.indptr, sb.indptr.cpu())

@@ -9,6 +9,7 @@
 #include "dynamic_graph.h"
 #include "dynamic_graph_checks.h"
 #include "sampling.h"
+#include "sampling_errors.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -431,10 +432,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
 // ---------------------------------------------------------------------------------------------
 // sample
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
+// One layer (uniform, csrc/sampling.h) over the paged lists; errors name `op`.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_paged(
     const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
-    const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
-  constexpr const char* op = "dynamic_graph_sample";
+    const at::Tensor& seeds_in, int64_t fanout, bool replace, uint64_t seed, int64_t page_size, const char* op) {
   const int s = page_shift(page_size, op);
   check_reader(pool_in, root_in, height_in, degree_in, s, kCpu, op);
   check_seeds(seeds_in, pool_in, fanout, op);
@@ -446,8 +447,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
   at::Tensor offsets = at::zeros({n + 1}, degree.options());
   int64_t* off = offsets.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK_INDEX(sd[i] >= 0 && sd[i] < num_ids, op, ": seeds[", i, "] = ", sd[i], " is out of range for ",
-                      num_ids, " vertex ids");
+    if (sd[i] < 0 || sd[i] >= num_ids) raise_seed_error(op, sampling::kBadSeed, i, seeds, num_ids);
     off[i + 1] = off[i] + sampling::sample_count(deg[sd[i]], fanout, replace);
   }
   const int64_t total = off[n];
@@ -456,7 +456,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
   at::Tensor seed_index = at::empty({total}, degree.options());
   int64_t* sl = slots.data_ptr<int64_t>();
   int64_t* si = seed_index.data_ptr<int64_t>();
-  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), "dynamic_graph_sample", [&] {
     const Lists<index_t> g(pool, root, height, degree, s);
     index_t* nb = neighbors.data_ptr<index_t>();
     at::parallel_for(0, n, 64, [&](int64_t b, int64_t e) {
@@ -464,7 +464,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
         const int64_t v = sd[i];
         const int64_t count = off[i + 1] - off[i];
         int64_t* pos = sl + off[i];
-        uniform_positions(v, deg[v], count, fanout, replace, static_cast<uint64_t>(seed), pos);
+        uniform_positions(v, deg[v], count, fanout, replace, seed, pos);
         for (int64_t k = 0; k < count; ++k) {
           pos[k] = entry_slot(g.pool, static_cast<int64_t>(g.root[v]), g.height[v], pos[k], s);
           nb[off[i] + k] = g.pool[pos[k]];
@@ -474,6 +474,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
     });
   });
   return {offsets, neighbors, slots, seed_index};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cpu(
+    const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+    const at::Tensor& seeds, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
+  return sample_paged(pool, root, height, degree, seeds, fanout, replace, static_cast<uint64_t>(seed), page_size,
+                      "dynamic_graph_sample");
+}
+
+// sample_layers over the paged lists: per layer, the sample above and the compaction of
+// compact_ids (csrc/cpu/sampling_cpu.h), as zerocopy::sample_layers does on the CPU.
+std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>>
+sample_layers_cpu(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+                  const at::Tensor& seeds, c10::IntArrayRef fanouts, bool replace, int64_t seed, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_sample_layers";
+  TORCH_CHECK_VALUE(!fanouts.empty(), op, ": fanouts must hold at least one fanout (one per layer)");
+  for (const int64_t f : fanouts) check_seeds(seeds, pool, f, op);
+  std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>> out;
+  auto& [nodes_out, src_out, dst_out, eids_out] = out;
+  at::Tensor layer_seeds = seeds.contiguous();
+  for (size_t l = 0; l < fanouts.size(); ++l) {
+    const uint64_t s = sampling::layer_seed(static_cast<uint64_t>(seed), static_cast<int64_t>(l));
+    auto [offsets, neighbors, slots, seed_index] =
+        sample_paged(pool, root, height, degree, layer_seeds, fanouts[l], replace, s, page_size, op);
+    int64_t repeated = -1;
+    auto [nodes, local] = compact_cpu(layer_seeds, neighbors, l == 0 ? &repeated : nullptr);
+    if (repeated >= 0) raise_seed_error(op, sampling::kDuplicateSeed, repeated, seeds, root.numel());
+    nodes_out.push_back(nodes);
+    src_out.push_back(local);
+    dst_out.push_back(seed_index);
+    eids_out.push_back(slots);
+    layer_seeds = nodes;
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -530,6 +564,7 @@ TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("dynamic_graph_remove", remove_cpu);
   m.impl("dynamic_graph_to_csr", to_csr_cpu);
   m.impl("dynamic_graph_sample", sample_cpu);
+  m.impl("dynamic_graph_sample_layers", sample_layers_cpu);
   m.impl("dynamic_graph_bfs", bfs_cpu);
 }
 

@@ -7,8 +7,11 @@
 //            warp per touched data page (copy the run's ids, coalesced).
 //   remove   content check -> one thread per hole (move a tail entry into it) -> one thread
 //            per freed page (push it on the ring) -> one thread per run.
-//   contains / find: one warp per (run, data page), binary search of each entry in the run's
-//            sorted destinations; find counts, scans and writes, so positions come out sorted.
+//   contains / find: a Bloom filter per long run -> one warp per (run, data page): each entry
+//            tested against its run's filter, then (if it passes) binary-searched in the run's
+//            sorted destinations; find keeps a hit mask per 32 entries, scans the counts and
+//            writes positions from the masks, so positions come out sorted.
+//   sampling: the kernels of zerocopy::sample_layers over the paged lists (sample_layers.cu).
 //   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
 //            warp then walks the active pages one by one (whole pages: balanced by design).
 //
@@ -165,14 +168,6 @@ __global__ void shrink_counts_kernel(const int64_t* __restrict__ vtx, const int6
   }
 }
 
-__global__ void leaf_counts_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ degree,
-                                   int64_t num_ids, int s, int64_t* __restrict__ leaves) {
-  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
-    const int64_t v = vtx[r];
-    leaves[r] = (v >= 0 && v < num_ids) ? ceil_shift(degree[v], s) : 0;
-  }
-}
-
 __global__ void set_meta_kernel(int64_t* meta, int64_t head, int64_t tail, int64_t fresh) {
   meta[kHead] = head;
   meta[kTail] = tail;
@@ -308,95 +303,281 @@ void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
 
 // ---------------------------------------------------------------------------------------------
 // contains, find
+//
+// A query batch is runs of sorted destinations, one run per source vertex; every entry of every
+// queried list is tested for membership in its run. A run of at least kFilterMinRun
+// destinations first gets a blocked Bloom filter (one 32-bit word per test, two bits per
+// destination, 16 bits of filter per destination, pow2 words), so that an entry of a long list
+// (a hub, which most of a batch's entries belong to) costs one load, and only the entries the
+// filter passes pay the binary search in the run. The filters of a batch are one array of
+// words, run r's at filter_off[r] .. filter_off[r + 1] (none for a short run).
 
-// Calls fn(slot, pos, valid) on every lane for each 32-entry step of data page i of vertex v's
-// list; the step count is warp-uniform.
-template <typename idx_t, typename Fn>
-__device__ __forceinline__ void warp_page_entries(const idx_t* pool, int64_t root, int h, int64_t deg, int64_t i,
-                                                  int s, int lane, Fn&& fn) {
-  const int64_t page = node_page(pool, root, h, 0, i, s);
-  const int64_t size = int64_t(1) << s;
-  for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
-    const int64_t k = k0 + lane;
-    const int64_t pos = (i << s) + k;
-    fn((page << s) + k, pos, k < size && pos < deg);
+constexpr int64_t kFilterMinRun = 32;
+
+// Words of run r's filter for k destinations: 0 below kFilterMinRun, else the power of two at
+// or above k / 2.
+__host__ __device__ __forceinline__ int64_t filter_words(int64_t k) {
+  if (k < kFilterMinRun) return 0;
+  int64_t w = 1;
+  while (w < (k + 1) / 2) w <<= 1;
+  return w;
+}
+
+struct FilterTest {
+  int64_t word;
+  unsigned bits;
+};
+
+__device__ __forceinline__ FilterTest filter_test(int64_t x, int64_t words) {
+  const uint64_t h = sampling::mix64(static_cast<uint64_t>(x));
+  return {static_cast<int64_t>(h & static_cast<uint64_t>(words - 1)),
+          (1u << ((h >> 32) & 31u)) | (1u << ((h >> 40) & 31u))};
+}
+
+// Whether x may be in the run whose filter is `f` (`words` long; 0: no filter, always maybe).
+__device__ __forceinline__ bool filter_may_hold(const unsigned* f, int64_t words, int64_t x) {
+  if (words == 0) return true;
+  const FilterTest t = filter_test(x, words);
+  return (f[t.word] & t.bits) == t.bits;
+}
+
+// One warp per run with a filter: sets the bits of each of its destinations.
+__global__ void filter_build_kernel(const int64_t* __restrict__ off, int64_t runs, const int64_t* __restrict__ dst,
+                                    const int64_t* __restrict__ filter_off, unsigned* __restrict__ filter) {
+  const int lane = lane_id();
+  for (int64_t r = warp_index(); r < runs; r += warp_count()) {
+    const int64_t words = filter_off[r + 1] - filter_off[r];
+    if (words == 0) continue;
+    for (int64_t j = off[r] + lane; j < off[r + 1]; j += kWarp) {
+      const FilterTest t = filter_test(dst[j], words);
+      atomicOr(filter + filter_off[r] + t.word, t.bits);
+    }
   }
 }
 
-template <typename idx_t>
-__global__ void contains_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
-                                const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
-                                const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
-                                const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
-                                const int64_t* __restrict__ dst, bool* __restrict__ found, int s) {
-  const int lane = lane_id();
-  for (int64_t item = warp_index(); item < items; item += warp_count()) {
-    const int64_t r = group_of(item_off, runs, item);
+// Per run: its data pages (leaves) and its filter's words.
+__global__ void query_counts_kernel(const int64_t* __restrict__ vtx, const int64_t* __restrict__ off, int64_t runs,
+                                    const int64_t* __restrict__ degree, int64_t num_ids, int s,
+                                    int64_t* __restrict__ leaves, int64_t* __restrict__ words) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
     const int64_t v = vtx[r];
-    warp_page_entries(pool, static_cast<int64_t>(root[v]), height[v], degree[v], item - item_off[r], s, lane,
-                      [&](int64_t slot, int64_t, bool valid) {
-                        if (!valid) return;
-                        const int64_t j = sorted_find(dst, off[r], off[r + 1], static_cast<int64_t>(pool[slot]));
-                        if (j >= 0) found[j] = true;
-                      });
-  }
-}
-
-// kCount: item_count[item] = matches on the item's page; else writes their positions at
-// out[item_pos[item] ...] in list order.
-template <typename idx_t, bool kCount>
-__global__ void find_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
-                            const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
-                            const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
-                            const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
-                            const int64_t* __restrict__ dst, int64_t* __restrict__ item_count,
-                            const int64_t* __restrict__ item_pos, int64_t* __restrict__ out, int s) {
-  const int lane = lane_id();
-  for (int64_t item = warp_index(); item < items; item += warp_count()) {
-    const int64_t r = group_of(item_off, runs, item);
-    const int64_t v = vtx[r];
-    int64_t written = kCount ? 0 : item_pos[item];
-    warp_page_entries(pool, static_cast<int64_t>(root[v]), height[v], degree[v], item - item_off[r], s, lane,
-                      [&](int64_t slot, int64_t pos, bool valid) {
-                        const bool hit = valid && sorted_find(dst, off[r], off[r + 1],
-                                                              static_cast<int64_t>(pool[slot])) >= 0;
-                        const unsigned mask = __ballot_sync(kFull, hit);
-                        if (!kCount && hit) out[written + __popc(mask & ((1u << lane) - 1u))] = pos;
-                        written += __popc(mask);
-                      });
-    if (kCount && lane == 0) item_count[item] = written;
+    leaves[r] = (v >= 0 && v < num_ids) ? ceil_shift(degree[v], s) : 0;
+    words[r] = filter_words(off[r + 1] - off[r]);
   }
 }
 
 // A checked query batch and its items, one per (run, data page of the run's list): item_off
-// (runs + 1) and the item count, read back with the content check.
+// (runs + 1) and the item count, read back with the content check; and the runs' filters.
 struct Query {
-  at::Tensor pool, root, height, degree, vertices, offsets, dst, item_off;
+  at::Tensor pool, root, height, degree, vertices, offsets, dst, item_off, filter_off, filter;
   int64_t runs, items;
 };
+
+// The read-only arguments of the query kernels.
+template <typename idx_t>
+struct QueryArgs {
+  const idx_t* pool;
+  const idx_t* root;
+  const int8_t* height;
+  const int64_t* degree;
+  const int64_t* vtx;
+  const int64_t* off;         // run offsets into dst
+  const int64_t* item_off;    // run offsets into the items
+  int64_t runs, items;
+  const int64_t* dst;         // sorted within each run
+  const int64_t* filter_off;  // run offsets into filter (words)
+  const unsigned* filter;
+  int s;
+};
+
+// Items are taken kWarp at a time: lane l first describes item first + l (its run, data page and
+// filter, resolved by all lanes at once), then the warp tests the items' pages kItemGroup at a
+// time, with their loads in flight together.
+constexpr int kItemGroup = 4;
+
+struct LaneItem {
+  int64_t i = 0;      // data page index in the vertex's list
+  int64_t page = 0;   // its pool page
+  int64_t deg = 0;    // the list's length
+  int64_t lo = 0, hi = 0;        // the run's destinations: dst[lo .. hi)
+  int64_t fbase = 0, fwords = 0;  // the run's filter
+};
+
+template <typename idx_t>
+__device__ __forceinline__ LaneItem describe_item(const QueryArgs<idx_t>& a, int64_t t) {
+  LaneItem m;
+  if (t >= a.items) return m;
+  const int64_t r = group_of(a.item_off, a.runs, t);
+  const int64_t v = a.vtx[r];
+  m.i = t - a.item_off[r];
+  m.deg = a.degree[v];
+  m.page = node_page(a.pool, static_cast<int64_t>(a.root[v]), a.height[v], 0, m.i, a.s);
+  m.lo = a.off[r];
+  m.hi = a.off[r + 1];
+  m.fbase = a.filter_off[r];
+  m.fwords = a.filter_off[r + 1] - m.fbase;
+  return m;
+}
+
+// Items j0 .. j0 + kItemGroup of the chunk (described by lanes j0.. of `mine`), entries k0 + lane
+// of their pages: j[u] = the index in dst of the entry's id, -1 when not in the run (or no entry,
+// or item j0 + u >= count). Warp-collective.
+template <typename idx_t>
+__device__ __forceinline__ void test_items(const QueryArgs<idx_t>& a, const LaneItem& mine, int j0, int count,
+                                           int64_t k0, int lane, int64_t (&j)[kItemGroup]) {
+  const int64_t size = int64_t(1) << a.s;
+  int64_t x[kItemGroup], lo[kItemGroup], hi[kItemGroup], fbase[kItemGroup], fwords[kItemGroup];
+  bool valid[kItemGroup];
+#pragma unroll
+  for (int u = 0; u < kItemGroup; ++u) {
+    const int src = (j0 + u) & (kWarp - 1);
+    const int64_t i = __shfl_sync(kFull, mine.i, src), page = __shfl_sync(kFull, mine.page, src);
+    const int64_t deg = __shfl_sync(kFull, mine.deg, src);
+    lo[u] = __shfl_sync(kFull, mine.lo, src);
+    hi[u] = __shfl_sync(kFull, mine.hi, src);
+    fbase[u] = __shfl_sync(kFull, mine.fbase, src);
+    fwords[u] = __shfl_sync(kFull, mine.fwords, src);
+    const int64_t k = k0 + lane;
+    valid[u] = j0 + u < count && k < size && (i << a.s) + k < deg;
+    x[u] = valid[u] ? static_cast<int64_t>(a.pool[(page << a.s) + k]) : 0;
+  }
+  bool maybe[kItemGroup];
+#pragma unroll
+  for (int u = 0; u < kItemGroup; ++u) maybe[u] = valid[u] && filter_may_hold(a.filter + fbase[u], fwords[u], x[u]);
+#pragma unroll
+  for (int u = 0; u < kItemGroup; ++u) j[u] = maybe[u] ? sorted_find(a.dst, lo[u], hi[u], x[u]) : -1;
+}
+
+template <typename idx_t>
+__global__ void contains_kernel(const QueryArgs<idx_t> a, bool* __restrict__ found) {
+  const int lane = lane_id();
+  const int64_t size = int64_t(1) << a.s;
+  for (int64_t first = warp_index() * kWarp; first < a.items; first += warp_count() * kWarp) {
+    const LaneItem mine = describe_item(a, first + lane);
+    const int count = static_cast<int>(imin(kWarp, a.items - first));
+    for (int j0 = 0; j0 < count; j0 += kItemGroup) {
+      for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+        int64_t j[kItemGroup];
+        test_items(a, mine, j0, count, k0, lane, j);
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u)
+          if (j[u] >= 0) found[j[u]] = true;
+      }
+    }
+  }
+}
+
+// Steps of 32 entries per data page (one hit mask each).
+__host__ __device__ __forceinline__ int64_t page_steps(int s) {
+  return ((int64_t(1) << s) + kWarp - 1) / kWarp;
+}
+
+// find's first pass: masks[item * steps + step] = the entries of the step that are in the run;
+// item_count[item] = their number.
+template <typename idx_t>
+__global__ void find_mask_kernel(const QueryArgs<idx_t> a, unsigned* __restrict__ masks,
+                                 int64_t* __restrict__ item_count) {
+  const int lane = lane_id();
+  const int64_t size = int64_t(1) << a.s, steps = page_steps(a.s);
+  for (int64_t first = warp_index() * kWarp; first < a.items; first += warp_count() * kWarp) {
+    const LaneItem mine = describe_item(a, first + lane);
+    const int count = static_cast<int>(imin(kWarp, a.items - first));
+    for (int j0 = 0; j0 < count; j0 += kItemGroup) {
+      int64_t hits[kItemGroup] = {};
+      for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+        int64_t j[kItemGroup];
+        test_items(a, mine, j0, count, k0, lane, j);
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u) {
+          const unsigned m = __ballot_sync(kFull, j[u] >= 0);
+          if (lane == 0 && j0 + u < count) masks[(first + j0 + u) * steps + k0 / kWarp] = m;
+          hits[u] += __popc(m);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kItemGroup; ++u)
+        if (lane == 0 && j0 + u < count) item_count[first + j0 + u] = hits[u];
+    }
+  }
+}
+
+// find's second pass: the list positions of the masked entries, item by item, ascending
+// (out[item_pos[item] ...]).
+__global__ void find_write_kernel(const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
+                                  const unsigned* __restrict__ masks, const int64_t* __restrict__ item_pos,
+                                  int64_t* __restrict__ out, int s) {
+  const int lane = lane_id();
+  const int64_t steps = page_steps(s);
+  for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
+    const int64_t t = first + lane;
+    const int64_t mine = t < items ? t - item_off[group_of(item_off, runs, t)] : 0;  // page index in the list
+    const int count = static_cast<int>(imin(kWarp, items - first));
+    for (int u = 0; u < count; ++u) {
+      const int64_t item = first + u;
+      const int64_t i = __shfl_sync(kFull, mine, u);
+      int64_t written = item_pos[item];
+      for (int64_t step = 0; step < steps; ++step) {
+        const unsigned m = masks[item * steps + step];
+        if ((m >> lane) & 1u) out[written + __popc(m & ((1u << lane) - 1u))] = (i << s) + step * kWarp + lane;
+        written += __popc(m);
+      }
+    }
+  }
+}
 
 Query prepare_query(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
                     const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& run_offsets,
                     const at::Tensor& run_dst, int s, cudaStream_t stream, const char* op) {
   check_reader(pool, root, height, degree, s, kCuda, op);
   check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op);
-  Query q{pool.contiguous(), root.contiguous(), height.contiguous(), degree.contiguous(), vertices.contiguous(),
-          run_offsets.contiguous(), run_dst.contiguous(), at::Tensor(), vertices.numel(), 0};
+  Query q{pool.contiguous(),   root.contiguous(),        height.contiguous(),   degree.contiguous(),
+          vertices.contiguous(), run_offsets.contiguous(), run_dst.contiguous(), at::Tensor(),
+          at::Tensor(),        at::Tensor(),             vertices.numel(),      0};
   const int64_t num_ids = q.root.numel();
   at::Tensor leaves = at::zeros({q.runs}, q.vertices.options());
+  at::Tensor words = at::zeros({q.runs}, q.vertices.options());
   if (q.runs > 0) {
-    leaf_counts_kernel<<<blocks_for(q.runs), kBlock, 0, stream>>>(q.vertices.data_ptr<int64_t>(), q.runs,
-                                                                   q.degree.data_ptr<int64_t>(), num_ids, s,
-                                                                   leaves.data_ptr<int64_t>());
+    query_counts_kernel<<<blocks_for(q.runs), kBlock, 0, stream>>>(
+        q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(), q.runs, q.degree.data_ptr<int64_t>(), num_ids,
+        s, leaves.data_ptr<int64_t>(), words.data_ptr<int64_t>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   q.item_off = offsets_of(leaves);
+  q.filter_off = offsets_of(words);
   const at::Tensor first = launch_batch_check(q.vertices, q.offsets, q.dst, num_ids, nullptr, stream);
-  const std::vector<int64_t> h = read_back({first, q.item_off.slice(0, q.runs)});
+  const std::vector<int64_t> h = read_back({first, q.item_off.slice(0, q.runs), q.filter_off.slice(0, q.runs)});
   raise_if_bad(h.data(), q.vertices, q.offsets, q.dst, "run_offsets", "run_dst", num_ids, op);
   q.items = h[kNumBatchErrors];
+  const int64_t filter_words_total = h[kNumBatchErrors + 1];
+  q.filter = at::zeros({std::max<int64_t>(filter_words_total, 1)}, q.vertices.options().dtype(at::kInt));
+  if (filter_words_total > 0) {
+    filter_build_kernel<<<blocks_for(q.runs * kWarp), kBlock, 0, stream>>>(
+        q.offsets.data_ptr<int64_t>(), q.runs, q.dst.data_ptr<int64_t>(), q.filter_off.data_ptr<int64_t>(),
+        reinterpret_cast<unsigned*>(q.filter.data_ptr<int32_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
   return q;
 }
+
+template <typename idx_t>
+QueryArgs<idx_t> query_args(const Query& q, int s) {
+  return QueryArgs<idx_t>{q.pool.data_ptr<idx_t>(),
+                          q.root.data_ptr<idx_t>(),
+                          q.height.data_ptr<int8_t>(),
+                          q.degree.data_ptr<int64_t>(),
+                          q.vertices.data_ptr<int64_t>(),
+                          q.offsets.data_ptr<int64_t>(),
+                          q.item_off.data_ptr<int64_t>(),
+                          q.runs,
+                          q.items,
+                          q.dst.data_ptr<int64_t>(),
+                          q.filter_off.data_ptr<int64_t>(),
+                          reinterpret_cast<const unsigned*>(q.filter.data_ptr<int32_t>()),
+                          s};
+}
+
+// Threads for one warp per kWarp items.
+int64_t chunk_threads(int64_t items) { return (items + kWarp - 1) / kWarp * kWarp; }
 
 at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
                          const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& run_offsets_in,
@@ -410,10 +591,8 @@ at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, c
   at::Tensor found = at::zeros({q.dst.numel()}, q.dst.options().dtype(at::kBool));
   if (q.items == 0) return found;
   AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
-    contains_kernel<index_t><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
-        q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
-        q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
-        q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(), found.data_ptr<bool>(), s);
+    contains_kernel<index_t><<<blocks_for(chunk_threads(q.items)), kBlock, 0, stream>>>(query_args<index_t>(q, s),
+                                                                                      found.data_ptr<bool>());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   return found;
@@ -429,26 +608,26 @@ std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const Query q = prepare_query(pool_in, root_in, height_in, degree_in, vertices_in, run_offsets_in, run_dst_in, s,
                                 stream, op);
-  at::Tensor item_count = at::zeros({q.items}, q.vertices.options());
-  at::Tensor positions, pos_offsets;
+  const auto opts = q.vertices.options();
+  if (q.items == 0) return {at::zeros({q.runs + 1}, opts), at::empty({0}, opts)};
+  at::Tensor item_count = at::empty({q.items}, opts);
+  at::Tensor masks = at::empty({q.items * page_steps(s)}, opts.dtype(at::kInt));
+  auto* m = reinterpret_cast<unsigned*>(masks.data_ptr<int32_t>());
   AT_DISPATCH_INDEX_TYPES(q.pool.scalar_type(), op, [&] {
-    auto launch = [&](auto counting, const int64_t* item_pos, int64_t* out) {
-      if (q.items == 0) return;
-      find_kernel<index_t, decltype(counting)::value><<<blocks_for(q.items * kWarp), kBlock, 0, stream>>>(
-          q.pool.data_ptr<index_t>(), q.root.data_ptr<index_t>(), q.height.data_ptr<int8_t>(),
-          q.degree.data_ptr<int64_t>(), q.vertices.data_ptr<int64_t>(), q.offsets.data_ptr<int64_t>(),
-          q.item_off.data_ptr<int64_t>(), q.runs, q.items, q.dst.data_ptr<int64_t>(),
-          item_count.data_ptr<int64_t>(), item_pos, out, s);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    launch(std::true_type{}, nullptr, nullptr);
-    const at::Tensor item_pos = offsets_of(item_count);
-    positions = at::empty({item_pos.slice(0, q.items).item<int64_t>()}, q.vertices.options());
-    launch(std::false_type{}, item_pos.data_ptr<int64_t>(), positions.data_ptr<int64_t>());
-    // Run r's positions start where its first item's do.
-    pos_offsets = item_pos.index_select(0, q.item_off);
+    find_mask_kernel<index_t><<<blocks_for(chunk_threads(q.items)), kBlock, 0, stream>>>(
+        query_args<index_t>(q, s), m, item_count.data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {pos_offsets, positions};
+  const at::Tensor item_pos = offsets_of(item_count);
+  at::Tensor positions = at::empty({item_pos.slice(0, q.items).item<int64_t>()}, opts);
+  if (positions.numel() > 0) {
+    find_write_kernel<<<blocks_for(chunk_threads(q.items)), kBlock, 0, stream>>>(
+        q.item_off.data_ptr<int64_t>(), q.runs, q.items, m, item_pos.data_ptr<int64_t>(),
+        positions.data_ptr<int64_t>(), s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  // Run r's positions start where its first item's do.
+  return {item_pos.index_select(0, q.item_off), positions};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -710,114 +889,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cuda(
 }
 
 // ---------------------------------------------------------------------------------------------
-// sample
-
-__global__ void sample_count_kernel(const int64_t* __restrict__ seeds, int64_t n, const int64_t* __restrict__ degree,
-                                    int64_t num_ids, int64_t fanout, bool replace, int64_t* __restrict__ counts,
-                                    unsigned long long* __restrict__ first_bad) {
-  for (int64_t i = thread_index(); i < n; i += thread_count()) {
-    const int64_t v = seeds[i];
-    if (v < 0 || v >= num_ids) {
-      atomicMin(first_bad, static_cast<unsigned long long>(i));
-      counts[i] = 0;
-      continue;
-    }
-    counts[i] = sampling::sample_count(degree[v], fanout, replace);
-  }
-}
-
-// One warp per seed (visited in ascending id order): the CSR kernel's choice of list positions
-// (csrc/sampling.h), then each position's slot through the seed's page table.
-template <typename idx_t>
-__global__ void sample_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
-                              const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
-                              const int64_t* __restrict__ seeds, const int64_t* __restrict__ order, int64_t n,
-                              const int64_t* __restrict__ offsets, int64_t fanout, bool replace, uint64_t seed,
-                              idx_t* __restrict__ out_nbr, int64_t* __restrict__ out_slot,
-                              int64_t* __restrict__ out_seed, int s) {
-  const int lane = lane_id();
-  for (int64_t w = warp_index(); w < n; w += warp_count()) {
-    const int64_t i = order[w];
-    const int64_t o = offsets[i];
-    const int64_t count = offsets[i + 1] - o;
-    if (count == 0) continue;
-    const int64_t v = seeds[i];
-    const int64_t deg = degree[v];
-    int64_t* pos = out_slot + o;  // list positions first, slots after
-    if (fanout < 0 || (!replace && deg <= fanout)) {
-      for (int64_t k = lane; k < count; k += kWarp) pos[k] = k;
-    } else if (replace) {
-      for (int64_t k = lane; k < count; k += kWarp)
-        pos[k] = sampling::below(sampling::draw(seed, v, sampling::kReplaceStream + k), deg);
-    } else {
-      // Floyd's algorithm, sequential in k; the warp tests membership in parallel.
-      for (int64_t k = 0; k < count; ++k) {
-        const int64_t j = deg - count + k;
-        const int64_t t = sampling::below(sampling::draw(seed, v, sampling::kFloydStream + k), j + 1);
-        bool seen = false;
-        for (int64_t q = lane; q < k; q += kWarp) seen |= pos[q] == t;
-        seen = __any_sync(kFull, seen);
-        if (lane == 0) pos[k] = seen ? j : t;
-        __syncwarp();
-      }
-    }
-    __syncwarp();
-    const int64_t rt = static_cast<int64_t>(root[v]);
-    const int h = height[v];
-    for (int64_t k = lane; k < count; k += kWarp) {
-      const int64_t slot = entry_slot(pool, rt, h, pos[k], s);
-      pos[k] = slot;
-      out_nbr[o + k] = pool[slot];
-      out_seed[o + k] = i;
-    }
-  }
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_cuda(
-    const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
-    const at::Tensor& seeds_in, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
-  constexpr const char* op = "dynamic_graph_sample";
-  const int s = page_shift(page_size, op);
-  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
-  check_seeds(seeds_in, pool_in, fanout, op);
-  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
-                   degree = degree_in.contiguous(), seeds = seeds_in.contiguous();
-  const int64_t n = seeds.numel(), num_ids = root.numel();
-  at::Tensor counts = at::zeros({n}, degree.options());
-  at::Tensor first_bad = at::full({1}, n, degree.options());
-  if (n > 0) {
-    sample_count_kernel<<<blocks_for(n), kBlock, 0, stream>>>(
-        seeds.data_ptr<int64_t>(), n, degree.data_ptr<int64_t>(), num_ids, fanout, replace,
-        counts.data_ptr<int64_t>(), reinterpret_cast<unsigned long long*>(first_bad.data_ptr<int64_t>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor offsets = offsets_of(counts);
-  const std::vector<int64_t> h = read_back({offsets.slice(0, n), first_bad});
-  if (h[1] < n) {
-    TORCH_CHECK_INDEX(false, op, ": seeds[", h[1], "] = ", seeds.select(0, h[1]).item<int64_t>(),
-                      " is out of range for ", num_ids, " vertex ids");
-  }
-  const int64_t total = h[0];
-  at::Tensor neighbors = at::empty({total}, pool.options());
-  at::Tensor slots = at::empty({total}, degree.options());
-  at::Tensor seed_index = at::empty({total}, degree.options());
-  if (total > 0) {
-    const at::Tensor order = std::get<1>(seeds.sort());
-    AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-      sample_kernel<index_t><<<blocks_for(n * kWarp), kBlock, 0, stream>>>(
-          pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-          seeds.data_ptr<int64_t>(), order.data_ptr<int64_t>(), n, offsets.data_ptr<int64_t>(), fanout, replace,
-          static_cast<uint64_t>(seed), neighbors.data_ptr<index_t>(), slots.data_ptr<int64_t>(),
-          seed_index.data_ptr<int64_t>(), s);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    });
-  }
-  return {offsets, neighbors, slots, seed_index};
-}
-
-// ---------------------------------------------------------------------------------------------
 // bfs: level-synchronous; each level sweeps the pages of the vertices at that depth.
 
 template <typename idx_t>
@@ -910,7 +981,6 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("dynamic_graph_find_touching", find_touching_cuda);
   m.impl("dynamic_graph_remove", remove_cuda);
   m.impl("dynamic_graph_to_csr", to_csr_cuda);
-  m.impl("dynamic_graph_sample", sample_cuda);
   m.impl("dynamic_graph_bfs", bfs_cuda);
 }
 

@@ -1,6 +1,7 @@
 // Neighbour sampling on the GPU: zerocopy::sample_layers (multi-layer sampling with compaction),
 // zerocopy::sample_neighbors (one layer, no compaction) and zerocopy::compact_ids, built from
-// one set of kernels.
+// one set of kernels; the same kernels sample a DynamicGraph's paged lists
+// (zerocopy::dynamic_graph_sample and dynamic_graph_sample_layers, GraphView below).
 //
 // The graph may be GPU memory or host memory mapped for the GPU (a unified tensor reaches these
 // kernels as a CUDA tensor over host-mapped bytes). Reads of a neighbour list that take the whole
@@ -44,6 +45,8 @@
 // draw) order. The results therefore equal the CPU kernels' (csrc/cpu) for uniform sampling.
 
 #include "checks.h"
+#include "dynamic_graph.h"
+#include "dynamic_graph_checks.h"
 #include "sample_neighbors_args.h"
 #include "sampling.h"
 #include "sampling_errors.h"
@@ -153,14 +156,21 @@ __device__ int64_t table_insert(const IdTable& t, int64_t id, unsigned long long
 // ---------------------------------------------------------------------------------------------
 // One seed: checks, then the sample (csrc/sampling.h), written to its slots.
 
+// The lists sampled: a CSR (indptr, indices), or the paged lists of a DynamicGraph
+// (csrc/dynamic_graph.h: `indices` is the page pool, vertex v's list is degree[v] entries of the
+// page tree at root[v] of height height[v]; a sampled edge's id is its pool slot).
 template <typename index_t>
 struct GraphView {
-  const int64_t* indptr;
+  const int64_t* indptr;  // nullptr: paged lists
   const index_t* indices;
   int64_t num_nodes;
-  int64_t num_edges;
-  const float* probs;    // by edge id; nullptr: uniform
-  const int64_t* eids;   // position -> edge id; nullptr: the position is the id
+  int64_t num_edges;      // entries of `indices`
+  const float* probs;     // by edge id; nullptr: uniform (always, for paged lists)
+  const int64_t* eids;    // position -> edge id; nullptr: the position is the id
+  const index_t* root = nullptr;
+  const int8_t* height = nullptr;
+  const int64_t* degree = nullptr;
+  int page_shift = 0;
 };
 
 // The probability of the edge at position e, unchecked (visit_seed checked it).
@@ -187,8 +197,16 @@ __device__ __forceinline__ double chunk_prefix(const GraphView<index_t>& g, int6
 struct SeedVisit {
   int64_t start;
   int64_t end;
-  int64_t count;  // edges to sample; < 0: the seed failed a check (reported), nothing to sample
+  int64_t count;     // edges to sample; < 0: the seed failed a check (reported), nothing to sample
+  int64_t root = 0;  // paged lists: the list's page tree
+  int height = 0;
 };
+
+// Where list position e (start <= e < end) of the visited seed lives in g.indices.
+template <typename index_t>
+__device__ __forceinline__ int64_t entry_at(const GraphView<index_t>& g, const SeedVisit& sv, int64_t e) {
+  return g.indptr != nullptr ? e : dyngraph::entry_slot(g.indices, sv.root, sv.height, e, g.page_shift);
+}
 
 // Checks seed v (index i) and its list, and counts its sample. Warp-cooperative: every lane
 // calls it and gets the same result.
@@ -198,6 +216,14 @@ __device__ SeedVisit visit_seed(const GraphView<index_t>& g, int64_t v, int64_t 
   if (v < 0 || v >= g.num_nodes) {
     if (lane == 0) report(errors, kBadSeed, i);
     return {0, 0, -1};
+  }
+  if (g.indptr == nullptr) {
+    const int64_t deg = g.degree[v];
+    if (deg < 0) {
+      if (lane == 0) report(errors, kBadIndptr, v);
+      return {0, 0, -1};
+    }
+    return {0, deg, sample_count(deg, fanout, replace), static_cast<int64_t>(g.root[v]), g.height[v]};
   }
   const int64_t start = g.indptr[v], end = g.indptr[v + 1];
   if (!(0 <= start && start <= end && end <= g.num_edges)) {
@@ -242,12 +268,13 @@ struct SlotSink {
 };
 
 template <typename index_t>
-__device__ __forceinline__ void emit(const SlotSink<index_t>& out, const GraphView<index_t>& g, int64_t s,
-                                     int64_t e, int64_t i, unsigned long long* errors) {
-  const int64_t u = static_cast<int64_t>(g.indices[e]);
-  out.pos[s] = e;
+__device__ __forceinline__ void emit(const SlotSink<index_t>& out, const GraphView<index_t>& g, const SeedVisit& sv,
+                                     int64_t s, int64_t e, int64_t i, unsigned long long* errors) {
+  const int64_t at = entry_at(g, sv, e);
+  const int64_t u = static_cast<int64_t>(g.indices[at]);
+  out.pos[s] = at;
   const bool ok = u >= 0 && u < g.num_nodes;
-  if (!ok) report(errors, kBadNeighbor, e);
+  if (!ok) report(errors, kBadNeighbor, at);
   if (out.tslot != nullptr) {
     int64_t slot = -1;
     if (ok) {
@@ -287,14 +314,14 @@ __device__ void sample_seed(const GraphView<index_t>& g, int64_t v, int64_t i, c
       const int64_t e = c + lane;
       const bool take = e >= start && e < end && (!weighted || prob_at(g, e) > 0.0f);
       const unsigned mask = __ballot_sync(kFull, take);
-      if (take) emit(out, g, base + written + __popc(mask & lanes_below(lane)), e, i, errors);
+      if (take) emit(out, g, sv, base + written + __popc(mask & lanes_below(lane)), e, i, errors);
       written += __popc(mask);
     }
     return;
   }
   if (!weighted && replace) {
     for (int64_t k = lane; k < count; k += kWarp)
-      emit(out, g, base + k, start + below(draw(seed, v, kReplaceStream + k), deg), i, errors);
+      emit(out, g, sv, base + k, start + below(draw(seed, v, kReplaceStream + k), deg), i, errors);
     return;
   }
   if (!weighted) {
@@ -372,7 +399,7 @@ __device__ void sample_seed(const GraphView<index_t>& g, int64_t v, int64_t i, c
     }
     __syncwarp();
   }
-  for (int64_t k = lane; k < count; k += kWarp) emit(out, g, base + k, pos[k], i, errors);
+  for (int64_t k = lane; k < count; k += kWarp) emit(out, g, sv, base + k, pos[k], i, errors);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -807,22 +834,20 @@ struct LaunchResult {
 template <typename seed_t, typename index_t>
 class LayerSampler {
  public:
-  LayerSampler(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, c10::IntArrayRef fanouts,
-               bool replace, const std::optional<at::Tensor>& probs, const std::optional<at::Tensor>& eids,
+  // `g` and `seeds` (on g's device) must stay alive and unchanged until the work is done.
+  LayerSampler(const GraphView<index_t>& g, const at::Tensor& seeds, c10::IntArrayRef fanouts, bool replace,
                uint64_t seed)
       : seeds_(seeds),
         fanouts_(fanouts.vec()),
         replace_(replace),
         seed_(seed),
         num_layers_(static_cast<int64_t>(fanouts.size())),
-        opts_(indptr.options().dtype(at::kLong)),
+        opts_(seeds.options().dtype(at::kLong)),
         stream_(c10::cuda::getCurrentCUDAStream()),
-        shift_(order_shift(indptr.numel() - 1)),
-        eids_(eids ? eids->data_ptr<int64_t>() : nullptr) {
-    g_ = GraphView<index_t>{indptr.data_ptr<int64_t>(), indices.data_ptr<index_t>(), indptr.numel() - 1,
-                            indices.numel(), probs ? probs->data_ptr<float>() : nullptr, eids_};
-    node_cap_ = seeds.numel() + g_.num_nodes;
-  }
+        shift_(order_shift(g.num_nodes)),
+        eids_(g.eids),
+        g_(g),
+        node_cap_(seeds.numel() + g.num_nodes) {}
 
   LaunchResult run() {
     const int64_t L = num_layers_;
@@ -1076,21 +1101,27 @@ CudaInputs prepare_layers(const at::Tensor& indptr, const at::Tensor& indices, c
                     eids ? std::optional<at::Tensor>(eids->contiguous()) : std::nullopt};
 }
 
-LaunchResult launch_layers(const CudaInputs& in, c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+template <typename index_t>
+GraphView<index_t> csr_view(const CudaInputs& in) {
+  return GraphView<index_t>{in.indptr.data_ptr<int64_t>(), in.indices.data_ptr<index_t>(), in.indptr.numel() - 1,
+                            in.indices.numel(), in.probs ? in.probs->data_ptr<float>() : nullptr,
+                            in.eids ? in.eids->data_ptr<int64_t>() : nullptr};
+}
+
+// Every layer, queued on the current stream (no synchronisation unless a fanout is -1).
+template <typename idx_t>
+LaunchResult launch_view(const GraphView<idx_t>& g, const at::Tensor& seeds, c10::IntArrayRef fanouts, bool replace,
+                         int64_t seed) {
   LaunchResult out;
-  AT_DISPATCH_INDEX_TYPES(in.seeds.scalar_type(), "sample_layers", [&] {
-    using seed_t = index_t;
-    if (in.indices.scalar_type() == at::kInt) {
-      out = LayerSampler<seed_t, int32_t>(in.indptr, in.indices, in.seeds, fanouts, replace, in.probs, in.eids,
-                                          static_cast<uint64_t>(seed))
-                .run();
-    } else {
-      out = LayerSampler<seed_t, int64_t>(in.indptr, in.indices, in.seeds, fanouts, replace, in.probs, in.eids,
-                                          static_cast<uint64_t>(seed))
-                .run();
-    }
+  AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_layers", [&] {
+    out = LayerSampler<index_t, idx_t>(g, seeds, fanouts, replace, static_cast<uint64_t>(seed)).run();
   });
   return out;
+}
+
+LaunchResult launch_layers(const CudaInputs& in, c10::IntArrayRef fanouts, bool replace, int64_t seed) {
+  if (in.indices.scalar_type() == at::kInt) return launch_view(csr_view<int32_t>(in), in.seeds, fanouts, replace, seed);
+  return launch_view(csr_view<int64_t>(in), in.seeds, fanouts, replace, seed);
 }
 
 std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
@@ -1104,18 +1135,17 @@ sample_layers_launch_cuda(const at::Tensor& indptr, const at::Tensor& indices, c
   return {r.nodes, r.src, r.dst, r.edge_ids, r.status};
 }
 
-Layers sample_layers_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-                          c10::IntArrayRef fanouts, bool replace, const std::optional<at::Tensor>& probs,
-                          const std::optional<at::Tensor>& eids, int64_t seed) {
-  const c10::cuda::OptionalCUDAGuard guard(indptr.device());
-  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids);
-  LaunchResult r = launch_layers(in, fanouts, replace, seed);
-  // The one synchronisation: every size and error word at once.
+// A host copy of a launch's status: the call's one synchronisation.
+at::Tensor host_status(const LaunchResult& r) {
   at::Tensor host = at::empty(r.status.sizes(), at::TensorOptions().dtype(at::kLong).pinned_memory(true));
   read_device(host.data_ptr<int64_t>(), r.status.data_ptr<int64_t>(), r.status.numel(),
               c10::cuda::getCurrentCUDAStream());
-  const std::vector<int64_t> sizes = check_sample_status(host, in.view());
-  const int64_t L = static_cast<int64_t>(fanouts.size());
+  return host;
+}
+
+// The layers of a launch cut to their sizes (status[0 : 2L + 1], read back).
+Layers narrowed(const LaunchResult& r, const std::vector<int64_t>& sizes) {
+  const int64_t L = static_cast<int64_t>(r.nodes.size());
   Layers out;
   auto& [nodes, src, dst, edge_ids] = out;
   for (int64_t l = 0; l < L; ++l) {
@@ -1129,6 +1159,15 @@ Layers sample_layers_cuda(const at::Tensor& indptr, const at::Tensor& indices, c
   return out;
 }
 
+Layers sample_layers_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                          c10::IntArrayRef fanouts, bool replace, const std::optional<at::Tensor>& probs,
+                          const std::optional<at::Tensor>& eids, int64_t seed) {
+  const c10::cuda::OptionalCUDAGuard guard(indptr.device());
+  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids);
+  const LaunchResult r = launch_layers(in, fanouts, replace, seed);
+  return narrowed(r, check_sample_status(host_status(r), in.view()));
+}
+
 std::vector<int64_t> sample_layers_check_cuda(const at::Tensor& status, const at::Tensor& indptr,
                                               const at::Tensor& indices, const at::Tensor& seeds,
                                               const std::optional<at::Tensor>& probs,
@@ -1140,28 +1179,23 @@ std::vector<int64_t> sample_layers_check_cuda(const at::Tensor& status, const at
 // sample_neighbors: one layer, dense slots, no compaction; two synchronisations (the edge total,
 // then the error words).
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
-    const at::Tensor& indptr_in, const at::Tensor& indices_in, const at::Tensor& seeds_in, int64_t fanout,
-    bool replace, const std::optional<at::Tensor>& probs_in, int64_t seed) {
-  check_sample_neighbors_args(indptr_in, indices_in, seeds_in, fanout, probs_in);
-  check_device_type(indptr_in, c10::DeviceType::CUDA, "indptr");
-  const c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const at::Tensor indptr = indptr_in.contiguous();
-  const at::Tensor indices = indices_in.contiguous();
-  const at::Tensor seeds = seeds_in.contiguous();
-  const std::optional<at::Tensor> probs =
-      probs_in ? std::optional<at::Tensor>(probs_in->contiguous()) : std::nullopt;
-  const std::optional<at::Tensor> no_eids;
-  const int64_t n = seeds.numel();
-  const auto opts = indptr.options().dtype(at::kLong);
-  const int shift = order_shift(indptr.numel() - 1);
+struct OneLayer {
+  at::Tensor offsets, neighbors, edge_pos, seed_index;
+  int64_t words[kNumSampleErrors];  // the error words, read back
+};
 
+template <typename idx_t>
+OneLayer sample_one_layer(const GraphView<idx_t>& g, const at::Tensor& seeds, int64_t fanout, bool replace,
+                          int64_t seed) {
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t n = seeds.numel();
+  const auto opts = seeds.options().dtype(at::kLong);
+  const int shift = order_shift(g.num_nodes);
+  OneLayer r;
   at::Tensor errors = at::empty({kNumSampleErrors}, opts);
   at::Tensor keys = at::empty({n}, opts);
   at::Tensor counts = at::empty({n + 1}, opts);
-  at::Tensor offsets = at::empty({n + 1}, opts);
-  at::Tensor neighbors, edge_pos, seed_index;
+  r.offsets = at::empty({n + 1}, opts);
   AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_neighbors", [&] {
     using seed_t = index_t;
     init_kernel<seed_t><<<blocks_for_threads(std::max<int64_t>(n, 1)), kThreads, 0, stream>>>(
@@ -1169,49 +1203,113 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda
         keys.data_ptr<int64_t>(), nullptr);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     const at::Tensor sorted = sort_order_keys(keys, n, stream);
-    auto* err = reinterpret_cast<unsigned long long*>(errors.data_ptr<int64_t>());
-    auto run = [&](auto index_tag) {
-      using idx_t = decltype(index_tag);
-      SampleLaunch<seed_t, idx_t> a{};
-      a.g = GraphView<idx_t>{indptr.data_ptr<int64_t>(), indices.data_ptr<idx_t>(), indptr.numel() - 1,
-                             indices.numel(), probs ? probs->data_ptr<float>() : nullptr, nullptr};
-      a.sorted_keys = sorted.data_ptr<int64_t>();
-      a.nodes = seeds.data_ptr<seed_t>();
-      a.num_seeds = nullptr;
-      a.max_seeds = n;
-      a.fanout = fanout;
-      a.replace = replace;
-      a.seed = static_cast<uint64_t>(seed);
-      a.count_only = true;
-      a.counts = counts.data_ptr<int64_t>();
-      a.errors = err;
-      sample_kernel<seed_t, idx_t><<<blocks_for_warps(n + 1), kThreads, 0, stream>>>(a);
+    SampleLaunch<seed_t, idx_t> a{};
+    a.g = g;
+    a.sorted_keys = sorted.data_ptr<int64_t>();
+    a.nodes = seeds.data_ptr<seed_t>();
+    a.num_seeds = nullptr;
+    a.max_seeds = n;
+    a.fanout = fanout;
+    a.replace = replace;
+    a.seed = static_cast<uint64_t>(seed);
+    a.count_only = true;
+    a.counts = counts.data_ptr<int64_t>();
+    a.errors = reinterpret_cast<unsigned long long*>(errors.data_ptr<int64_t>());
+    sample_kernel<seed_t, idx_t><<<blocks_for_warps(n + 1), kThreads, 0, stream>>>(a);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    scan_counts(counts.data_ptr<int64_t>(), r.offsets.data_ptr<int64_t>(), n + 1, opts, stream);
+    int64_t total = 0;
+    read_device(&total, r.offsets.data_ptr<int64_t>() + n, 1, stream);
+    r.neighbors = at::empty({total}, opts.dtype(c10::CppTypeToScalarType<idx_t>::value));
+    r.edge_pos = at::empty({total}, opts);
+    r.seed_index = at::empty({total}, opts);
+    if (total > 0) {
+      a.count_only = false;
+      a.base = r.offsets.data_ptr<int64_t>();
+      a.out = SlotSink<idx_t>{r.edge_pos.data_ptr<int64_t>(), nullptr, IdTable{}, r.neighbors.data_ptr<idx_t>(),
+                              r.seed_index.data_ptr<int64_t>()};
+      sample_kernel<seed_t, idx_t><<<blocks_for_warps(n), kThreads, 0, stream>>>(a);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
-      scan_counts(counts.data_ptr<int64_t>(), offsets.data_ptr<int64_t>(), n + 1, opts, stream);
-      int64_t total = 0;
-      read_device(&total, offsets.data_ptr<int64_t>() + n, 1, stream);
-      neighbors = at::empty({total}, indices.options());
-      edge_pos = at::empty({total}, opts);
-      seed_index = at::empty({total}, opts);
-      if (total > 0) {
-        a.count_only = false;
-        a.base = offsets.data_ptr<int64_t>();
-        a.out = SlotSink<idx_t>{edge_pos.data_ptr<int64_t>(), nullptr, IdTable{}, neighbors.data_ptr<idx_t>(),
-                                seed_index.data_ptr<int64_t>()};
-        sample_kernel<seed_t, idx_t><<<blocks_for_warps(n), kThreads, 0, stream>>>(a);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
-    };
-    if (indices.scalar_type() == at::kInt) {
-      run(int32_t{});
-    } else {
-      run(int64_t{});
     }
   });
-  int64_t words[kNumSampleErrors];
-  read_device(words, errors.data_ptr<int64_t>(), kNumSampleErrors, stream);
-  raise_first_sample_error("sample_neighbors", words, SampleInputs{indptr, indices, seeds, probs, no_eids});
-  return {offsets, neighbors, edge_pos, seed_index};
+  read_device(r.words, errors.data_ptr<int64_t>(), kNumSampleErrors, stream);
+  return r;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
+    const at::Tensor& indptr_in, const at::Tensor& indices_in, const at::Tensor& seeds_in, int64_t fanout,
+    bool replace, const std::optional<at::Tensor>& probs_in, int64_t seed) {
+  check_sample_neighbors_args(indptr_in, indices_in, seeds_in, fanout, probs_in);
+  check_device_type(indptr_in, c10::DeviceType::CUDA, "indptr");
+  const c10::cuda::OptionalCUDAGuard guard(indptr_in.device());
+  const CudaInputs in{indptr_in.contiguous(), indices_in.contiguous(), seeds_in.contiguous(),
+                      probs_in ? std::optional<at::Tensor>(probs_in->contiguous()) : std::nullopt, std::nullopt};
+  const OneLayer r = in.indices.scalar_type() == at::kInt
+                         ? sample_one_layer(csr_view<int32_t>(in), in.seeds, fanout, replace, seed)
+                         : sample_one_layer(csr_view<int64_t>(in), in.seeds, fanout, replace, seed);
+  raise_first_sample_error("sample_neighbors", r.words, in.view());
+  return {r.offsets, r.neighbors, r.edge_pos, r.seed_index};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The same samplers over a DynamicGraph's paged lists (zerocopy::dynamic_graph_sample and
+// dynamic_graph_sample_layers): samples equal those of its to_csr snapshot for the same seed,
+// with pool slots as edge ids.
+
+struct PagedInputs {
+  at::Tensor pool, root, height, degree, seeds;
+  int shift;
+};
+
+PagedInputs prepare_paged(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                          const at::Tensor& degree, const at::Tensor& seeds, c10::IntArrayRef fanouts,
+                          int64_t page_size, const char* op) {
+  const int s = dyngraph::page_shift(page_size, op);
+  dyngraph::check_reader(pool, root, height, degree, s, c10::DeviceType::CUDA, op);
+  TORCH_CHECK_VALUE(!fanouts.empty(), op, ": fanouts must hold at least one fanout (one per layer)");
+  for (const int64_t f : fanouts) dyngraph::check_seeds(seeds, pool, f, op);
+  return PagedInputs{pool.contiguous(), root.contiguous(), height.contiguous(), degree.contiguous(),
+                     seeds.contiguous(), s};
+}
+
+template <typename idx_t>
+GraphView<idx_t> paged_view(const PagedInputs& in) {
+  GraphView<idx_t> g{nullptr, in.pool.data_ptr<idx_t>(), in.root.numel(), in.pool.numel(), nullptr, nullptr};
+  g.root = in.root.data_ptr<idx_t>();
+  g.height = in.height.data_ptr<int8_t>();
+  g.degree = in.degree.data_ptr<int64_t>();
+  g.page_shift = in.shift;
+  return g;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> dynamic_graph_sample_cuda(
+    const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+    const at::Tensor& seeds, int64_t fanout, bool replace, int64_t seed, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_sample";
+  const c10::cuda::OptionalCUDAGuard guard(pool.device());
+  const int64_t fanouts[] = {fanout};
+  const PagedInputs in = prepare_paged(pool, root, height, degree, seeds, fanouts, page_size, op);
+  const OneLayer r = in.pool.scalar_type() == at::kInt
+                         ? sample_one_layer(paged_view<int32_t>(in), in.seeds, fanout, replace, seed)
+                         : sample_one_layer(paged_view<int64_t>(in), in.seeds, fanout, replace, seed);
+  raise_first_paged_sample_error(op, r.words, in.seeds, in.root.numel());
+  return {r.offsets, r.neighbors, r.edge_pos, r.seed_index};
+}
+
+Layers dynamic_graph_sample_layers_cuda(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height,
+                                        const at::Tensor& degree, const at::Tensor& seeds, c10::IntArrayRef fanouts,
+                                        bool replace, int64_t seed, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_sample_layers";
+  const c10::cuda::OptionalCUDAGuard guard(pool.device());
+  const PagedInputs in = prepare_paged(pool, root, height, degree, seeds, fanouts, page_size, op);
+  const LaunchResult r = in.pool.scalar_type() == at::kInt
+                             ? launch_view(paged_view<int32_t>(in), in.seeds, fanouts, replace, seed)
+                             : launch_view(paged_view<int64_t>(in), in.seeds, fanouts, replace, seed);
+  const at::Tensor host = host_status(r);
+  const int64_t* words = host.data_ptr<int64_t>();
+  const int64_t sizes = 2 * static_cast<int64_t>(fanouts.size()) + 1;
+  raise_first_paged_sample_error(op, words + sizes, in.seeds, in.root.numel());
+  return narrowed(r, std::vector<int64_t>(words, words + sizes));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1322,6 +1420,8 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("sample_layers", sample_layers_cuda);
   m.impl("sample_layers_launch", sample_layers_launch_cuda);
   m.impl("sample_layers_check", sample_layers_check_cuda);
+  m.impl("dynamic_graph_sample", dynamic_graph_sample_cuda);
+  m.impl("dynamic_graph_sample_layers", dynamic_graph_sample_layers_cuda);
 }
 
 }  // namespace zerocopy

@@ -175,6 +175,11 @@ def _sample_fake(pool, root, height, degree, seeds, fanout, replace, seed, page_
             degree.new_empty((total,)))
 
 
+@register_fake("zerocopy::dynamic_graph_sample_layers")
+def _sample_layers_fake(pool, root, height, degree, seeds, fanouts, replace, seed, page_size):
+    return _sampling._layer_fakes(degree, fanouts)
+
+
 @register_fake("zerocopy::dynamic_graph_bfs")
 def _bfs_fake(pool, root, height, degree, page_owner, page_rank, meta, source, predecessors, page_size):
     n = root.shape[0]
@@ -623,24 +628,14 @@ class DynamicGraph:
                              "edge_dir='out', or keep the graph symmetric")
         if probs is not None:
             raise ValueError("sample_layers: a DynamicGraph samples uniformly; probs must be None")
-        fanouts = list(fanouts)
-        if not fanouts:
-            raise ValueError("fanouts must hold at least one fanout (one per layer)")
-        for f in fanouts:
-            if isinstance(f, bool) or not isinstance(f, int) or f < -1:
-                raise ValueError(f"fanouts must be ints >= 0 or -1 (all neighbours), got {fanouts}")
-        seeds = _distinct_seeds(seeds, self._num_nodes).to(self.device).long()
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, ()).item())
-        layers: List[Block] = []
-        for depth, fanout in enumerate(reversed(fanouts)):
-            s = self.sample_neighbors(seeds, fanout, replace=replace, seed=_sampling.layer_seed(seed, depth))
-            nodes, src_local = _sampling.compact(seeds, s.neighbors)
-            layers.append(Block(src_local, s.seed_index, nodes.numel(), seeds.numel(), nodes=nodes,
-                                eids=s.edge_pos))
-            seeds = nodes
-        layers.reverse()
-        return layers
+        fanouts = _sampling.applied_fanouts(fanouts)
+        seeds = _sampling._as_seeds(seeds, self.device).long()
+        seed = _sampling._resolve_seed(seed)
+        n = self._num_nodes
+        nodes, src, dst, eids = _ops().dynamic_graph_sample_layers.default(
+            self.pool, self.root[:n], self.height[:n], self.degree[:n], seeds, fanouts, bool(replace), seed,
+            self.page_size)
+        return _sampling.layer_blocks(seeds.numel(), nodes, src, dst, eids)
 
     def bfs(self, source: int, *, variant: Optional[str] = None, predecessors: bool = False,
             return_stats: bool = False):
@@ -662,23 +657,6 @@ class DynamicGraph:
     # pytorch_zerocopy.graph.bfs(graph, ...) hand a graph that has them to these methods.
     __zerocopy_sample_layers__ = sample_layers
     __zerocopy_bfs__ = bfs
-
-
-def _distinct_seeds(seeds, num_nodes: int) -> torch.Tensor:
-    """``seeds`` as a 1-D int tensor of distinct ids in ``[0, num_nodes)``, or a clear error."""
-    if not isinstance(seeds, torch.Tensor):
-        seeds = torch.as_tensor(seeds)
-    if seeds.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"seeds must be an int32 or int64 tensor, got {seeds.dtype}")
-    seeds = seeds.reshape(-1)
-    if seeds.numel():
-        lo, hi = int(seeds.min()), int(seeds.max())
-        if lo < 0 or hi >= num_nodes:
-            raise IndexError(f"seeds: node id {lo if lo < 0 else hi} is out of range for a graph with "
-                             f"{num_nodes} nodes")
-        if torch.unique(seeds).numel() != seeds.numel():
-            raise ValueError("seeds must not repeat a node id (message flow graphs number each once)")
-    return seeds
 
 
 class _SizedGraph:
