@@ -22,8 +22,8 @@
 //
 // Termination. `pending` counts items reserved and not yet finished. A warp adds the items it
 // will publish before publishing them (so pending cannot reach 0 while they are in flight) and
-// subtracts the items it finished after their pushes; the thread that brings pending to 0 sets
-// `done`. pending == 0 means no item is queued or being expanded, and only an expansion pushes,
+// subtracts the items it finished no earlier than that, in the same update when it can; the
+// thread that brings pending to 0 sets `done`. pending == 0 means no item is queued or being expanded, and only an expansion pushes,
 // so it stays 0; a warp that finds it 0 when it starts (nothing seeded, or all done) leaves at
 // once. Idle warps back off with __nanosleep and leave once `done` is set. With a work
 // budget (edges expanded), busy warps also add their edges to a global count every
@@ -138,6 +138,44 @@ __device__ __forceinline__ void async_push_warp(const AsyncQueueView<T>& q, bool
   }
 }
 
+// Publishes u[j] for every lane and j with push[j] set, and retires `finished` items of the warp,
+// with one update of `pending` (items counted before they become visible; the thread that
+// brings it to 0 sets `done`) and one reservation of tickets. Warp-collective.
+template <typename T, int K>
+__device__ __forceinline__ void async_publish_warp(const AsyncQueueView<T>& q, const bool (&push)[K], const T (&u)[K],
+                                                   int finished, int lane) {
+  unsigned mask[K];
+  int total = 0;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    mask[j] = __ballot_sync(kFullMask, push[j]);
+    total += __popc(mask[j]);
+  }
+  if (total == 0 && finished == 0) return;
+  unsigned long long base = 0;
+  if (lane == 0) {
+    const long long delta = static_cast<long long>(total) - finished;
+    if (delta != 0) {
+      const unsigned long long before = atomicAdd(q.pending, static_cast<unsigned long long>(delta));
+      if (before + static_cast<unsigned long long>(delta) == 0) st_release(q.done, 1u);
+    }
+    if (total) base = atomicAdd(q.tail, static_cast<unsigned long long>(total));
+  }
+  if (total == 0) return;
+  base = __shfl_sync(kFullMask, base, 0);
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    if (push[j]) {
+      const unsigned long long t = base + static_cast<unsigned long long>(__popc(mask[j] & lanemask_lt(lane)));
+      const unsigned long long c = t & q.mask;
+      while (ld_acquire(q.seq + c) != static_cast<unsigned>(t)) __nanosleep(32);
+      q.val[c] = u[j];
+      st_release(q.seq + c, static_cast<unsigned>(t + 1));
+    }
+    base += __popc(mask[j]);
+  }
+}
+
 // Cell c starts free for ticket c.
 static __global__ void async_queue_init_kernel(unsigned* seq, unsigned long long capacity) {
   for (unsigned long long c = blockIdx.x * static_cast<unsigned long long>(blockDim.x) + threadIdx.x; c < capacity;
@@ -247,8 +285,10 @@ __global__ void __launch_bounds__(kAsyncBlock)
     }
 
     // Short lists: the lane loads its whole list and the neighbours' state, then relaxes them.
+    // What they schedule is published at once below, with the finished items.
+    T u[kLaneEdges];
+    bool push[kLaneEdges];
     {
-      T u[kLaneEdges];
       Edge w[kLaneEdges];
       Peek pk[kLaneEdges];
       const int count = has ? static_cast<int>(end - e) : 0;
@@ -261,12 +301,11 @@ __global__ void __launch_bounds__(kAsyncBlock)
       for (int j = 0; j < kLaneEdges; ++j) pk[j] = j < count ? op.peek(static_cast<int64_t>(u[j])) : Peek{};
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
-        bool push = j < count && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
-        if (kCarry && push && carry < 0 && chain < kCarryChain) {
+        push[j] = j < count && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
+        if (kCarry && push[j] && carry < 0 && chain < kCarryChain) {
           carry = static_cast<int64_t>(u[j]);
-          push = false;
+          push[j] = false;
         }
-        async_push_warp(q, push, u[j], lane);
       }
       if (has) {
         edges += static_cast<unsigned long long>(count);
@@ -274,12 +313,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
         if (carry < 0) ++finished;  // else the carried vertex continues this item's count
       }
     }
-
-    const int done_items = __reduce_add_sync(kFullMask, finished);
-    if (lane == 0 && done_items) {
-      const unsigned long long before = atomicAdd(q.pending, static_cast<unsigned long long>(-done_items));
-      if (before == static_cast<unsigned long long>(done_items)) st_release(q.done, 1u);
-    }
+    async_publish_warp(q, push, u, __reduce_add_sync(kFullMask, finished), lane);
 
     const bool busy = __any_sync(kFullMask, has || carry >= 0);
     if (!busy || (q.work_budget != ~0ull && ++since_check >= kBudgetCheckSteps)) {
