@@ -25,9 +25,11 @@ kernel. The cost is a few microseconds of dispatch per op on a unified tensor.
 Without a GPU (a CPU-only build, or no device visible) unified tensors are host tensors in
 shared memory whose ops run on the CPU: the same code runs, slower, and tests can exercise it.
 
-Ordering. Ops on unified tensors are queued on the current CUDA stream like any CUDA op, and
-``u.cpu()`` (the host bytes themselves, no copy) does not wait for them: before reading, on the
-host, bytes that a queued op writes, synchronise (``torch.cuda.synchronize()``, or the stream).
+Ordering. Ops on unified tensors are queued on the current CUDA stream like any CUDA op.
+``u.cpu()`` (the host bytes themselves, no copy) first waits for the work queued on the current
+stream of ``u``'s GPU, as a CUDA tensor's ``.cpu()`` does; ``u.to("cpu", non_blocking=True)``
+does not wait. Work queued on other streams, and host reads through another alias of the bytes
+(a CPU tensor the unified one was made from), need their own synchronisation.
 
 Lifetime. The mapping is released when the last tensor over the storage dies (views and the
 aliases handed to ops count), after queued GPU work has finished. The same memory can be

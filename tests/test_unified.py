@@ -307,3 +307,26 @@ def test_small_neighbouring_tensors_and_pageable_copies(gen):
     for t, u, n in zip(tensors, unified, neighbours):
         torch.testing.assert_close((u * 2).cpu(), t * 2)
         torch.testing.assert_close(n.to(dev).cpu(), n)
+
+
+@pytest.mark.cuda
+def test_cpu_waits_for_queued_writes():
+    """u.cpu() returns the host bytes after the writes queued on the current stream, as a CUDA
+    tensor's .cpu() does; non_blocking=True does not wait."""
+    u = zc.empty_unified((64 << 20,), torch.float32)  # 256 MiB: several ms of writes over PCIe
+    try:
+        for value in (1.0, 2.0, 3.0):
+            u.fill_(value)
+            host = u.cpu()
+            assert host.data_ptr() == u.data_ptr()
+            # The last bytes first: the fill reaches them last.
+            assert float(host[-1]) == value, "u.cpu() read bytes before the queued fill finished"
+            assert bool((host == value).all())
+        u.fill_(4.0)
+        early = u.to("cpu", non_blocking=True)
+        assert early.data_ptr() == u.data_ptr()
+        torch.cuda.synchronize()
+        assert bool((early == 4.0).all())
+    finally:
+        torch.cuda.synchronize()
+        del u

@@ -5,6 +5,7 @@
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 #include <sys/resource.h>
@@ -42,6 +43,10 @@ class CudaHostMapper final : public HostMapper {
     C10_CUDA_CHECK(cudaSetDevice(index));
     C10_CUDA_CHECK(cudaDeviceSynchronize());
     C10_CUDA_CHECK(cudaSetDevice(current));
+  }
+
+  void synchronize_stream(int index) const override {
+    c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index)).synchronize();
   }
 
   c10::Device compute_device(int index) const override {

@@ -189,7 +189,9 @@ at::Tensor& unified_set_empty(at::Tensor& self) {
 }
 
 // Conversions to and from the unified device. unified -> CPU with the same dtype: the host
-// tensor itself, no copy. unified -> CUDA: a copy into GPU memory.
+// tensor itself, no copy, after the work queued on the current stream of the tensor's GPU has
+// finished (as a CUDA tensor's .cpu() waits for its stream), unless non_blocking. unified ->
+// CUDA: a copy into GPU memory.
 at::Tensor unified_to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype,
                            std::optional<at::Layout> layout, std::optional<at::Device> device,
                            std::optional<bool> pin_memory, bool non_blocking,
@@ -210,6 +212,7 @@ at::Tensor unified_to_copy(const at::Tensor& self, std::optional<at::ScalarType>
     return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
   }
   if (target.is_cpu() && same_dtype && !pin_memory.value_or(false) && keeps_format) {
+    if (!non_blocking && gpu_backed()) host_mapper()->synchronize_stream(compute_device(self).index());
     return host_alias(self);
   }
   if (target.is_cuda()) {

@@ -31,6 +31,8 @@ struct HostMapper {
 
   // Waits for all work queued on GPU `index`.
   virtual void synchronize(int index) const = 0;
+  // Waits for the work queued on GPU `index`'s current stream.
+  virtual void synchronize_stream(int index) const = 0;
 
   // The device on which an op over a unified tensor of this index runs.
   virtual c10::Device compute_device(int index) const = 0;
