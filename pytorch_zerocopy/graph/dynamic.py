@@ -602,12 +602,11 @@ class DynamicGraph:
             raise TypeError(f"sample_neighbors: fanout must be an int, got {type(fanout).__name__}")
         if fanout < -1:
             raise ValueError(f"sample_neighbors: fanout must be -1 (all neighbours) or >= 0, got {fanout}")
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, ()).item())
+        seed = _sampling._resolve_seed(seed)
         seeds = seeds.reshape(-1).to(device=self.device, dtype=torch.int64)
         out = _ops().dynamic_graph_sample.default(self.pool, self.root[: self._num_nodes],
                                                   self.height[: self._num_nodes], self.degree[: self._num_nodes],
-                                                  seeds, int(fanout), bool(replace), _sampling._signed64(int(seed)),
+                                                  seeds, int(fanout), bool(replace), seed,
                                                   self.page_size)
         return _sampling.SampledNeighbors(*out)
 
