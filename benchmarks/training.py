@@ -21,7 +21,10 @@ gathering run: ``zerocopy`` under MPS at other producer shares (``--shares``), u
 fixed, feature width varied). Cache row: ``zerocopy`` with a GPU cache of ``--cache-fraction``
 of the table's rows (``--cache-policy``; ``zerocopy[cache 10%]``), chosen before the run, with
 the share of input rows it held; the bar ``zerocopy_cache10_over_gpu_epoch_time`` sets it
-against the table held in GPU memory. Results: ``training.{json,md,png}`` (``training_quick``
+against the table held in GPU memory (the faster of the cache rows). Managed rows: ``zerocopy[managed]``
+and the cache row again with the uncached rows read from the producer's copy of the table in
+managed memory kept in host memory (``host_memory='managed'``; ``--no-managed`` leaves them
+out). Results: ``training.{json,md,png}`` (``training_quick``
 with ``--quick``), with the bars of the issue in ``"bars"``.
 """
 
@@ -45,6 +48,7 @@ CPU_MODES = "zerocopy,cpu"
 BAR_MS = 2.5  # zerocopy ms per minibatch
 BAR_OVER_DMA = 3.0
 BAR_CACHE_OVER_GPU = 1.10  # zerocopy with a cache of 10% of the table, against the table in GPU memory
+MANAGED_LABEL = "zerocopy[managed]"  # uncached rows read from a managed copy of the table kept in host memory
 
 
 def _mean(summary: Optional[Dict[str, float]]) -> float:
@@ -176,6 +180,8 @@ def main() -> int:
                    help="cache row: zerocopy with a GPU cache of this share of the table's rows (0: no cache row)")
     p.add_argument("--cache-policy", default="presample", choices=("presample", "degree"),
                    help="cache row: which rows the cache holds")
+    p.add_argument("--managed", action=argparse.BooleanOptionalAction, default=True,
+                   help="rows zerocopy[managed] and the cache row with host_memory 'managed' (GPU only)")
     p.add_argument("--cpu-sampling", action="store_true",
                    help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")
     p.add_argument("--width-sweep", default="", help="Figure 12: feature widths at the same table size (e.g. 512,2048)")
@@ -259,8 +265,11 @@ def main() -> int:
     if args.cache_fraction > 0 and "zerocopy" in modes:
         from pytorch_zerocopy import CacheConfig, CachePolicy
 
-        extra.append((cache_label, dict(cache=CacheConfig(policy=CachePolicy(args.cache_policy),
-                                                          fraction=args.cache_fraction))))
+        cache = CacheConfig(policy=CachePolicy(args.cache_policy), fraction=args.cache_fraction)
+        extra.append((cache_label, dict(cache=cache)))
+        if gpu and args.managed:
+            extra.append((MANAGED_LABEL, dict(host_memory="managed")))
+            extra.append((cache_label[:-1] + ", managed]", dict(cache=cache, host_memory="managed")))
     for label, settings in extra:
         runs.append(_attempt(lambda: _run(ds, label, "zerocopy", args, max_batches, ceiling, **settings), label))
         print(_line(runs[-1]), flush=True)
@@ -293,7 +302,10 @@ def main() -> int:
             bars[f"zerocopy_at_least_{BAR_OVER_DMA:g}x_dma"] = bars["zerocopy_speedup_over_dma"] >= BAR_OVER_DMA
         if "gpu" in by:
             bars["zerocopy_over_gpu_epoch_time"] = zc["ms_per_minibatch"] / by["gpu"]["ms_per_minibatch"]
-    cached = by.get(cache_label)
+    if MANAGED_LABEL in by and "gpu" in by:
+        bars["zerocopy_managed_over_gpu_epoch_time"] = by[MANAGED_LABEL]["ms_per_minibatch"] / by["gpu"]["ms_per_minibatch"]
+    cache_rows = [r for label, r in by.items() if label.startswith(cache_label[:-1])]
+    cached = min(cache_rows, key=lambda r: r["ms_per_minibatch"]) if cache_rows else None
     if cached is not None:
         tag = f"zerocopy_cache{args.cache_fraction * 100:g}"
         bars[f"{tag}_hit_rate"] = cached["cache_hit_rate"]
@@ -306,7 +318,8 @@ def main() -> int:
     best = min(placement, key=lambda r: r["ms_per_minibatch"]) if placement else None
     result = {"machine": info, "notes": notes, "ceilings": ceilings, "dataset": described, "table_bytes": table_bytes,
               "generation_seconds": gen_s, "runs": runs, "width_sweep": sweep,
-              "best_zerocopy_placement": best["mode"] if best else None, "bars": bars, "config": vars(args),
+              "best_zerocopy_placement": best["mode"] if best else None,
+              "cache_bar_setting": cached["mode"] if cached is not None else None, "bars": bars, "config": vars(args),
               "wall_seconds": time.perf_counter() - t_start}
 
     md = header_lines("GraphSAGE training, every minibatch " + ("sampled" if fresh else "REPLAYED (diagnostic)"),
@@ -318,7 +331,7 @@ def main() -> int:
                + ", ".join(f"{r['mode']} {r['ms_per_minibatch']:.2f} ms" for r in placement)
                + f"; fastest: {best['mode']}."]
     if cached is not None:
-        md += ["", f"{cache_label}: a cache of {cached['cache_rows']:,} rows "
+        md += ["", f"{cached['mode']}: a cache of {cached['cache_rows']:,} rows "
                f"({cached['cache_rows'] * ds_row_bytes / 2**30:.2f} GiB, {args.cache_policy} policy, chosen before the "
                f"run) held {cached['cache_hit_rate']:.1%} of the training minibatches' input rows."]
     if sweep:

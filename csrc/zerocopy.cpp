@@ -59,10 +59,12 @@ TORCH_LIBRARY(zerocopy, m) {
   // `max_iter` caps the iterations (push: rounds; async: edge work, in passes over the edges).
   m.def("graph_pagerank(Tensor indptr, Tensor indices, float alpha, float tol, int max_iter, "
         "int variant) -> (Tensor rank, Tensor stats)");
-  // A copy of the CPU tensor `src` in CUDA managed memory (cudaMallocManaged, advised
-  // read-mostly) returned as a tensor on cuda:`device`; refused when the GPU lacks the free
-  // memory to hold it. CUDA builds only.
-  m.def("managed_copy(Tensor src, int device) -> Tensor");
+  // A copy of the CPU tensor `src` in CUDA managed memory (cudaMallocManaged) returned as a
+  // tensor on cuda:`device`. on_host=False: advised read-mostly on the GPU (pages migrate on
+  // first touch), refused when the GPU lacks the free memory to hold it. on_host=True: kept in
+  // host memory and mapped for every GPU (reads are zero-copy, nothing migrates), refused when
+  // the host cannot back it; returns once the pages are in place. CUDA builds only.
+  m.def("managed_copy(Tensor src, int device, bool on_host=False) -> Tensor");
   // Makes a managed tensor cold again without re-allocating it: collapses the GPU's read-only
   // copies, moves every page back to host memory and re-advises read-mostly, so the next GPU
   // pass faults its pages in as a fresh allocation would.

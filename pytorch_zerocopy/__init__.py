@@ -18,7 +18,7 @@ from .unified import (
 )
 from ._build import build_info
 from .ops import block_mean, gather_rows
-from .feature_table import CacheConfig, CachePolicy, FeatureTable, gather_rows_cached
+from .feature_table import CacheConfig, CachePolicy, FeatureTable, HostMemory, gather_rows_cached, to_managed_host
 from .host_pages import HostPages, empty_host
 
 __version__ = build_info()["version"]
@@ -30,6 +30,7 @@ __all__ = [
     "CachePolicy",
     "FeatureTable",
     "HostPages",
+    "HostMemory",
     "block_mean",
     "build_info",
     "empty_host",
@@ -41,6 +42,7 @@ __all__ = [
     "is_unified",
     "load_unified",
     "registration_stats",
+    "to_managed_host",
     "to_unified",
     "unified_device",
 ]

@@ -21,10 +21,21 @@ was built from, or views of it, advance torch's version counter, and the next ga
 cannot see (another process, NumPy, another tensor over the same memory) are not detected:
 call ``refresh()`` after them.
 
-Processes. A FeatureTable pickles as its host table (which must be in shared memory) and the
-ids of its cached rows; a ``torch.multiprocessing`` child rebuilds it on its current GPU by
-gathering those rows once. Without a GPU the cache is a CPU tensor and the same calls run on
-the CPU.
+Host memory (:class:`HostMemory`): how a GPU reads the rows it does not cache.
+``MAPPED`` (the default) reads the host table itself, mapped in place for every GPU (a unified
+tensor): no copy, and every process mapping the same shared memory reads the same bytes.
+``MANAGED`` reads a private copy of the table in CUDA managed memory that is kept in host memory
+(:func:`to_managed_host`): still zero-copy over PCIe, but the GPU translates its addresses at the
+driver's managed-memory granularity, so random reads of short rows touch far fewer translations
+and run several times faster (``benchmarks/results/gather_minibatch.md``). It costs a second copy
+of the table in host memory per process, made at construction and again by
+:meth:`~FeatureTable.refresh`.
+
+Processes. A FeatureTable pickles as its host table (which must be in shared memory), the
+ids of its cached rows and its host memory kind; a ``torch.multiprocessing`` child rebuilds it on
+its current GPU by gathering those rows once (and, for ``MANAGED``, copying the table once).
+Without a GPU the cache is a CPU tensor and the same calls run on the CPU, on the host table,
+whatever the host memory kind.
 """
 
 from __future__ import annotations
@@ -39,7 +50,8 @@ from . import hotness as _hotness
 from . import unified as _unified
 from ._compat import register_fake
 
-__all__ = ["CacheConfig", "CachePolicy", "FeatureTable", "cached_rows_for", "gather_rows_cached", "node_cache_configs"]
+__all__ = ["CacheConfig", "CachePolicy", "FeatureTable", "HostMemory", "cached_rows_for", "gather_rows_cached",
+           "node_cache_configs", "to_managed_host"]
 
 DeviceLike = Union[str, int, torch.device, None]
 
@@ -50,6 +62,37 @@ class CachePolicy(enum.Enum):
 
     DEGREE = "degree"
     PRESAMPLE = "presample"
+
+
+class HostMemory(enum.Enum):
+    """Where a :class:`FeatureTable` on a GPU reads the rows it does not cache (module docstring):
+    ``MAPPED``, the host table mapped in place; ``MANAGED``, a private copy in managed memory kept
+    in host memory (:func:`to_managed_host`)."""
+
+    MAPPED = "mapped"
+    MANAGED = "managed"
+
+
+def to_managed_host(table: torch.Tensor, device: DeviceLike = None) -> torch.Tensor:
+    """A copy of the CPU or unified tensor ``table`` in CUDA managed memory that stays in host
+    memory: a tensor on ``device`` (default: the current GPU) whose bytes are host memory, mapped
+    for every GPU and read in place (no page migrates; GPU writes land in host memory too). Any
+    CUDA op reads it; ``gather_rows`` reads it in address order. It is private to this process
+    (it cannot be sent to another) and holds a second copy of ``table``'s bytes, so writes to
+    ``table`` after the call are not seen. Raises ``torch.OutOfMemoryError`` before allocating
+    when the host cannot back the copy; needs a CUDA build and a GPU."""
+    if not isinstance(table, torch.Tensor):
+        raise TypeError(f"to_managed_host: table must be a tensor, got {type(table).__name__}")
+    if table.device.type not in ("cpu", _unified.DEVICE_TYPE):
+        raise ValueError(f"to_managed_host: table must live in host memory (a CPU or unified tensor), got a tensor "
+                         f"on {table.device}")
+    if not _unified.gpu_backed():
+        raise RuntimeError("to_managed_host needs a CUDA build of pytorch_zerocopy and a GPU; this process has none")
+    dev = _cache_device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"to_managed_host: device must be a GPU, got {dev}")
+    host = table.cpu() if _unified.is_unified(table) else table
+    return torch.ops.zerocopy.managed_copy.default(host, dev.index, on_host=True)
 
 
 @dataclass(frozen=True)
@@ -200,12 +243,14 @@ class FeatureTable:
     or None for no cache. ``device``: the cache's GPU (default: the current one; the CPU where
     no GPU serves unified tensors), or ``"cpu"``: a cache in host memory, where the same calls
     run on the CPU (no faster than the table itself; for CPU runs of GPU code paths).
-    Raises ``torch.cuda.OutOfMemoryError`` before allocating anything when the cache and its
-    slot map do not fit in the GPU's free memory.
+    ``memory``: a :class:`HostMemory` (or its value), where uncached rows are read from on a
+    GPU. Raises ``torch.cuda.OutOfMemoryError`` before allocating anything when the cache and its
+    slot map do not fit in the GPU's free memory (``torch.OutOfMemoryError`` when the host cannot
+    back a ``MANAGED`` copy).
     """
 
     def __init__(self, table: torch.Tensor, cached_rows: Optional[torch.Tensor] = None, *,
-                 device: DeviceLike = None):
+                 device: DeviceLike = None, memory: Union[HostMemory, str] = HostMemory.MAPPED):
         if not isinstance(table, torch.Tensor):
             raise TypeError(f"FeatureTable: table must be a tensor, got {type(table).__name__}")
         if table.dim() != 2:
@@ -213,34 +258,64 @@ class FeatureTable:
         if table.device.type not in ("cpu", _unified.DEVICE_TYPE):
             raise ValueError(f"FeatureTable: table must live in host memory (a CPU or unified tensor), got a tensor "
                              f"on {table.device}; a table in GPU memory needs no cache")
+        try:
+            self.memory = HostMemory(memory)
+        except ValueError:
+            raise ValueError(f"FeatureTable: memory must be a HostMemory or one of "
+                             f"{[m.value for m in HostMemory]}, got {memory!r}") from None
         self._given = table
         self.host = table.cpu() if _unified.is_unified(table) else table
         self.cached_ids = self._check_ids(torch.zeros(0, dtype=torch.int64) if cached_rows is None
                                           else torch.as_tensor(cached_rows))
         self.device = _cache_device(device)
-        if self.device.type == "cuda":
-            self.table = table if _unified.is_unified(table) else _unified.to_unified(self.host,
-                                                                                       f"unified:{self.device.index}")
-            # The mapping as a CUDA tensor: gathers reach the CUDA kernel without the unified
-            # device's fallback. It keeps the mapping alive as long as this object.
-            self._read = _unified._C.device_alias(self.table, self.device)
-        else:
-            self.table = self.host
-            self._read = self.host
+        self.table: torch.Tensor
+        self._read: Optional[torch.Tensor] = None
+        self._open_table()
         self.cache: torch.Tensor
         self.slot_of: Optional[torch.Tensor] = None
         self._allocate()
-        self.refresh()
+        self._fill_cache()
+
+    def _open_table(self) -> None:
+        """Sets ``table`` (what the rows are read from) and ``_read`` (the tensor the gather ops
+        take): the host table on the CPU; on a GPU, the mapping (``MAPPED``) or a fresh managed
+        copy (``MANAGED``, the previous one released first)."""
+        if self.device.type != "cuda":
+            self.table = self._read = self.host
+        elif self.memory is HostMemory.MANAGED:
+            self._read = None
+            self.table = self._read = to_managed_host(self.host, self.device)
+        else:
+            given = self._given
+            self.table = given if _unified.is_unified(given) else _unified.to_unified(
+                self.host, f"unified:{self.device.index}")
+            # The mapping as a CUDA tensor: gathers reach the CUDA kernel without the unified
+            # device's fallback. It keeps the mapping alive as long as this object.
+            self._read = _unified._C.device_alias(self.table, self.device)
 
     # --- construction -------------------------------------------------------------------------
 
     @classmethod
     def for_graph(cls, table: torch.Tensor, graph: Any, config: CacheConfig, *,
-                  seeds: Optional[torch.Tensor] = None, device: DeviceLike = None) -> "FeatureTable":
+                  seeds: Optional[torch.Tensor] = None, device: DeviceLike = None,
+                  memory: Union[HostMemory, str] = HostMemory.MAPPED) -> "FeatureTable":
         """A FeatureTable caching the rows :func:`cached_rows_for` picks (rows are node ids of
         ``graph``)."""
         ids = cached_rows_for(graph, config, table.shape[0], table.shape[1] * table.element_size(), seeds=seeds)
-        return cls(table, ids, device=device)
+        return cls(table, ids, device=device, memory=memory)
+
+    def with_cache(self, cached_rows: Optional[torch.Tensor]) -> "FeatureTable":
+        """A FeatureTable over the same table, read the same way (the same mapping or managed copy:
+        nothing is copied again), caching ``cached_rows`` instead (None: no cache). The two share
+        the table's bytes; each has its own cache and its own :meth:`refresh`."""
+        other = object.__new__(FeatureTable)
+        other.__dict__.update(self.__dict__)
+        other.cached_ids = other._check_ids(torch.zeros(0, dtype=torch.int64) if cached_rows is None
+                                            else torch.as_tensor(cached_rows))
+        other.slot_of = None
+        other._allocate()
+        other._fill_cache()
+        return other
 
     def _check_ids(self, ids: torch.Tensor) -> torch.Tensor:
         if ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
@@ -279,7 +354,13 @@ class FeatureTable:
             self.slot_of = slot_of
 
     def refresh(self) -> None:
-        """Re-reads the cached rows from the table (after writes to it; see the module doc)."""
+        """Re-reads the cached rows from the table (after writes to it; see the module doc); with
+        ``HostMemory.MANAGED`` on a GPU, first copies the whole table again."""
+        if self.device.type == "cuda" and self.memory is HostMemory.MANAGED:
+            self._open_table()
+        self._fill_cache()
+
+    def _fill_cache(self) -> None:
         if self.cached_ids.numel():
             from .ops import gather_rows
 
@@ -407,7 +488,7 @@ class FeatureTable:
 
     def __repr__(self) -> str:
         return (f"FeatureTable(rows={self.num_rows}, width={self.width}, dtype={self.dtype}, cached={self.cache_rows} "
-                f"rows ({_unified.format_bytes(self.cache_bytes)}) on {self.device})")
+                f"rows ({_unified.format_bytes(self.cache_bytes)}) on {self.device}, memory={self.memory.value})")
 
     # --- processes ------------------------------------------------------------------------------
 
@@ -416,9 +497,9 @@ class FeatureTable:
             raise RuntimeError("a FeatureTable sent to another process must hold its table in shared memory; create "
                                "the table with pytorch_zerocopy.empty_shared / datasets' shared tables, or call "
                                ".share_memory_() on it before building the FeatureTable")
-        return (_rebuild_feature_table, (self.host, self.cached_ids.share_memory_()))
+        return (_rebuild_feature_table, (self.host, self.cached_ids.share_memory_(), self.memory.value))
 
 
-def _rebuild_feature_table(host: torch.Tensor, cached_ids: torch.Tensor) -> FeatureTable:
+def _rebuild_feature_table(host: torch.Tensor, cached_ids: torch.Tensor, memory: str = "mapped") -> FeatureTable:
     """A FeatureTable in this process over the same host bytes, its cache on the current GPU."""
-    return FeatureTable(host, cached_ids)
+    return FeatureTable(host, cached_ids, memory=memory)

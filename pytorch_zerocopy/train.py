@@ -25,6 +25,10 @@ is built: a bad one ends the command with one line and status 2.
 ``--cache SIZE`` (mode ``zerocopy``) keeps the hottest feature rows in GPU memory
 (:class:`~pytorch_zerocopy.FeatureTable`): the gather reads them from there and the rest from
 host memory in one call; each epoch line then reports the share of input rows the cache held.
+``--host-memory managed`` (mode ``zerocopy`` on a GPU) reads the uncached rows, and samples the
+in-neighbour lists, from the gathering process's own copies of the table and the lists in
+managed memory kept in host memory (:class:`~pytorch_zerocopy.HostMemory`): faster random reads,
+for one more copy of both in host memory.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .feature_table import CacheConfig, CachePolicy
+from .feature_table import CacheConfig, CachePolicy, HostMemory
 from .pipeline.plan import Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
 
 MODES = tuple(m.value for m in Mode)
@@ -279,6 +283,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="which rows --cache holds: presample (the rows a pre-sampled epoch of the training seeds "
                         "reads most; GNNLab's choice) or degree (nodes in the most neighbour lists) "
                         "(default: presample)")
+    p.add_argument("--host-memory", choices=tuple(m.value for m in HostMemory), default="mapped",
+                   help="mode zerocopy on a GPU: read uncached feature rows and sampled neighbour lists from the "
+                        "shared arrays mapped in place (mapped) or from the gathering process's copies of them in "
+                        "managed memory kept in host memory (managed: faster random reads, one more copy of the "
+                        "table and the lists in host memory)")
     p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
@@ -310,7 +319,8 @@ _FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--
           "fanouts": "--fanouts", "num_samplers": "--samplers", "gather_batches": "--gather-batches",
           "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
           "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
-          "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy"}
+          "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy",
+          "host_memory": "--host-memory"}
 
 
 def _one_line(error: Exception) -> str:
@@ -365,7 +375,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     settings = dict(batch_size=args.batch_size, epochs=args.epochs, max_batches=args.max_batches,
                     producer_share=args.producer_share, producer_sms=args.producer_sms, hidden=args.hidden,
-                    seed=args.seed)
+                    seed=args.seed, host_memory=args.host_memory)
     if args.samplers is not None:
         settings["num_samplers"] = args.samplers
     if args.gather_batches is not None:

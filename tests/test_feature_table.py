@@ -12,8 +12,8 @@ import torch.multiprocessing as mp
 import pytorch_zerocopy as zc
 from pytorch_zerocopy import hotness
 from pytorch_zerocopy._compat import has_opcheck
-from pytorch_zerocopy.feature_table import (CacheConfig, CachePolicy, FeatureTable, cached_rows_for, gather_rows_cached,
-                                            node_cache_configs)
+from pytorch_zerocopy.feature_table import (CacheConfig, CachePolicy, FeatureTable, HostMemory, cached_rows_for,
+                                            gather_rows_cached, node_cache_configs)
 from pytorch_zerocopy.graph import CSRGraph
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8]
@@ -168,10 +168,15 @@ def test_cached_gather_opcheck(device, gen):
 # --- FeatureTable -------------------------------------------------------------------------------
 
 
-def test_feature_table_reads_like_the_table(gen):
+MEMORIES = [pytest.param(m, id=m.value) for m in HostMemory]
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_feature_table_reads_like_the_table(gen, memory):
     host = random_rows(400, 16, torch.float32, gen)
     cached = torch.randperm(400, generator=gen)[:90]
-    ft = FeatureTable(host, cached)
+    ft = FeatureTable(host, cached, memory=memory)
+    assert ft.memory is memory
     assert ft.cache_rows == 90 and ft.cache_bytes == 90 * 64 and ft.shape == (400, 16) and len(ft) == 400
     idx = torch.randint(0, 400, (2000,), generator=gen)
     want = host[idx]
@@ -202,11 +207,12 @@ def test_feature_table_reads_hits_from_its_cache(gen):
     torch.testing.assert_close(got[1:], host[[51, 3]], rtol=0, atol=0)
 
 
-def test_feature_table_without_cache_and_full_cache(gen):
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_feature_table_without_cache_and_full_cache(gen, memory):
     host = random_rows(300, 5, torch.float16, gen)
     idx = torch.randint(0, 300, (1500,), generator=gen)
     for cached in (None, torch.arange(300)):
-        ft = FeatureTable(host, cached)
+        ft = FeatureTable(host, cached, memory=memory)
         torch.testing.assert_close(ft[idx].cpu(), host[idx], rtol=0, atol=0)
         with pytest.raises(IndexError, match="index 300 at position 1"):
             ft[torch.tensor([0, 300])]
@@ -233,9 +239,11 @@ def test_feature_table_bad_input(gen):
         ft[torch.tensor([31])]
 
 
-def test_feature_table_detects_writes_and_refreshes(gen):
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_feature_table_detects_writes_and_refreshes(gen, memory):
+    """Row 5 is cached, row 6 is not: a managed copy of the table is refreshed too."""
     host = random_rows(64, 3, torch.float32, gen)
-    ft = FeatureTable(host, torch.tensor([0, 5, 9]))
+    ft = FeatureTable(host, torch.tensor([0, 5, 9]), memory=memory)
     idx = torch.tensor([5, 6, 0])
     host[5:7].mul_(2)  # through a view of the table: same version counter
     with pytest.raises(RuntimeError, match="written after its rows were cached.*refresh"):
@@ -258,25 +266,82 @@ def test_feature_table_cache_larger_than_free_memory(gen, monkeypatch):
 
 
 def _child_gathers(ft, idx, results):
-    results.put((str(ft.device.type), ft.cache_rows, ft[idx].cpu().tolist()))  # plain values: the child exits next
+    results.put((str(ft.device.type), ft.cache_rows, ft.memory.value, ft[idx].cpu().tolist()))  # plain values: the child exits next
 
 
-def test_feature_table_crosses_processes(gen):
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_feature_table_crosses_processes(gen, memory):
     host = random_rows(200, 6, torch.float32, gen).share_memory_()
-    ft = FeatureTable(host, torch.tensor([1, 10, 100]))
+    ft = FeatureTable(host, torch.tensor([1, 10, 100]), memory=memory)
     idx = torch.randint(0, 200, (50,), generator=gen)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     child = ctx.Process(target=_child_gathers, args=(ft, idx, results))
     child.start()
-    device_type, cache_rows, got = results.get(timeout=120)
+    device_type, cache_rows, memory_value, got = results.get(timeout=120)
     child.join(60)
     assert child.exitcode == 0
-    assert device_type == ft.device.type and cache_rows == 3
+    assert device_type == ft.device.type and cache_rows == 3 and memory_value == memory.value
     torch.testing.assert_close(torch.tensor(got), host[idx], rtol=0, atol=0)
     private = FeatureTable(random_rows(5, 2, torch.float32, gen), torch.tensor([0]))
     with pytest.raises(RuntimeError, match="must hold its table in shared memory"):
         pickle.dumps(private)
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_feature_table_with_cache_shares_the_table(gen, memory):
+    host = random_rows(500, 8, torch.float32, gen)
+    ft = FeatureTable(host, torch.arange(10), memory=memory)
+    other = ft.with_cache(torch.arange(100, 300))
+    assert other.memory is memory and other.cache_rows == 200 and ft.cache_rows == 10
+    assert other._read.data_ptr() == ft._read.data_ptr()  # the same table reads: nothing copied again
+    assert other.cache.data_ptr() != ft.cache.data_ptr()
+    idx = torch.randint(0, 500, (3000,), generator=gen)
+    for t in (ft, other, ft.with_cache(None)):
+        torch.testing.assert_close(t[idx].cpu(), host[idx], rtol=0, atol=0)
+    assert other.hit_rate(idx) == pytest.approx(((idx >= 100) & (idx < 300)).float().mean().item())
+    with pytest.raises(IndexError, match="cached row 500 is out of range"):
+        ft.with_cache(torch.tensor([500]))
+
+
+def test_feature_host_memory_argument(gen):
+    host = random_rows(20, 4, torch.float32, gen)
+    assert FeatureTable(host).memory is HostMemory.MAPPED
+    assert FeatureTable(host, memory="managed").memory is HostMemory.MANAGED
+    with pytest.raises(ValueError, match=r"memory must be a HostMemory or one of \['mapped', 'managed'\], got 'pinned'"):
+        FeatureTable(host, memory="pinned")
+    with pytest.raises(TypeError, match="table must be a tensor"):
+        zc.to_managed_host([1, 2])
+
+
+@pytest.mark.cuda
+def test_to_managed_host_stays_in_host_memory(gen):
+    """The copy is a CUDA tensor of the same values whose pages stay in host memory: reading all of
+    it on the GPU takes no GPU memory (a migrating copy would take its size)."""
+    host = random_rows(1 << 16, 1024, torch.float32, gen)  # 256 MiB
+    m = zc.to_managed_host(host)
+    assert m.is_cuda and m.shape == host.shape and m.dtype == host.dtype
+    torch.cuda.synchronize()
+    free_before = torch.cuda.mem_get_info()[0]
+    total = m.sum(dtype=torch.float64)  # every page read by the GPU
+    assert torch.equal(m[::997].cpu(), host[::997])
+    assert float(total) == pytest.approx(float(host.sum(dtype=torch.float64)), rel=1e-9)
+    used = free_before - torch.cuda.mem_get_info()[0]
+    assert used < (128 << 20), f"reading the managed copy took {used} B of GPU memory: its pages migrated"
+    idx = torch.randint(0, host.shape[0], (5000,), generator=gen)
+    out = torch.full((5000, 1024), -7.5, device="cuda")
+    zc.gather_rows(m, idx, out)
+    torch.testing.assert_close(out.cpu(), host[idx], rtol=0, atol=0)
+    with pytest.raises(IndexError, match="out of bounds"):
+        zc.gather_rows(m, torch.tensor([1 << 16]))
+    with pytest.raises(ValueError, match="must live in host memory"):
+        zc.to_managed_host(host[:4].cuda())
+    with pytest.raises(ValueError, match="device must be a GPU"):
+        zc.to_managed_host(host[:4], "cpu")
+    huge = torch.empty(1, dtype=torch.float32).expand(1 << 42)  # 16 TiB, never materialised
+    with pytest.raises(torch.OutOfMemoryError, match="host memory"):
+        zc.to_managed_host(huge)
+    del m, total
 
 
 # --- which rows: hotness and CacheConfig -----------------------------------------------------------

@@ -131,7 +131,7 @@ def test_gpu_placements(seed):
     rng = np.random.default_rng(seed)
     g = CSRGraph.from_coo(rng.integers(0, 40, 100), rng.integers(0, 40, 100), 40,
                           torch.from_numpy(rng.uniform(1, 2, 100).astype(np.float32)))
-    for placement in ("cuda", "managed", "unified"):
+    for placement in ("cuda", "managed", "unified", "managed-host"):
         pg = g.to(placement, 0)
         assert pg.placement == placement
         assert pg.indptr.device == torch.device("cuda", 0)

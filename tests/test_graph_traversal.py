@@ -478,7 +478,7 @@ def test_compile_fullgraph():
 
 # --- GPU ----------------------------------------------------------------------------------
 
-GPU_PLACEMENTS = ["cuda", "unified", "managed"]
+GPU_PLACEMENTS = ["cuda", "unified", "managed", "managed-host"]
 
 
 @pytest.mark.cuda

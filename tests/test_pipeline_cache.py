@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pytorch_zerocopy import CacheConfig, CachePolicy
+from pytorch_zerocopy import CacheConfig, CachePolicy, HostMemory
 from pytorch_zerocopy.datasets import community_graph, papers_like
 from pytorch_zerocopy.feature_table import cached_rows_for
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Phase, Plan, PlanError, SampleOn, make_plan, run_pipeline
@@ -161,6 +161,8 @@ def test_feature_gather_reads_through_the_cache_and_counts_hits(small, gen):
         assert hits.take(0, phase).lookups == 0  # taken once
     with pytest.raises(ValueError, match="applies to the 'zerocopy' gather"):
         FeatureGather(small.features, Mode.CPU, torch.device("cpu"), ids)
+    with pytest.raises(ValueError, match="host memory 'managed' applies to the 'zerocopy' gather on a GPU"):
+        FeatureGather(small.features, Mode.ZEROCOPY, torch.device("cpu"), None, HostMemory.MANAGED)
 
 
 @pytest.mark.parametrize("gather_in", ["producer", "trainer"])
@@ -209,8 +211,8 @@ def gpu_plan(ds, **settings):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("settings", [dict(), dict(gather_in="trainer"), dict(gather_batches=1, num_slots=3),
-                                      dict(partition="auto")],
-                         ids=["producer", "trainer", "one-minibatch-per-gather", "mps-if-available"])
+                                      dict(partition="auto"), dict(host_memory="managed")],
+                         ids=["producer", "trainer", "one-minibatch-per-gather", "mps-if-available", "managed-table"])
 def test_gpu_pipeline_with_a_cache_trains_like_without(power_law, settings):
     """Zero-copy training on the GPU with a cache of 10% of the rows: the same losses and
     parameters as without (up to float tolerance: GPU reductions are not bitwise

@@ -9,6 +9,7 @@ import pytest
 
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, Plan, PlanError, SampleOn, make_plan
 from pytorch_zerocopy.pipeline import plan as plan_module
+from pytorch_zerocopy.feature_table import HostMemory
 from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_gather_batches
 
 GPU = dict(device="cuda:0")
@@ -69,6 +70,7 @@ BAD = [
     (dict(inject_failure=("trainer", "raise", 1)), "inject_failure", "a role of"),
     (dict(device="gpu"), "device", "'cpu' or 'cuda:N'"),
     (dict(device="cuda"), "device", "'cpu' or 'cuda:N'"),
+    (dict(host_memory="pinned"), "host_memory", "one of 'mapped', 'managed'"),
 ]
 
 
@@ -95,6 +97,9 @@ PLACEMENT = [
     (dict(sample_on=SampleOn.GPU), "sample_on 'gpu' needs a CUDA device"),
     (dict(mode=Mode.DMA, sample_on=SampleOn.GPU, num_samplers=0, **GPU), "sample_on must be 'cpu'"),
     (dict(sample_on=SampleOn.GPU, num_samplers=2, **GPU), "num_samplers applies to sample_on 'cpu'"),
+    (dict(host_memory=HostMemory.MANAGED), "host_memory 'managed' applies to mode 'zerocopy' on a GPU"),
+    (dict(host_memory=HostMemory.MANAGED, mode=Mode.GPU, gather_in=GatherIn.TRAINER, **GPU),
+     "host_memory 'managed' applies to mode 'zerocopy' on a GPU, not mode 'gpu'"),
 ]
 
 

@@ -1,5 +1,8 @@
-// CUDA managed memory for the UVM baseline: tensors over cudaMallocManaged memory advised
-// read-mostly (EMOGI's UVM configuration), and a way to make them cold again.
+// CUDA managed memory, two ways: advised read-mostly on a GPU (EMOGI's UVM configuration, the
+// baseline; pages migrate on first touch), with a way to make such a tensor cold again; or kept
+// in host memory (preferred location: the CPU; every GPU maps it and reads it in place, nothing
+// migrates), a private zero-copy table the GPU's page tables map at the driver's managed-memory
+// granularity rather than a registered mapping's.
 //
 // Lifetime: the tensor owns the allocation; its deleter calls cudaFree, which waits for work
 // on the device, so the memory never disappears under a running kernel.
@@ -12,6 +15,7 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "unified/host_memory.h"
 
 namespace zerocopy {
 namespace {
@@ -35,26 +39,45 @@ void free_managed(void* ptr) {
   (void)cudaFree(ptr);
 }
 
-at::Tensor managed_copy(const at::Tensor& src_in, int64_t device) {
+// Pins the pages of [ptr, ptr + nbytes) to host memory and maps them for every GPU, so GPU
+// reads are served from host memory in place (no fault, no migration). Synchronises `stream`.
+void keep_on_host(void* ptr, size_t nbytes, cudaStream_t stream) {
+  C10_CUDA_CHECK(cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetPreferredLocation, host_location()));
+  for (int d = 0; d < c10::cuda::device_count(); ++d) {
+    C10_CUDA_CHECK(cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetAccessedBy, device_location(d)));
+  }
+  C10_CUDA_CHECK(cudaMemPrefetchAsync(ptr, nbytes, host_location(), 0, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+at::Tensor managed_copy(const at::Tensor& src_in, int64_t device, bool on_host) {
   check_device_type(src_in, c10::kCPU, "src");
   TORCH_CHECK_INDEX(device >= 0 && device < c10::cuda::device_count(), "managed_copy: device must be in [0, ",
                     static_cast<int>(c10::cuda::device_count()), "), got ", device);
-  const at::Tensor src = src_in.contiguous();
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  const size_t nbytes = src.nbytes();
-  size_t free_bytes = 0, total_bytes = 0;
-  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  TORCH_CHECK(nbytes <= free_bytes, "managed_copy: ", nbytes, " bytes of managed memory were asked for, but GPU ",
-              device, " has only ", free_bytes, " bytes free (of ", total_bytes,
-              "); managed memory is never allocated beyond what the GPU has free. Free GPU memory "
-              "(e.g. torch.cuda.empty_cache()) or use a smaller graph.");
+  // Sized before anything is copied, so a request the machine cannot back is refused first.
+  const size_t nbytes = static_cast<size_t>(src_in.numel()) * src_in.itemsize();
+  if (on_host) {
+    require_host_memory(nbytes, "managed_copy: a copy kept in host memory",
+                        "use the table mapped in place (TableMemory.MAPPED), which makes no copy");
+  } else {
+    size_t free_bytes = 0, total_bytes = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    TORCH_CHECK(nbytes <= free_bytes, "managed_copy: ", nbytes, " bytes of managed memory were asked for, but GPU ",
+                device, " has only ", free_bytes, " bytes free (of ", total_bytes,
+                "); managed memory is never allocated beyond what the GPU has free. Free GPU memory "
+                "(e.g. torch.cuda.empty_cache()) or use a smaller graph.");
+  }
+  const at::Tensor src = src_in.contiguous();
   void* ptr = nullptr;
   C10_CUDA_CHECK(cudaMallocManaged(&ptr, nbytes > 0 ? nbytes : 1, cudaMemAttachGlobal));
   try {
-    // Filled by the CPU, so every page starts in host memory and the GPU faults it in.
+    // Filled by the CPU, so every page starts in host memory.
     at::Tensor host_view = at::from_blob(ptr, src.sizes(), src.options());
     host_view.copy_(src);
-    if (nbytes > 0) {
+    if (nbytes > 0 && on_host) {
+      keep_on_host(ptr, nbytes, c10::cuda::getCurrentCUDAStream());
+    } else if (nbytes > 0) {
       C10_CUDA_CHECK(cudaMemAdvise(ptr, nbytes, cudaMemAdviseSetReadMostly, device_location(static_cast<int>(device))));
     }
   } catch (...) {

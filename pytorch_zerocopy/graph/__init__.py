@@ -8,8 +8,9 @@ A graph's edge list can stay in host memory while a GPU traverses it (EMOGI, VLD
     ug = g.to("unified")                     # edge list mapped for the GPU in place, offsets on it
     depth = bfs(ug, 0)                       # int32 depths on the GPU, -1 where unreachable
 
-Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory) and ``"managed"``
-(CUDA managed memory, the UVM baseline). Variants of the ops (how a GPU schedules the work and
+Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory), ``"managed"``
+(CUDA managed memory, the UVM baseline) and ``"managed-host"`` (zero-copy from a managed copy
+kept in host memory). Variants of the ops (how a GPU schedules the work and
 reads the lists; ``"auto"`` by default): see :mod:`pytorch_zerocopy.graph.traversal`.
 File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
 Graphs that change: :class:`DynamicGraph` (:mod:`pytorch_zerocopy.graph.dynamic`), batched edge

@@ -15,6 +15,11 @@ offsets and every per-vertex array in GPU memory and only the edge list in host 
 * ``"managed"``  the edge list in CUDA managed memory advised read-mostly (the UVM baseline):
                  pages migrate to the GPU on first touch. Each ``to("managed")`` makes a fresh
                  allocation, so a new copy starts cold, as EMOGI re-allocates between runs.
+* ``"managed-host"`` the edge list in CUDA managed memory kept in host memory (preferred
+                 location: the CPU; every GPU maps it): zero-copy reads like ``"unified"``, from
+                 a private copy the GPU translates at the driver's managed-memory granularity
+                 (faster random reads, as in neighbour sampling; see
+                 :class:`~pytorch_zerocopy.HostMemory`). ``indptr`` on the GPU.
 
 Aliasing. ``to("unified")`` maps the host edge list in place: the unified graph and the CPU
 graph it came from share their bytes, so writing one changes the other. ``to("cpu")`` of a
@@ -50,7 +55,7 @@ import torch
 
 from .. import unified as _unified
 
-PLACEMENTS = ("cpu", "unified", "cuda", "managed")
+PLACEMENTS = ("cpu", "unified", "cuda", "managed", "managed-host")
 ArrayLike = Union[torch.Tensor, np.ndarray, list]
 
 _INT32_MAX = 2**31 - 1
@@ -318,7 +323,7 @@ class CSRGraph:
             gpu = _unified.gpu_backed()
             udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{_cuda_device(device).index}"
             return _to_unified(t, udev)
-        return _managed_copy(_host(t), _managed_device(device))
+        return _managed_copy(_host(t), _managed_device(device), on_host=placement == "managed-host")
 
     # --- edge ids and the transpose ------------------------------------------------------
 
@@ -369,9 +374,10 @@ class CSRGraph:
     def to(self, placement: str, device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
         """The graph with its edge list in ``placement`` (see the module docstring).
 
-        ``device`` names the GPU for ``"cuda"``, ``"managed"`` and ``"unified"`` (default: the
-        current one). ``"managed"`` needs a CUDA build and a GPU with enough free memory for
-        the edge list; it raises a clear error otherwise.
+        ``device`` names the GPU for every placement but ``"cpu"`` (default: the current one).
+        ``"managed"`` needs a CUDA build and a GPU with enough free memory for the edge list,
+        ``"managed-host"`` a CUDA build and host memory for a copy of it; each raises a clear
+        error otherwise.
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
@@ -390,9 +396,10 @@ class CSRGraph:
             return self._like(self.indptr.to(dev), _to_unified(self.indices, udev),
                               None if self.weights is None else _to_unified(self.weights, udev), "unified", eids)
         dev = _managed_device(device)
-        indices = _managed_copy(_host(self.indices), dev)
-        weights = None if self.weights is None else _managed_copy(_host(self.weights), dev)
-        return self._like(self.indptr.to(dev), indices, weights, "managed", eids)
+        on_host = placement == "managed-host"
+        indices = _managed_copy(_host(self.indices), dev, on_host)
+        weights = None if self.weights is None else _managed_copy(_host(self.weights), dev, on_host)
+        return self._like(self.indptr.to(dev), indices, weights, placement, eids)
 
     def cpu(self) -> "CSRGraph":
         return self.to("cpu")
@@ -467,5 +474,5 @@ def _managed_device(device) -> torch.device:
     return _cuda_device(device)
 
 
-def _managed_copy(host: torch.Tensor, dev: torch.device) -> torch.Tensor:
-    return torch.ops.zerocopy.managed_copy.default(host.contiguous(), dev.index)
+def _managed_copy(host: torch.Tensor, dev: torch.device, on_host: bool = False) -> torch.Tensor:
+    return torch.ops.zerocopy.managed_copy.default(host.contiguous(), dev.index, on_host=on_host)

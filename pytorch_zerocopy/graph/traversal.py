@@ -1,7 +1,7 @@
 """Graph traversal ops on a :class:`CSRGraph`: bfs, sssp, connected components, pagerank.
 
-Each op runs where the graph's ``indptr`` lives (the GPU for ``"cuda"``, ``"unified"`` and
-``"managed"`` graphs, the CPU otherwise), on the current CUDA stream, and returns its result on
+Each op runs where the graph's ``indptr`` lives (the GPU for ``"cuda"``, ``"unified"``,
+``"managed"`` and ``"managed-host"`` graphs, the CPU otherwise), on the current CUDA stream, and returns its result on
 that device. ``variant`` picks how a GPU schedules the work and reads neighbour lists:
 
 * ``"naive"``     a thread per vertex walks its own list (uncoalesced, 32-byte requests).
@@ -112,12 +112,12 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
       asynchronous label-correcting search re-relaxes weighted paths many times over), else
       ``"aligned"``.
     * connected_components: ``"staged"`` when the edge list is in host memory (unified,
-      managed) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
+      managed, managed-host) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
     * pagerank: ``"push"``.
     """
     if op not in OP_VARIANTS:
         raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
-    host_list = traits.placement in ("unified", "managed")
+    host_list = traits.placement in ("unified", "managed", "managed-host")
     mesh_like = (0 < traits.num_nodes < ASYNC_MAX_NODES
                  and traits.num_edges <= MESH_MEAN_DEGREE * traits.num_nodes)
     if op == "bfs":
@@ -320,5 +320,5 @@ def _pagerank_fake(indptr, indices, alpha, tol, max_iter, variant):
 
 
 @register_fake("zerocopy::managed_copy")
-def _managed_copy_fake(src, device):
+def _managed_copy_fake(src, device, on_host=False):
     return torch.empty_like(src, device=torch.device("cuda", device))

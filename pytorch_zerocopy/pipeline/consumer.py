@@ -43,7 +43,7 @@ class InlineSource:
     def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
                  side_stream: Optional["torch.cuda.Stream"] = None, cached_rows: Optional[torch.Tensor] = None):
         self.plan, self.device, self.side = plan, device, side_stream
-        self.gather = FeatureGather(ds.features, plan.mode, device, cached_rows)
+        self.gather = FeatureGather(ds.features, plan.mode, device, cached_rows, plan.host_memory)
         self.hits = CacheHits(self.gather.cache) if self.gather.cache is not None else None
         self.trace = ProducerTrace(device.type == "cuda") if plan.trace else None
         if plan.sample_on is SampleOn.GPU:

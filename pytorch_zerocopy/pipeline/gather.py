@@ -10,7 +10,7 @@ import torch
 import pytorch_zerocopy
 
 from ..datasets.base import NodeDataset
-from ..feature_table import FeatureTable, cached_rows_for
+from ..feature_table import FeatureTable, HostMemory, cached_rows_for
 from ..unified import gpu_backed, to_unified
 from .messages import CacheCounts
 from .plan import Mode, Phase, Plan
@@ -38,10 +38,13 @@ class FeatureGather:
     ``cached_rows`` (``ZEROCOPY`` only): ids of rows to hold in ``device``'s memory; the gather
     then runs through a :class:`~pytorch_zerocopy.feature_table.FeatureTable` (``cache``),
     which reads those rows from there and the rest from host memory, in one call.
+    ``memory`` (``ZEROCOPY`` on a GPU): where uncached rows are read from; ``MANAGED`` gathers
+    through a FeatureTable over this process's managed copy of the table, with or without a
+    cache.
     """
 
     def __init__(self, features: torch.Tensor, mode: Mode, device: torch.device,
-                 cached_rows: Optional[torch.Tensor] = None):
+                 cached_rows: Optional[torch.Tensor] = None, memory: HostMemory = HostMemory.MAPPED):
         if not isinstance(mode, Mode):
             raise TypeError(f"FeatureGather: mode must be a Mode, got {mode!r}")
         if features.device.type != "cpu":
@@ -56,10 +59,15 @@ class FeatureGather:
             raise RuntimeError(f"the {mode.value!r} gather needs a CUDA device, got {self.device}")
         if cached_rows is not None and mode is not Mode.ZEROCOPY:
             raise ValueError(f"a feature cache applies to the 'zerocopy' gather, not {mode.value!r}")
+        if memory is not HostMemory.MAPPED and (mode is not Mode.ZEROCOPY or self.device.type != "cuda"):
+            raise ValueError(f"host memory {memory.value!r} applies to the 'zerocopy' gather on a GPU, not "
+                             f"{mode.value!r} on {self.device}")
         self.cache: Optional[FeatureTable] = None
         if cached_rows is not None:
-            self.cache = FeatureTable(features, cached_rows, device=self.device)
+            self.cache = FeatureTable(features, cached_rows, device=self.device, memory=memory)
             self.table = self.cache
+        elif memory is HostMemory.MANAGED:
+            self.table = FeatureTable(features, None, device=self.device, memory=memory)
         elif mode is Mode.ZEROCOPY:
             # On the CPU the host table itself is the zero-copy source (gather_rows' CPU kernel).
             self.table = to_unified(features) if self.device.type == "cuda" else features

@@ -24,6 +24,10 @@ Vocabulary (one word per thing, in every layer):
 ``cache``         a :class:`~pytorch_zerocopy.feature_table.CacheConfig`: the feature rows the
                   gathering process keeps in GPU memory (a
                   :class:`~pytorch_zerocopy.feature_table.FeatureTable`), mode ``zerocopy``
+``HostMemory``    how the gathering process's GPU reads the host-resident feature rows it does
+                  not cache and, sampling on the GPU, the in-neighbour lists (mode ``zerocopy``
+                  on a GPU): ``mapped`` (the shared arrays mapped in place) or ``managed`` (that
+                  process's own copies in managed memory kept in host memory; one more copy)
 ================  ==============================================================================
 """
 
@@ -36,7 +40,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 from typing import Any, Optional, Tuple, Type, TypeVar, Union
 
-from ..feature_table import CacheConfig
+from ..feature_table import CacheConfig, HostMemory
 
 __all__ = ["GatherIn", "InjectedFailure", "Mode", "Partition", "Phase", "Plan", "PlanError", "SampleOn",
            "available_cores", "default_gather_batches", "gpu_available", "make_plan"]
@@ -163,6 +167,10 @@ class Plan:
     fanouts, batch size and seed, which the plan writes into the config), and the process that
     gathers holds them in GPU memory and gathers through them.
 
+    Host memory (mode ``zerocopy`` on a GPU): ``host_memory`` says how the gathering process
+    reads the feature rows it does not cache and the in-neighbour lists it samples
+    (:class:`~pytorch_zerocopy.feature_table.HostMemory`).
+
     Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
     ``producer_sms`` SMs for the gathering stream under green contexts.
 
@@ -204,6 +212,7 @@ class Plan:
     num_slots: int = 3
     gather_batches: int = 1
     cache: Optional[CacheConfig] = None
+    host_memory: HostMemory = HostMemory.MAPPED
     queue_depth: int = 4
     producer_share: float = 10.0
     producer_sms: int = 16
@@ -219,7 +228,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name, kind in (("mode", Mode), ("partition", Partition), ("sample_on", SampleOn),
-                           ("gather_in", GatherIn)):
+                           ("gather_in", GatherIn), ("host_memory", HostMemory)):
             object.__setattr__(self, name, _enum(kind, getattr(self, name), name))
         fanouts = self.fanouts
         if isinstance(fanouts, (int, str)) or not hasattr(fanouts, "__iter__"):
@@ -341,6 +350,9 @@ class Plan:
         if self.cache is not None and mode is not Mode.ZEROCOPY:
             raise PlanError("cache", f"cache applies to mode 'zerocopy' only (rows gathered zero-copy from the host "
                                      f"table), not {mode.value!r}")
+        if self.host_memory is not HostMemory.MAPPED and (mode is not Mode.ZEROCOPY or not cuda):
+            raise PlanError("host_memory", f"host_memory {self.host_memory.value!r} applies to mode 'zerocopy' on "
+                                            f"a GPU, not mode {mode.value!r} on {device!r}")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
@@ -398,6 +410,8 @@ class Plan:
         if self.cache is not None:
             parts.append(f"{'GPU' if self.on_gpu else 'host'} cache of {describe_cache_size(self.cache)} "
                          f"({self.cache.policy.value})")
+        if self.host_memory is HostMemory.MANAGED:
+            parts.append("uncached rows and neighbour lists read from managed copies in host memory")
         if self.replay:
             parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
         return ", ".join(parts)

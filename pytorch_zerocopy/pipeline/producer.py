@@ -67,7 +67,7 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
     on_gpu = device.type == "cuda"
-    gather = FeatureGather(ds.features, plan.mode, device, cached_rows)
+    gather = FeatureGather(ds.features, plan.mode, device, cached_rows, plan.host_memory)
     hits = CacheHits(gather.cache) if gather.cache is not None else None
     tracer = ProducerTrace(on_gpu) if plan.trace else None
     if plan.sample_on is SampleOn.GPU:
