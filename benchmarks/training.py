@@ -21,10 +21,10 @@ gathering run: ``zerocopy`` under MPS at other producer shares (``--shares``), u
 fixed, feature width varied). Cache row: ``zerocopy`` with a GPU cache of ``--cache-fraction``
 of the table's rows (``--cache-policy``; ``zerocopy[cache 10%]``), chosen before the run, with
 the share of input rows it held; the bar ``zerocopy_cache10_over_gpu_epoch_time`` sets it
-against the table held in GPU memory (the faster of the cache rows). Managed rows: ``zerocopy[managed]``
+against the table held in GPU memory (the fastest of the cache rows). Managed rows: ``zerocopy[managed]``
 and the cache row again with the uncached rows read from the producer's copy of the table in
 managed memory kept in host memory (``host_memory='managed'``; ``--no-managed`` leaves them
-out). Results: ``training.{json,md,png}`` (``training_quick``
+out); ``--cache-shares`` runs the cache row again under MPS at those producer shares. Results: ``training.{json,md,png}`` (``training_quick``
 with ``--quick``), with the bars of the issue in ``"bars"``.
 """
 
@@ -182,6 +182,8 @@ def main() -> int:
                    help="cache row: which rows the cache holds")
     p.add_argument("--managed", action=argparse.BooleanOptionalAction, default=True,
                    help="rows zerocopy[managed] and the cache row with host_memory 'managed' (GPU only)")
+    p.add_argument("--cache-shares", default="",
+                   help="the cache row again under MPS at these producer shares (e.g. 20,30,50)")
     p.add_argument("--cpu-sampling", action="store_true",
                    help="also run zerocopy with CPU sampler processes (row zerocopy[cpu-sampling])")
     p.add_argument("--width-sweep", default="", help="Figure 12: feature widths at the same table size (e.g. 512,2048)")
@@ -270,6 +272,10 @@ def main() -> int:
         if gpu and args.managed:
             extra.append((MANAGED_LABEL, dict(host_memory="managed")))
             extra.append((cache_label[:-1] + ", managed]", dict(cache=cache, host_memory="managed")))
+        if gpu:
+            extra += [(cache_label[:-1] + f", mps {float(s):g}%]", dict(cache=cache, partition="mps",
+                                                                         producer_share=float(s)))
+                      for s in args.cache_shares.split(",") if s.strip()]
     for label, settings in extra:
         runs.append(_attempt(lambda: _run(ds, label, "zerocopy", args, max_batches, ceiling, **settings), label))
         print(_line(runs[-1]), flush=True)
