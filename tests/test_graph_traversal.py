@@ -649,6 +649,30 @@ def test_async_repeated_runs(seed):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("tuning", [("1", "64", "1"), ("2", "1048576", "1073741824"), ("16", "256", "4096")])
+def test_async_tuning_from_environment(monkeypatch, tuning):
+    """The worklist's launch and scheduling knobs change its speed, never its result; a bad value
+    is a ValueError naming the variable."""
+    from pytorch_zerocopy.graph import grid_graph, kronecker_graph
+
+    names = ("PYTORCH_ZEROCOPY_ASYNC_BLOCKS_PER_SM", "PYTORCH_ZEROCOPY_ASYNC_MAX_SLEEP_NS",
+             "PYTORCH_ZEROCOPY_ASYNC_CARRY_CHAIN")
+    for name, value in zip(names, tuning):
+        monkeypatch.setenv(name, value)
+    for g in (grid_graph(60, 70, weights="int"), kronecker_graph(11, 8, seed=2, weights="int", device="cpu")):
+        pg = g.to("unified", 0)
+        for s in (0, g.num_nodes // 3):
+            assert torch.equal(bfs(pg, s, variant="async").cpu(), bfs(g, s))
+            torch.testing.assert_close(sssp(pg, s, variant="async").cpu(), sssp(g, s), rtol=0, atol=0)
+    g = grid_graph(8, 8).to("unified", 0)
+    for name, bad in zip(names, ("0", "12ns", "-3")):
+        monkeypatch.setenv(name, bad)
+        with pytest.raises(ValueError, match=name):
+            bfs(g, 0, variant="async")
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.cuda
 def test_async_edge_cases():
     from pytorch_zerocopy.graph import kronecker_graph
 

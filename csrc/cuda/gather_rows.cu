@@ -32,6 +32,7 @@
 
 #include "gather_rows.h"
 #include "gather_rows_cached.h"
+#include "env.h"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -101,16 +102,6 @@ struct GatherTuning {
   int load = kLoadPlain;   // load instruction for 16-byte vectors
   int split = 1;           // kernels (on as many streams) the sorted slots are cut into
 };
-
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  TORCH_CHECK_VALUE(end != nullptr && *end == '\0' && v >= lo && v <= hi, name, " must be an integer in [", lo,
-                    ", ", hi, "], got '", env, "'");
-  return static_cast<int>(v);
-}
 
 GatherTuning tuning_from_env() {
   GatherTuning t;

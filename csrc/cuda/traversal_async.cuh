@@ -17,7 +17,7 @@
 // producer on the consumer that claimed the cell's previous ticket (which reads next). Neither
 // wait crosses a warp-collective operation, and a warp that has not started holds no ticket, so
 // nothing depends on blocks that are not resident. The grid is sized from the occupancy
-// calculator all the same (capped at kAsyncBlocksPerSm blocks per SM), so every block is
+// calculator all the same (capped at AsyncTuning::blocks_per_sm blocks per SM), so every block is
 // resident and polls.
 //
 // Termination. `pending` counts items reserved and not yet finished. A warp adds the items it
@@ -53,20 +53,38 @@
 
 #include <ATen/ATen.h>
 
+#include "env.h"
 #include "traversal_common.cuh"
 
 namespace zerocopy {
 namespace traversal {
 
 constexpr int kAsyncBlock = 128;
-// 16 warps per SM: enough loads in flight for host-memory latency, and few enough idle warps
-// that their polling of the queue counters stays far below what the L2 serves.
-constexpr int kAsyncBlocksPerSm = 4;
 constexpr int kLaneEdges = 4;  // lists up to this long are expanded by one lane
-constexpr int kCarryChain = 64;  // hops a lane follows before it publishes again
 constexpr int kBudgetCheckSteps = 16;  // a busy warp reads `done` (and checks its budget) this often
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr unsigned kMaxSleepNs = 8192;  // an idle warp polls at least this often
+
+// Launch and scheduling choices of one run (environment variables override the defaults;
+// benchmarks/results/async_tuning.md compares settings). blocks_per_sm: resident blocks of
+// kAsyncBlock threads per SM; every warp claims, publishes and polls through the same few
+// counters, so more warps add contention there sooner than they add useful loads in flight.
+// max_sleep_ns: an idle warp polls the worklist at least this often, so it bounds how long a
+// published item waits for a taker (the critical path of a high-diameter graph is a chain of
+// such hand-offs). carry_chain: hops a lane follows before it publishes again (kCarry).
+struct AsyncTuning {
+  int blocks_per_sm = 1;
+  unsigned max_sleep_ns = 64;
+  int carry_chain = 4096;
+};
+
+inline AsyncTuning async_tuning_from_env() {
+  AsyncTuning t;
+  t.blocks_per_sm = env_int("PYTORCH_ZEROCOPY_ASYNC_BLOCKS_PER_SM", t.blocks_per_sm, 1, 16);
+  t.max_sleep_ns = static_cast<unsigned>(
+      env_int("PYTORCH_ZEROCOPY_ASYNC_MAX_SLEEP_NS", static_cast<int>(t.max_sleep_ns), 64, 1 << 20));
+  t.carry_chain = env_int("PYTORCH_ZEROCOPY_ASYNC_CARRY_CHAIN", t.carry_chain, 1, 1 << 30);
+  return t;
+}
 
 // Counters, each in its own 128-byte line: [head, tail, pending, done, work] at int64 offsets
 // 0, 16, 32, 48, 64.
@@ -85,6 +103,8 @@ struct AsyncQueueView {
   unsigned* done;
   unsigned long long* work;        // edges expanded, as the warps report them
   unsigned long long work_budget;  // edges after which the run stops (~0: no limit)
+  unsigned max_sleep_ns;           // AsyncTuning
+  int carry_chain;                 // AsyncTuning
 };
 
 // Claims up to `want` published-or-reserved tickets (lane 0 of a warp); returns how many, the
@@ -302,7 +322,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
         push[j] = j < count && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
-        if (kCarry && push[j] && carry < 0 && chain < kCarryChain) {
+        if (kCarry && push[j] && carry < 0 && chain < q.carry_chain) {
           carry = static_cast<int64_t>(u[j]);
           push[j] = false;
         }
@@ -333,7 +353,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
     if (!busy) {
       if (claimed == 0) {
         __nanosleep(sleep_ns);
-        sleep_ns = sleep_ns < kMaxSleepNs ? sleep_ns * 2 : kMaxSleepNs;
+        sleep_ns = sleep_ns < q.max_sleep_ns ? sleep_ns * 2 : q.max_sleep_ns;
       } else {
         sleep_ns = 64;
       }
@@ -348,6 +368,7 @@ template <typename T>
 struct AsyncQueue {
   at::Tensor seq, val, counters;
   AsyncQueueView<T> view{};
+  AsyncTuning tuning = async_tuning_from_env();
 
   AsyncQueue(int64_t num_nodes, const at::TensorOptions& index_options, cudaStream_t stream) {
     unsigned long long capacity = 1024;
@@ -367,6 +388,8 @@ struct AsyncQueue {
     view.done = reinterpret_cast<unsigned*>(c + 3 * kCounterStride);
     view.work = c + 4 * kCounterStride;
     view.work_budget = ~0ull;
+    view.max_sleep_ns = tuning.max_sleep_ns;
+    view.carry_chain = tuning.carry_chain;
     async_queue_init_kernel<<<grid_blocks(1, static_cast<int64_t>(capacity)), kBlock, 0, stream>>>(view.seq,
                                                                                                 capacity);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -391,7 +414,7 @@ struct AsyncQueue {
   template <typename Kernel, typename Op>
   void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, long long* stats,
               cudaStream_t stream) {
-    kernel<<<resident_blocks(kernel, kAsyncBlock, kAsyncBlocksPerSm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
+    kernel<<<resident_blocks(kernel, kAsyncBlock, tuning.blocks_per_sm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
                                                                                               view, stats);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
