@@ -103,8 +103,7 @@ struct AsyncQueueView {
   unsigned* done;
   unsigned long long* work;        // edges expanded, as the warps report them
   unsigned long long work_budget;  // edges after which the run stops (~0: no limit)
-  unsigned max_sleep_ns;           // AsyncTuning
-  int carry_chain;                 // AsyncTuning
+  AsyncTuning tuning;
 };
 
 // Claims up to `want` published-or-reserved tickets (lane 0 of a warp); returns how many, the
@@ -322,7 +321,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
         push[j] = j < count && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
-        if (kCarry && push[j] && carry < 0 && chain < q.carry_chain) {
+        if (kCarry && push[j] && carry < 0 && chain < q.tuning.carry_chain) {
           carry = static_cast<int64_t>(u[j]);
           push[j] = false;
         }
@@ -353,7 +352,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
     if (!busy) {
       if (claimed == 0) {
         __nanosleep(sleep_ns);
-        sleep_ns = sleep_ns < q.max_sleep_ns ? sleep_ns * 2 : q.max_sleep_ns;
+        sleep_ns = sleep_ns < q.tuning.max_sleep_ns ? sleep_ns * 2 : q.tuning.max_sleep_ns;
       } else {
         sleep_ns = 64;
       }
@@ -368,7 +367,6 @@ template <typename T>
 struct AsyncQueue {
   at::Tensor seq, val, counters;
   AsyncQueueView<T> view{};
-  AsyncTuning tuning = async_tuning_from_env();
 
   AsyncQueue(int64_t num_nodes, const at::TensorOptions& index_options, cudaStream_t stream) {
     unsigned long long capacity = 1024;
@@ -388,8 +386,7 @@ struct AsyncQueue {
     view.done = reinterpret_cast<unsigned*>(c + 3 * kCounterStride);
     view.work = c + 4 * kCounterStride;
     view.work_budget = ~0ull;
-    view.max_sleep_ns = tuning.max_sleep_ns;
-    view.carry_chain = tuning.carry_chain;
+    view.tuning = async_tuning_from_env();
     async_queue_init_kernel<<<grid_blocks(1, static_cast<int64_t>(capacity)), kBlock, 0, stream>>>(view.seq,
                                                                                                 capacity);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -414,7 +411,7 @@ struct AsyncQueue {
   template <typename Kernel, typename Op>
   void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, long long* stats,
               cudaStream_t stream) {
-    kernel<<<resident_blocks(kernel, kAsyncBlock, tuning.blocks_per_sm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
+    kernel<<<resident_blocks(kernel, kAsyncBlock, view.tuning.blocks_per_sm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
                                                                                               view, stats);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
