@@ -85,6 +85,29 @@ def test_papers_like_generator():
     assert torch.equal(a.features, again.features) and torch.equal(a.graph.indices, again.graph.indices)
 
 
+def test_papers_like_popularity_skew():
+    """Cited nodes are drawn by popularity: with the default skew a few nodes are cited far more
+    than under uniform draws, the top 10% of nodes hold about a third of the citations, and
+    classes still agree."""
+    n = 20_000
+    flat = papers_like(n, avg_degree=8, feature_dim=4, num_classes=10, seed=5, device="cpu", popularity_skew=1.0)
+    skewed = papers_like(n, avg_degree=8, feature_dim=4, num_classes=10, seed=5, device="cpu")
+    assert skewed.name.endswith("-skew2") and flat.name.endswith("-skew1")
+    for ds in (flat, skewed):
+        _check_csr(ds)
+        dst = torch.repeat_interleave(torch.arange(n), ds.graph.indptr[1:] - ds.graph.indptr[:-1])
+        assert (ds.labels[dst] == ds.labels[ds.graph.indices]).float().mean().item() > 0.7
+    cites = [torch.bincount(ds.graph.indices, minlength=n).sort(descending=True).values for ds in (flat, skewed)]
+    top = [c[: n // 10].sum().item() / c.sum().item() for c in cites]
+    assert top[0] < 0.2 and top[1] > 0.28, top  # skew 2: the top tenth of ranks draws sqrt(0.1) of the citations
+    assert cites[1][0] > 10 * cites[0][0]
+    # Hot nodes are spread over the id range, not packed at its start.
+    hot = torch.bincount(skewed.graph.indices, minlength=n).topk(n // 100).indices.float()
+    assert 0.3 * n < hot.mean().item() < 0.7 * n
+    with pytest.raises(ValueError, match="popularity_skew"):
+        papers_like(1000, num_classes=10, device="cpu", popularity_skew=0.5)
+
+
 def test_bucketed_csr_build_matches_the_direct_one():
     from pytorch_zerocopy.datasets.synthetic import _csr_from_edges
 

@@ -596,9 +596,11 @@ def test_direction_reads_less_than_the_edge_list(placement):
     64-byte block holding a frontier neighbour: the direction variant reads less than a
     top-down search, which reads every list of the vertices it reaches, with exact depths and a
     valid BFS tree. How much less depends on the lists' length against the block (16 int32
-    ids): on the uniform graph (mean degree 16) a list is one or two blocks, and a bottom-up
-    level entered with a frontier of ~8% of the vertices reads most of them; on the Kronecker
-    graph the long lists of hubs stop early, and well under half the edge list is read."""
+    ids): on the uniform graph (mean degree 16) a list is one or two blocks, so a level goes
+    bottom-up only once few vertices are left unvisited (in host memory, where its bytes
+    decide, not before), and the lists of the last large frontier are never read; on the
+    Kronecker graph the long lists of hubs stop early, and well under half the edge list is
+    read."""
     from pytorch_zerocopy.graph import kronecker_graph, uniform_random_graph
 
     for g, share in ((uniform_random_graph(16, 8, seed=2, device="cpu"), 1.0),
@@ -649,14 +651,15 @@ def test_async_repeated_runs(seed):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("tuning", [("1", "64", "1"), ("2", "1048576", "1073741824"), ("16", "256", "4096")])
+@pytest.mark.parametrize("tuning", [("1", "64", "1", "1"), ("2", "1048576", "1073741824", "4"),
+                                    ("16", "256", "4096", "2")])
 def test_async_tuning_from_environment(monkeypatch, tuning):
     """The worklist's launch and scheduling knobs change its speed, never its result; a bad value
     is a ValueError naming the variable."""
     from pytorch_zerocopy.graph import grid_graph, kronecker_graph
 
     names = ("PYTORCH_ZEROCOPY_ASYNC_BLOCKS_PER_SM", "PYTORCH_ZEROCOPY_ASYNC_MAX_SLEEP_NS",
-             "PYTORCH_ZEROCOPY_ASYNC_CARRY_CHAIN")
+             "PYTORCH_ZEROCOPY_ASYNC_CARRY_CHAIN", "PYTORCH_ZEROCOPY_ASYNC_BLOCK_WARPS")
     for name, value in zip(names, tuning):
         monkeypatch.setenv(name, value)
     for g in (grid_graph(60, 70, weights="int"), kronecker_graph(11, 8, seed=2, weights="int", device="cpu")):
@@ -665,7 +668,7 @@ def test_async_tuning_from_environment(monkeypatch, tuning):
             assert torch.equal(bfs(pg, s, variant="async").cpu(), bfs(g, s))
             torch.testing.assert_close(sssp(pg, s, variant="async").cpu(), sssp(g, s), rtol=0, atol=0)
     g = grid_graph(8, 8).to("unified", 0)
-    for name, bad in zip(names, ("0", "12ns", "-3")):
+    for name, bad in zip(names, ("0", "12ns", "-3", "5")):
         monkeypatch.setenv(name, bad)
         with pytest.raises(ValueError, match=name):
             bfs(g, 0, variant="async")

@@ -65,14 +65,16 @@ constexpr int kBudgetCheckSteps = 16;  // a busy warp reads `done` (and checks i
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Launch and scheduling choices of one run (environment variables override the defaults;
-// benchmarks/results/async_tuning.md compares settings). blocks_per_sm: resident blocks of
-// kAsyncBlock threads per SM; every warp claims, publishes and polls through the same few
-// counters, so more warps add contention there sooner than they add useful loads in flight.
+// benchmarks/results/async_tuning.md compares settings). blocks_per_sm and block_warps:
+// resident blocks per SM and warps per block (at most kAsyncBlock threads); every warp claims,
+// publishes and polls through the same few counters, so more warps add contention there
+// sooner than they add useful loads in flight, and fewer hold fewer chains of hops at once.
 // max_sleep_ns: an idle warp polls the worklist at least this often, so it bounds how long a
 // published item waits for a taker (the critical path of a high-diameter graph is a chain of
 // such hand-offs). carry_chain: hops a lane follows before it publishes again (kCarry).
 struct AsyncTuning {
   int blocks_per_sm = 1;
+  int block_warps = kAsyncBlock / kWarp;
   unsigned max_sleep_ns = 64;
   int carry_chain = 4096;
 };
@@ -80,6 +82,7 @@ struct AsyncTuning {
 inline AsyncTuning async_tuning_from_env() {
   AsyncTuning t;
   t.blocks_per_sm = env_int("PYTORCH_ZEROCOPY_ASYNC_BLOCKS_PER_SM", t.blocks_per_sm, 1, 16);
+  t.block_warps = env_int("PYTORCH_ZEROCOPY_ASYNC_BLOCK_WARPS", t.block_warps, 1, kAsyncBlock / kWarp);
   t.max_sleep_ns = static_cast<unsigned>(
       env_int("PYTORCH_ZEROCOPY_ASYNC_MAX_SLEEP_NS", static_cast<int>(t.max_sleep_ns), 64, 1 << 20));
   t.carry_chain = env_int("PYTORCH_ZEROCOPY_ASYNC_CARRY_CHAIN", t.carry_chain, 1, 1 << 30);
@@ -411,8 +414,9 @@ struct AsyncQueue {
   template <typename Kernel, typename Op>
   void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, long long* stats,
               cudaStream_t stream) {
-    kernel<<<resident_blocks(kernel, kAsyncBlock, view.tuning.blocks_per_sm), kAsyncBlock, 0, stream>>>(indptr, indices, op,
-                                                                                              view, stats);
+    const int threads = view.tuning.block_warps * kWarp;
+    kernel<<<resident_blocks(kernel, threads, view.tuning.blocks_per_sm), threads, 0, stream>>>(indptr, indices, op,
+                                                                                                view, stats);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 

@@ -16,9 +16,15 @@
 // lanes reading one aligned 64-byte block of ids (16 int32 ids, one request), so a vertex whose
 // first in-neighbours include a frontier vertex costs one such block, not its whole list: that
 // is how the direction variant reads less than the edge list. The choice is made on
-// the device at the start of each level from counters the previous level left: bottom-up when
-// the frontier's out-edges exceed 1/kAlpha of the edges into unvisited vertices and the
-// frontier holds more than 1/kBeta of the vertices (Beamer's alpha = 14, beta = 24).
+// the device at the start of each level from counters the previous level left. Beamer's rule
+// (alpha = 14, beta = 24): bottom-up when the frontier's out-edges exceed 1/kAlpha of the
+// edges into unvisited vertices and the frontier holds more than 1/kBeta of the vertices. It
+// counts edge checks; when the in-lists are in host memory, what a level pays for is the bytes
+// it reads over the link, and on a graph of short lists Beamer's rule sends to bottom-up a
+// level that reads a block for every unvisited vertex where top-down reads far fewer bytes.
+// There a level goes bottom-up only if its expected bytes are at most kBytesSlack times
+// top-down's (bottom_up_reads_few_bytes), the slack standing for top-down's own per-edge work
+// (a check and an atomic per edge in GPU memory), which the byte counts leave out.
 //
 // All of these stop through the device counter described in traversal_common.cuh.
 //
@@ -46,6 +52,8 @@ namespace {
 constexpr long long kAlpha = 14;
 constexpr long long kBeta = 24;
 constexpr int kBottomUpStepBytes = 64;  // what one vertex reads per bottom-up step
+constexpr double kListWasteBytes = 32;  // a top-down list read's alignment waste, about one sector
+constexpr double kBytesSlack = 1.5;
 
 __device__ __forceinline__ bool level_has_work(const long long* top, int64_t level) {
   return *reinterpret_cast<const volatile long long*>(top) >= level;
@@ -171,14 +179,36 @@ __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indpt
 
 // Per-level counters of the direction variant, each a three-slot ring (see the file comment).
 // count / out_edges / in_edges: size, out-degree sum and in-degree sum of frontier L at slot
-// L%3; visited_in: the in-degree sum of the vertices reached at levels <= L, written at slot
-// L%3 by level L's kernel (from slot (L-1)%3 and frontier L).
+// L%3; visited / visited_in: the number and in-degree sum of the vertices reached at levels
+// <= L, written at slot L%3 by level L's kernel (from slot (L-1)%3 and frontier L).
 struct DirectionControl {
   long long count[3];
   long long out_edges[3];
   long long in_edges[3];
+  long long visited[3];
   long long visited_in[3];
 };
+
+// Whether a bottom-up level reads at most kBytesSlack times the bytes of a top-down one.
+// Top-down reads the frontier's lists: their ids plus about one sector of alignment waste per
+// list. Bottom-up reads, per unvisited vertex, blocks until one holds a frontier vertex:
+// expected 1 / (1 - (1 - p)^k) blocks for a share p of frontier ids among the lists' ids and k
+// ids per block, at most the blocks of a mean unvisited list. Every thread computes the same
+// answer from the same counters.
+__device__ __forceinline__ bool bottom_up_reads_few_bytes(long long frontier, long long frontier_out,
+                                                          long long unvisited, long long unvisited_in, long long m,
+                                                          int id_bytes) {
+  if (unvisited <= 0) return false;
+  const double ids_per_block = static_cast<double>(kBottomUpStepBytes) / id_bytes;
+  const double top_down = static_cast<double>(frontier_out) * id_bytes + kListWasteBytes * frontier;
+  const double mean_list = static_cast<double>(unvisited_in) / unvisited;
+  const double list_blocks = mean_list / ids_per_block + 1.0;  // + 1: a list rarely starts on a block
+  const double p = m > 0 ? fmin(1.0, static_cast<double>(frontier_out) / m) : 0.0;
+  const double k = fmin(mean_list, ids_per_block);
+  const double miss = pow(1.0 - p, k);
+  const double blocks = miss < 1.0 ? fmin(list_blocks, 1.0 / (1.0 - miss)) : list_blocks;
+  return static_cast<double>(unvisited) * kBottomUpStepBytes * blocks <= kBytesSlack * top_down;
+}
 
 template <typename T>
 __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ in_indptr,
@@ -190,6 +220,7 @@ __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, co
     ctl->count[k] = 0;
     ctl->out_edges[k] = 0;
     ctl->in_edges[k] = 0;
+    ctl->visited[k] = 0;
     ctl->visited_in[k] = 0;
   }
   ctl->count[0] = 1;
@@ -274,21 +305,25 @@ __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __rest
                                      const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
                                      const T* __restrict__ in_indices, int32_t* depth, T* pred,
                                      const T* __restrict__ queue_in, T* queue_out, DirectionControl* ctl,
-                                     long long* stats, int64_t level) {
+                                     long long* stats, int64_t level, bool host_lists) {
   if (!level_has_work(stats + 1, level)) return;
   const int slot = static_cast<int>(level % 3), next = static_cast<int>((level + 1) % 3),
             prev = static_cast<int>((level + 2) % 3);
   const long long count_in = ctl->count[slot];
   const long long frontier_out = ctl->out_edges[slot];
+  const long long visited = ctl->visited[prev] + count_in;
   const long long visited_in = ctl->visited_in[prev] + ctl->in_edges[slot];
   if (blockIdx.x == 0 && threadIdx.x == 0) {
+    ctl->visited[slot] = visited;
     ctl->visited_in[slot] = visited_in;
     ctl->count[prev] = 0;
     ctl->out_edges[prev] = 0;
     ctl->in_edges[prev] = 0;
   }
   const long long unvisited_in = m - visited_in;
-  const bool bottom_up = frontier_out * kAlpha > unvisited_in && count_in * kBeta > n;
+  const bool bottom_up = frontier_out * kAlpha > unvisited_in && count_in * kBeta > n &&
+                         (!host_lists || bottom_up_reads_few_bytes(count_in, frontier_out, n - visited, unvisited_in,
+                                                                   m, static_cast<int>(sizeof(T))));
   const int32_t cur = static_cast<int32_t>(level);
   bool found = false;
   unsigned long long edges = 0, out_sum = 0, in_sum = 0;
@@ -395,6 +430,8 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
   T* q = nullptr;
   long long* cnt = nullptr;
   DirectionControl* ctl = nullptr;
+  const bool host_lists =
+      variant == kDirection && in_indices->numel() > 0 && !in_device_memory(in_indices->data_ptr());
   if (variant == kFrontier || variant == kDirection) {
     queues = at::empty({2, n}, indptr.options().dtype(indices.scalar_type()));
     q = queues.data_ptr<T>();
@@ -426,7 +463,7 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
       case kDirection:
         bfs_direction_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
             n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p,
-            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, level);
+            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, level, host_lists);
         break;
       default:
         bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(

@@ -119,7 +119,7 @@ def embedded_default(feature_dim: int = 64) -> NodeDataset:
 
 
 def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Tensor, num_classes: int,
-                 p_in: float, mean_scale: float, seed: int, device: str, chunk_bytes: int) -> None:
+                 p_in: float, mean_scale: float, skew: float, seed: int, device: str, chunk_bytes: int) -> None:
     """Writes the edges and features of :func:`papers_like` into the preallocated shared tables."""
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -129,15 +129,29 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Te
     num_nodes = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
     per_class = num_nodes // num_classes
+    # With skew, the node of popularity rank r within its class is slot[r] * num_classes + class.
+    slot = torch.randperm(per_class, generator=gen, device=device) if skew != 1.0 else None
     rows_per_chunk = max(1, chunk_bytes // (8 * max(1, int(deg.max()) if num_nodes else 1)))
     for a in range(0, num_nodes, rows_per_chunk):
         b = min(num_nodes, a + rows_per_chunk)
         lo, hi = int(indptr[a]), int(indptr[b])
         v = torch.arange(a, b, device=device).repeat_interleave(deg[a:b].to(device))
-        same = torch.randint(0, per_class, (hi - lo,), generator=gen, device=device) * num_classes + v % num_classes
+        if slot is None:
+            same = torch.randint(0, per_class, (hi - lo,), generator=gen, device=device) * num_classes
+            same += v % num_classes
+            other = torch.randint(0, num_nodes, (hi - lo,), generator=gen, device=device)
+        else:
+            cls = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, v % num_classes,
+                              torch.randint(0, num_classes, (hi - lo,), generator=gen, device=device))
+            x = torch.rand(hi - lo, generator=gen, device=device, dtype=torch.float64)
+            rank = (x.pow_(skew) * per_class).long().clamp_(max=per_class - 1)
+            same = slot[rank] * num_classes + cls
+            other = None
         same = torch.where(same >= num_nodes, same - num_classes, same)
-        other = torch.randint(0, num_nodes, (hi - lo,), generator=gen, device=device)
-        chosen = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, same, other)
+        if other is None:
+            chosen = same
+        else:
+            chosen = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, same, other)
         indices[lo:hi].copy_(chosen)
 
     feature_dim = features.shape[1]
@@ -162,6 +176,7 @@ def papers_like(
     p_in: float = 0.8,
     mean_scale: float = 0.3,
     train_fraction: float = 0.012,
+    popularity_skew: float = 2.0,
     seed: int = 0,
     device: Union[str, torch.device, None] = None,
     chunk_bytes: int = 512 << 20,
@@ -170,9 +185,15 @@ def papers_like(
     """A papers100M-like directed graph of any size, generated in chunks, as in-neighbour lists.
 
     Node ``v`` has class ``v % num_classes`` and between 1 and ``2 * avg_degree - 1`` in-edges
-    (uniform), each from a random node of its own class with probability ``p_in``, else from a
-    random node; neighbours are spread over the whole id range, as in real graphs where the
-    feature table is not ordered by community. Features are written straight into a
+    (uniform): each cites a node of its own class with probability ``p_in``, else of a random
+    class. Within a class, nodes are cited by popularity, as papers are: the node of popularity
+    rank ``r`` (of ``R`` per class) is drawn with probability ~ ``(r / R) ** (1 / s - 1)`` for
+    ``s = popularity_skew``, the rank ``floor(R * x ** s)`` of a uniform ``x``; a node's citation
+    count is then heavy-tailed with exponent ``1 + s / (s - 1)`` (3 at the default ``s = 2``,
+    the exponent measured for citation counts). ``popularity_skew=1`` draws cited nodes
+    uniformly (no hot rows). Ranks are spread over node ids by a random permutation, so hot
+    nodes are not clustered by id, as in real graphs where the feature table is not ordered by
+    popularity or community. Features are written straight into a
     shared-memory table (no temporary full copy), ``chunk_bytes`` at a time; the index array is
     built the same way.
 
@@ -186,6 +207,8 @@ def papers_like(
         raise ValueError(f"papers_like: num_nodes ({num_nodes}) must be >= num_classes ({num_classes})")
     if avg_degree < 1 or feature_dim < 1:
         raise ValueError(f"papers_like: avg_degree and feature_dim must be positive, got {avg_degree}, {feature_dim}")
+    if not popularity_skew >= 1.0:
+        raise ValueError(f"papers_like: popularity_skew must be >= 1 (1: uniform), got {popularity_skew}")
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
@@ -198,7 +221,8 @@ def papers_like(
     indptr.share_memory_()
     indices = shared_host_tensor((int(indptr[-1]),), torch.int64)
     features = shared_host_tensor((num_nodes, feature_dim), dtype)
-    args = (indptr, indices, features, num_classes, p_in, mean_scale, seed, str(device), chunk_bytes)
+    args = (indptr, indices, features, num_classes, p_in, mean_scale, float(popularity_skew), seed, str(device),
+            chunk_bytes)
     if device.type == "cuda":
         import torch.multiprocessing as mp
 
@@ -212,6 +236,6 @@ def papers_like(
 
     labels = torch.arange(num_nodes, dtype=torch.int64) % num_classes
     train, val, test = _splits(num_nodes, train_fraction, 0.001, 0.002, cpu_gen)
-    name = name or f"papers-like-{num_nodes}x{feature_dim}"
+    name = name or f"papers-like-{num_nodes}x{feature_dim}-skew{popularity_skew:g}"
     return NodeDataset(name, in_neighbour_graph(indptr, indices), features, labels, train, val, test,
                        num_classes).share_memory_()
