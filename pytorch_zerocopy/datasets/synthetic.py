@@ -118,6 +118,36 @@ def embedded_default(feature_dim: int = 64) -> NodeDataset:
     return community_graph(feature_dim=feature_dim, name="community-120k")
 
 
+def _in_range(ids: torch.Tensor, num_nodes: int, num_classes: int) -> torch.Tensor:
+    """Ids past the last node moved one class period down (same class)."""
+    return torch.where(ids >= num_nodes, ids - num_classes, ids)
+
+
+def _uniform_citations(v: torch.Tensor, num_nodes: int, num_classes: int, p_in: float,
+                       gen: torch.Generator) -> torch.Tensor:
+    """The node each entry of ``v`` cites: a uniform node of v's class with probability p_in,
+    else a uniform node."""
+    n, dev = v.numel(), v.device
+    per_class = num_nodes // num_classes
+    same = torch.randint(0, per_class, (n,), generator=gen, device=dev) * num_classes + v % num_classes
+    other = torch.randint(0, num_nodes, (n,), generator=gen, device=dev)
+    return torch.where(torch.rand(n, generator=gen, device=dev) < p_in, _in_range(same, num_nodes, num_classes),
+                       other)
+
+
+def _popular_citations(v: torch.Tensor, num_nodes: int, num_classes: int, p_in: float, skew: float,
+                       slot: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The node each entry of ``v`` cites: v's class with probability p_in, else a uniform
+    class; within it the node of rank ``floor(R * x ** skew)``, which is node
+    ``slot[rank] * num_classes + class``."""
+    n, dev = v.numel(), v.device
+    cls = torch.where(torch.rand(n, generator=gen, device=dev) < p_in, v % num_classes,
+                      torch.randint(0, num_classes, (n,), generator=gen, device=dev))
+    x = torch.rand(n, generator=gen, device=dev, dtype=torch.float64)
+    rank = (x.pow_(skew) * slot.numel()).long().clamp_(max=slot.numel() - 1)
+    return _in_range(slot[rank] * num_classes + cls, num_nodes, num_classes)
+
+
 def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Tensor, num_classes: int,
                  p_in: float, mean_scale: float, skew: float, seed: int, device: str, chunk_bytes: int) -> None:
     """Writes the edges and features of :func:`papers_like` into the preallocated shared tables."""
@@ -137,21 +167,9 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Te
         lo, hi = int(indptr[a]), int(indptr[b])
         v = torch.arange(a, b, device=device).repeat_interleave(deg[a:b].to(device))
         if slot is None:
-            same = torch.randint(0, per_class, (hi - lo,), generator=gen, device=device) * num_classes
-            same += v % num_classes
-            other = torch.randint(0, num_nodes, (hi - lo,), generator=gen, device=device)
+            chosen = _uniform_citations(v, num_nodes, num_classes, p_in, gen)
         else:
-            cls = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, v % num_classes,
-                              torch.randint(0, num_classes, (hi - lo,), generator=gen, device=device))
-            x = torch.rand(hi - lo, generator=gen, device=device, dtype=torch.float64)
-            rank = (x.pow_(skew) * per_class).long().clamp_(max=per_class - 1)
-            same = slot[rank] * num_classes + cls
-            other = None
-        same = torch.where(same >= num_nodes, same - num_classes, same)
-        if other is None:
-            chosen = same
-        else:
-            chosen = torch.where(torch.rand(hi - lo, generator=gen, device=device) < p_in, same, other)
+            chosen = _popular_citations(v, num_nodes, num_classes, p_in, skew, slot, gen)
         indices[lo:hi].copy_(chosen)
 
     feature_dim = features.shape[1]
