@@ -36,7 +36,9 @@
 // a vertex of a road-like graph costs one host round trip and one round of atomics. With kCarry,
 // a lane keeps the first vertex it schedules from a short list as its next item instead of
 // publishing it (depth-first continuation): on a high-diameter graph the next hop then skips
-// the trip through the queue. It is for graphs of low degree; on graphs with a small diameter
+// the trip through the queue; the other vertices it schedules go to lanes of the same warp that
+// have no next item (as theirs), and only the rest to the worklist, so the hand-off from one row
+// of a mesh to the next skips it too. It is for graphs of low degree; on graphs with a small diameter
 // it runs ahead of the wave and assigns values that later improve, so callers enable it from
 // the mean degree.
 //
@@ -335,7 +337,31 @@ __global__ void __launch_bounds__(kAsyncBlock)
         if (carry < 0) ++finished;  // else the carried vertex continues this item's count
       }
     }
-    async_publish_warp(q, push, u, __reduce_add_sync(kFullMask, finished), lane);
+    // With kCarry, vertices scheduled beyond the carried ones go to lanes of this warp left
+    // without a next item, as their carried item (counted in pending below, as a published one
+    // is): a hand-off without the trip through the worklist. Only what no lane can take is
+    // published.
+    int handed = 0;
+    if (kCarry) {
+      unsigned idle = __ballot_sync(kFullMask, carry < 0);
+#pragma unroll
+      for (int j = 0; j < kLaneEdges; ++j) {
+        unsigned pushing = __ballot_sync(kFullMask, push[j]);
+        while (pushing && idle) {
+          const int src = __ffs(pushing) - 1, dst = __ffs(idle) - 1;
+          pushing &= pushing - 1;
+          idle &= idle - 1;
+          const int64_t x = __shfl_sync(kFullMask, static_cast<int64_t>(u[j]), src);
+          if (lane == src) push[j] = false;
+          if (lane == dst) {
+            carry = x;
+            chain = 0;
+          }
+          ++handed;
+        }
+      }
+    }
+    async_publish_warp(q, push, u, __reduce_add_sync(kFullMask, finished) - handed, lane);
 
     const bool busy = __any_sync(kFullMask, has || carry >= 0);
     if (!busy || (q.work_budget != ~0ull && ++since_check >= kBudgetCheckSteps)) {
