@@ -11,7 +11,7 @@ import pytorch_zerocopy as zc
 
 SETTINGS = [
     {"UNROLL": "4"}, {"UNROLL": "16"}, {"STEPS": "1"}, {"STEPS": "256"}, {"GRID_BLOCKS": "1"},
-    {"GRID_BLOCKS": "264"}, {"LOAD": "nc"}, {"LOAD": "l2_128"}, {"LOAD": "l2_256"}, {"SPLIT": "3"},
+    {"GRID_BLOCKS": "264"}, {"BLOCKS_PER_SM": "1"}, {"BLOCKS_PER_SM": "4", "UNROLL": "16"}, {"LOAD": "nc"}, {"LOAD": "l2_128"}, {"LOAD": "l2_256"}, {"SPLIT": "3"},
     {"SPLIT": "16", "UNROLL": "16", "LOAD": "l2_256"},
 ]
 
@@ -37,7 +37,8 @@ def test_knobs_keep_results(knobs, gen, monkeypatch):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("name,value", [("UNROLL", "5"), ("STEPS", "0"), ("LOAD", "fast"), ("SPLIT", "x")])
+@pytest.mark.parametrize("name,value", [("UNROLL", "5"), ("STEPS", "0"), ("LOAD", "fast"), ("SPLIT", "x"),
+                                        ("BLOCKS_PER_SM", "33")])
 def test_bad_knob_is_a_clear_error(name, value, monkeypatch):
     monkeypatch.setenv(f"PYTORCH_ZEROCOPY_GATHER_{name}", value)
     table = zc.to_unified(torch.randn(3000, 8))

@@ -71,6 +71,9 @@ BAD = [
     (dict(device="gpu"), "device", "'cpu' or 'cuda:N'"),
     (dict(device="cuda"), "device", "'cpu' or 'cuda:N'"),
     (dict(host_memory="pinned"), "host_memory", "one of 'mapped', 'managed'"),
+    (dict(gather_blocks_per_sm=0), "gather_blocks_per_sm", "None or in [1, 32]"),
+    (dict(gather_blocks_per_sm=2.0), "gather_blocks_per_sm", "an int or None"),
+    (dict(gather_unroll=12), "gather_unroll", "None, 4, 8 or 16"),
 ]
 
 
@@ -100,6 +103,8 @@ PLACEMENT = [
     (dict(host_memory=HostMemory.MANAGED), "host_memory 'managed' applies to mode 'zerocopy' on a GPU"),
     (dict(host_memory=HostMemory.MANAGED, mode=Mode.GPU, gather_in=GatherIn.TRAINER, **GPU),
      "host_memory 'managed' applies to mode 'zerocopy' on a GPU, not mode 'gpu'"),
+    (dict(gather_blocks_per_sm=4), "tune the producer's gathers on a GPU"),
+    (dict(gather_unroll=16, gather_in=GatherIn.TRAINER, **GPU), "tune the producer's gathers on a GPU"),
 ]
 
 
@@ -141,6 +146,27 @@ def test_make_plan_resolves_each_mode_on_a_gpu_machine(monkeypatch):
     assert make_plan("zerocopy", row_bytes=512, gather_batches=None, num_samplers=None) == zc
     rank1 = zc.for_rank(1, 4, 1, 2)
     assert (rank1.rank, rank1.world_size, rank1.device) == (1, 4, "cuda:1")
+
+
+def test_the_producer_gathers_with_a_bounded_grid_from_managed_memory_under_mps(monkeypatch):
+    """Under MPS with managed host memory the producer's gathers run as a few blocks per SM of
+    its share (its environment carries the kernel's knobs); elsewhere the kernel's defaults."""
+    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
+    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
+    managed = make_plan("zerocopy", row_bytes=512, host_memory="managed")
+    assert managed.partition is Partition.MPS
+    assert (managed.gather_blocks_per_sm, managed.gather_unroll) == (4, 16)
+    assert managed.gather_environment() == {"PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM": "4",
+                                            "PYTORCH_ZEROCOPY_GATHER_UNROLL": "16"}
+    assert "4 block(s) per SM" in managed.describe()
+    for plan in (make_plan("zerocopy", row_bytes=512), make_plan("zerocopy", "none", row_bytes=512,
+                                                                  host_memory="managed"),
+                 make_plan("zerocopy", "green", host_memory="managed")):
+        assert plan.gather_blocks_per_sm is None and plan.gather_environment() == {}
+    chosen = make_plan("zerocopy", row_bytes=512, host_memory="managed", gather_blocks_per_sm=2, gather_unroll=8)
+    assert chosen.gather_environment() == {"PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM": "2",
+                                           "PYTORCH_ZEROCOPY_GATHER_UNROLL": "8"}
+    assert make_plan("zerocopy", row_bytes=512, gather_blocks_per_sm=3).gather_unroll is None
 
 
 def test_make_plan_without_a_gpu():

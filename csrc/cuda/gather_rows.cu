@@ -27,8 +27,9 @@
 // read back after the kernel (the op's only host synchronisation) and the first bad index, in
 // caller order, raises IndexError. Work is queued on the current stream.
 //
-// Tuning knobs (PYTORCH_ZEROCOPY_GATHER_UNROLL, _STEPS, _GRID_BLOCKS, _LOAD, _SPLIT) are read
-// per call; benchmarks/gather_sweep.py measures them.
+// Tuning knobs (PYTORCH_ZEROCOPY_GATHER_UNROLL, _STEPS, _GRID_BLOCKS, _BLOCKS_PER_SM, _LOAD,
+// _SPLIT) are read per call; benchmarks/gather_sweep.py measures them. The pipeline's producer
+// runs with a bounded grid beside training (pipeline/plan.py, gather_blocks_per_sm).
 
 #include "gather_rows.h"
 #include "gather_rows_cached.h"
@@ -110,6 +111,16 @@ GatherTuning tuning_from_env() {
                     "PYTORCH_ZEROCOPY_GATHER_UNROLL must be 4, 8 or 16, got ", t.unroll);
   t.steps = env_int("PYTORCH_ZEROCOPY_GATHER_STEPS", t.steps, 1, 1 << 20);
   t.grid_blocks = env_int("PYTORCH_ZEROCOPY_GATHER_GRID_BLOCKS", t.grid_blocks, 0, 1 << 20);
+  // Blocks per SM this process may use (an MPS client sees only its share of the SMs): a
+  // persistent grid that leaves the rest of each SM to other work. GRID_BLOCKS wins if both are set.
+  const int per_sm = env_int("PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM", 0, 0, 32);
+  if (t.grid_blocks == 0 && per_sm > 0) {
+    int device = 0;
+    int sms = 0;
+    C10_CUDA_CHECK(cudaGetDevice(&device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    t.grid_blocks = per_sm * std::max(1, sms);
+  }
   t.split = env_int("PYTORCH_ZEROCOPY_GATHER_SPLIT", t.split, 1, 16);
   if (const char* env = std::getenv("PYTORCH_ZEROCOPY_GATHER_LOAD"); env != nullptr && *env != '\0') {
     const std::string v(env);

@@ -38,7 +38,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 
 from ..feature_table import CacheConfig, HostMemory
 
@@ -173,6 +173,12 @@ class Plan:
 
     Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
     ``producer_sms`` SMs for the gathering stream under green contexts.
+    ``gather_blocks_per_sm`` / ``gather_unroll`` (None: the gather kernel's defaults): the
+    producer's gathers as a persistent grid of that many blocks per SM of its share, each lane
+    with that many loads in flight (:meth:`gather_environment`). Under MPS the two processes'
+    blocks share SMs; a full grid of gather blocks, stalled on host reads, crowds the trainer's
+    blocks out of them, and a bounded grid with deeper unrolling keeps the link busy with
+    fewer of them.
 
     Training: GraphSAGE with ``len(fanouts)`` layers (``fanouts[0]`` nearest the input, ``-1``:
     every neighbour), ``hidden`` units, ``dropout``, Adam at ``lr``; ``batch_size`` seeds per
@@ -216,6 +222,8 @@ class Plan:
     queue_depth: int = 4
     producer_share: float = 10.0
     producer_sms: int = 16
+    gather_blocks_per_sm: Optional[int] = None
+    gather_unroll: Optional[int] = None
     cuda_graph: bool = True
     graph_warmup: int = 3
     replay: Optional[int] = None
@@ -252,7 +260,7 @@ class Plan:
         ints = ("batch_size", "epochs", "hidden", "seed", "num_samplers", "sampler_threads", "producer_threads",
                 "consumer_threads", "num_slots", "gather_batches", "queue_depth", "producer_sms", "graph_warmup",
                 "rank", "world_size")
-        for name in ints + ("max_batches", "val_batches", "replay"):
+        for name in ints + ("max_batches", "val_batches", "replay", "gather_blocks_per_sm", "gather_unroll"):
             v = getattr(self, name)
             if v is None and name not in ints:
                 continue
@@ -297,6 +305,9 @@ class Plan:
             ("queue_depth", self.queue_depth >= 1, ">= 1"),
             ("producer_share", 0 < self.producer_share < 100, "in (0, 100) (percent of the GPU's threads)"),
             ("producer_sms", self.producer_sms >= 1, ">= 1"),
+            ("gather_blocks_per_sm", self.gather_blocks_per_sm is None or 1 <= self.gather_blocks_per_sm <= 32,
+             "None or in [1, 32]"),
+            ("gather_unroll", self.gather_unroll in (None, 4, 8, 16), "None, 4, 8 or 16"),
             ("graph_warmup", self.graph_warmup >= 1, ">= 1"),
             ("replay", self.replay is None or self.replay >= 1, "None or >= 1"),
             ("world_size", self.world_size >= 1, ">= 1"),
@@ -353,6 +364,11 @@ class Plan:
         if self.host_memory is not HostMemory.MAPPED and (mode is not Mode.ZEROCOPY or not cuda):
             raise PlanError("host_memory", f"host_memory {self.host_memory.value!r} applies to mode 'zerocopy' on "
                                             f"a GPU, not mode {mode.value!r} on {device!r}")
+        bounded = self.gather_blocks_per_sm is not None or self.gather_unroll is not None
+        if bounded and not (mode is Mode.ZEROCOPY and cuda and self.gather_in is GatherIn.PRODUCER):
+            raise PlanError("gather_blocks_per_sm", "gather_blocks_per_sm and gather_unroll tune the producer's "
+                                                    "gathers on a GPU: they need mode 'zerocopy', a CUDA device "
+                                                    "and gather_in 'producer'")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
@@ -410,11 +426,23 @@ class Plan:
         if self.cache is not None:
             parts.append(f"{'GPU' if self.on_gpu else 'host'} cache of {describe_cache_size(self.cache)} "
                          f"({self.cache.policy.value})")
+        if self.gather_blocks_per_sm is not None:
+            parts.append(f"gathers as {self.gather_blocks_per_sm} block(s) per SM of the producer's share")
         if self.host_memory is HostMemory.MANAGED:
             parts.append("uncached rows and neighbour lists read from managed copies in host memory")
         if self.replay:
             parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
         return ", ".join(parts)
+
+    def gather_environment(self) -> Dict[str, str]:
+        """The gather kernel's knobs (``PYTORCH_ZEROCOPY_GATHER_*``, read per call) that the
+        producer's process runs with: ``gather_blocks_per_sm`` and ``gather_unroll``, where set."""
+        env = {}
+        if self.gather_blocks_per_sm is not None:
+            env["PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM"] = str(self.gather_blocks_per_sm)
+        if self.gather_unroll is not None:
+            env["PYTORCH_ZEROCOPY_GATHER_UNROLL"] = str(self.gather_unroll)
+        return env
 
     def settings(self) -> dict:
         """The plan as plain values (enums by their values), for reports."""
@@ -445,7 +473,11 @@ def describe_cache_size(cache: CacheConfig) -> str:
 _PLAN_FIELDS = {f.name for f in fields(Plan)}
 # Settings make_plan decides when they are not given (or given as None).
 _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches", "num_slots", "sampler_threads",
-             "producer_threads", "consumer_threads", "cuda_graph"}
+             "producer_threads", "consumer_threads", "cuda_graph", "gather_blocks_per_sm", "gather_unroll"}
+# The producer's gather beside training under MPS, from managed host memory (whose large GPU
+# pages keep a bounded grid at the link): blocks per SM of its share and loads per lane.
+BOUNDED_GATHER_BLOCKS_PER_SM = 4
+BOUNDED_GATHER_UNROLL = 16
 
 
 def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
@@ -480,8 +512,10 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
     otherwise); ``num_samplers`` (CPU sampling: 2 for ``dma``, else 1); thread counts
     (:func:`available_cores`); ``gather_batches`` (:func:`default_gather_batches` of
     ``row_bytes`` for a GPU ring, 1 otherwise), ``num_slots`` (at least 3, and two per
-    minibatch of a gather group) and ``cuda_graph`` (off with green contexts). A setting given
-    as None is decided the same way. Raises :class:`PlanError` for anything that cannot work.
+    minibatch of a gather group), ``cuda_graph`` (off with green contexts) and the producer's
+    gather grid (``gather_blocks_per_sm`` / ``gather_unroll``: bounded under MPS when the
+    uncached rows are read from managed memory; the kernel's defaults otherwise). A setting
+    given as None is decided the same way. Raises :class:`PlanError` for anything that cannot work.
     """
     unknown = sorted(set(settings) - _PLAN_FIELDS - {"mode", "partition"})
     if unknown:
@@ -529,6 +563,10 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
         resolved["num_slots"] = max(3, 2 * groups)
     if partition is Partition.GREEN:
         resolved["cuda_graph"] = False
+    memory = settings.get("host_memory", HostMemory.MAPPED)
+    if (partition is Partition.MPS and gpu_ring and mode is Mode.ZEROCOPY
+            and memory in (HostMemory.MANAGED, HostMemory.MANAGED.value)):
+        resolved.update(gather_blocks_per_sm=BOUNDED_GATHER_BLOCKS_PER_SM, gather_unroll=BOUNDED_GATHER_UNROLL)
     resolved.update(settings)
     return Plan(mode=mode, partition=partition, device=device, sample_on=sample_on, gather_in=gather_in,
                 num_samplers=num_samplers, **resolved)

@@ -14,8 +14,11 @@ cache's hit counts over the minibatches of that phase.
 Groups: ``Plan.gather_batches`` minibatches are gathered by one call: a minibatch's rows are
 few and scattered over the whole table, so one gather of several minibatches' rows walks each
 page of the table once for more rows (rows per second rise with rows per call). The rows then
-move to their slots by device-to-device copies. Every minibatch of a group is ready when the
-group is.
+move to their slots by device-to-device copies, on a stream of their own that overlaps them
+with the next group's gather. Every minibatch of a group is ready when the group is.
+
+Grid: ``Plan.gather_environment`` (set in this process's environment by the runner) may bound
+the gather kernel's grid to a few blocks per SM of the producer's share.
 """
 
 from __future__ import annotations
@@ -38,26 +41,57 @@ from .trace import ProducerTrace
 
 class _GroupGather:
     """Gathers a group's rows into its slots: one call straight into the slot for one
-    minibatch, else one call into a staging buffer and a copy per slot."""
+    minibatch, else one call into a staging buffer and a copy per slot.
+
+    On a GPU the copies run on a stream of their own, out of one of two staging buffers in
+    turn, so one group's copies overlap the next group's gather; a staging buffer is refilled
+    only after the copies out of it have run. A call returns the stream on which the group's
+    slots are complete (None for host slots, complete on return)."""
 
     def __init__(self, gather: FeatureGather, ring: RingWriter):
         self.gather, self.ring = gather, ring
-        self.merged: Optional[torch.Tensor] = None
+        self.staging: List[Optional[torch.Tensor]] = [None, None]
+        self.copied: List[Optional["torch.cuda.Event"]] = [None, None]  # copies out of each buffer done
+        self.turn = 0
+        self.copy_stream = torch.cuda.Stream(ring.device) if ring.on_gpu else None
 
-    def __call__(self, slots: List[int], batches) -> None:
+    def _buffer(self, k: int, rows: int) -> torch.Tensor:
+        current = self.staging[k]
+        if current is None or current.shape[0] < rows:
+            if current is not None and self.copy_stream is not None:
+                current.record_stream(self.copy_stream)  # its memory is reused only after the copies
+            grown = max(rows, current.shape[0] * 5 // 4) if current is not None else rows
+            self.staging[k] = current = self.ring.feature_buffer(grown)
+        return current
+
+    def __call__(self, slots: List[int], batches) -> Optional["torch.cuda.Stream"]:
+        stream = self.ring.stream
         if len(slots) == 1:
             b = batches[0]
             self.gather.gather_into(b.input_nodes, self.ring.rows(slots[0], b.layout.input_rows))
-            return
-        total = sum(b.layout.input_rows for b in batches)
-        if self.merged is None or self.merged.shape[0] < total:
-            current = self.merged.shape[0] if self.merged is not None else 0
-            self.merged = self.ring.feature_buffer(max(total, current * 5 // 4))
-        self.gather.gather_into(torch.cat([b.input_nodes for b in batches]), self.merged)
+            return stream
+        k, self.turn = self.turn, self.turn ^ 1
+        staging = self._buffer(k, sum(b.layout.input_rows for b in batches))
+        if self.copied[k] is not None:
+            stream.wait_event(self.copied[k])
+        self.gather.gather_into(torch.cat([b.input_nodes for b in batches]), staging)
+        if self.copy_stream is None:
+            self._copy_out(slots, batches, staging)
+            return None
+        gathered = torch.cuda.Event()
+        gathered.record(stream)
+        self.copy_stream.wait_event(gathered)
+        with torch.cuda.stream(self.copy_stream):
+            self._copy_out(slots, batches, staging)
+        self.copied[k] = torch.cuda.Event()
+        self.copied[k].record(self.copy_stream)
+        return self.copy_stream
+
+    def _copy_out(self, slots: List[int], batches, staging: torch.Tensor) -> None:
         offset = 0
         for slot, b in zip(slots, batches):
             n = b.layout.input_rows
-            self.ring.rows(slot, n).copy_(self.merged[offset:offset + n])
+            self.ring.rows(slot, n).copy_(staging[offset:offset + n])
             offset += n
 
 
@@ -97,10 +131,10 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
         if span is not None:
             span[0].record(stream)
         t_gather = time.perf_counter()
-        gather_group(slots, batches)
+        complete_on = gather_group(slots, batches)
         if tracer is not None:
             if span is not None:
-                span[1].record(stream)
+                span[1].record(complete_on)
                 tracer.gpu("gather_ms", [span], len(group))
             else:
                 tracer.host("gather_ms", time.perf_counter() - t_gather, len(group))
@@ -113,7 +147,7 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
                 elif sampled.batch.sample_ms:
                     tracer.value("sample_ms", sampled.batch.sample_ms)
         for slot, batch in zip(slots, batches):
-            ring.publish(slot, batch, tracer.take() if tracer is not None else None)
+            ring.publish(slot, batch, tracer.take() if tracer is not None else None, complete_on)
         if hits is not None:  # counted after the slots' ready events: the trainer does not wait for it
             for b in batches:
                 hits.add(b.epoch, b.phase, b.input_nodes)

@@ -107,11 +107,13 @@ class RingWriter:
         """The first ``n`` feature rows of ``slot`` (to gather into)."""
         return self.buffers[slot][:n]
 
-    def publish(self, slot: int, batch: Minibatch, trace: Optional[dict] = None) -> None:
+    def publish(self, slot: int, batch: Minibatch, trace: Optional[dict] = None,
+                complete_on: Optional["torch.cuda.Stream"] = None) -> None:
         """Hands ``slot`` (loaded with ``batch`` and gathered into) to the trainer; on a GPU its
-        "ready" event is recorded on the current stream first."""
+        "ready" event is recorded first on ``complete_on``, the stream whose queued work
+        completes the slot (after the current stream's: default the current stream)."""
         if self.on_gpu:
-            self.ready_events[slot].record(self.stream)
+            self.ready_events[slot].record(complete_on or self.stream)
             batch = batch.with_packed(None)
         self.ready_q.put(SlotReady(slot, batch.layout.input_rows, batch, self._grown_rows.pop(slot, None),
                                    trace, self._grown_packed.pop(slot, None)))

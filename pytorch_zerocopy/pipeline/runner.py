@@ -295,7 +295,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     try:
         with stack, _sigterm_raises():
             role_env = cpu_role_environment(plan)
-            producer_env: Dict[str, str] = dict(role_env)
+            producer_env: Dict[str, str] = {**role_env, **plan.gather_environment()}
             consumer_env: Dict[str, str] = dict(role_env)
             if plan.partition is Partition.MPS:
                 from .partition import MpsDaemon, shared_daemon
