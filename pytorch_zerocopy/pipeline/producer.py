@@ -44,7 +44,7 @@ class _GroupGather:
     minibatch, else one call into a staging buffer and a copy per slot.
 
     On a GPU the copies run on a stream of their own, out of one of two staging buffers in
-    turn, so one group's copies overlap the next group's gather; a staging buffer is refilled
+    turn (host slots use one), so one group's copies overlap the next group's gather; a staging buffer is refilled
     only after the copies out of it have run. A call returns the stream on which the group's
     slots are complete (None for host slots, complete on return)."""
 
@@ -70,7 +70,9 @@ class _GroupGather:
             b = batches[0]
             self.gather.gather_into(b.input_nodes, self.ring.rows(slots[0], b.layout.input_rows))
             return stream
-        k, self.turn = self.turn, self.turn ^ 1
+        k = self.turn
+        if self.copy_stream is not None:  # host slots are complete on return: one buffer serves
+            self.turn ^= 1
         staging = self._buffer(k, sum(b.layout.input_rows for b in batches))
         if self.copied[k] is not None:
             stream.wait_event(self.copied[k])
