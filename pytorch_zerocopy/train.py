@@ -288,7 +288,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "shared arrays mapped in place (mapped) or from the gathering process's copies of them in "
                         "managed memory kept in host memory (managed: faster random reads, one more copy of the "
                         "table and the lists in host memory)")
-    p.add_argument("--producer-share", type=float, default=10.0, help="MPS: percent of GPU threads for the producer")
+    p.add_argument("--producer-share", type=float, default=None,
+                   help="MPS: percent of GPU threads for the producer (default: 10; 25 with --cache and "
+                        "--host-memory managed)")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where minibatches are sampled (auto: on the GPU that gathers, except --mode dma and cpu)")

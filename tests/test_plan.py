@@ -9,7 +9,7 @@ import pytest
 
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, Plan, PlanError, SampleOn, make_plan
 from pytorch_zerocopy.pipeline import plan as plan_module
-from pytorch_zerocopy.feature_table import HostMemory
+from pytorch_zerocopy.feature_table import CacheConfig, HostMemory
 from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_gather_batches
 
 GPU = dict(device="cuda:0")
@@ -167,6 +167,20 @@ def test_the_producer_gathers_with_a_bounded_grid_from_managed_memory_under_mps(
     assert chosen.gather_environment() == {"PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM": "2",
                                            "PYTORCH_ZEROCOPY_GATHER_UNROLL": "8"}
     assert make_plan("zerocopy", row_bytes=512, gather_blocks_per_sm=3).gather_unroll is None
+
+
+def test_the_producer_share_is_larger_with_a_cache_in_front_of_managed_memory(monkeypatch):
+    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
+    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
+    cache = CacheConfig(fraction=0.1)
+    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed").producer_share == 25.0
+    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed",
+                     producer_share=None).producer_share == 25.0
+    for plan in (make_plan("zerocopy", row_bytes=512), make_plan("zerocopy", row_bytes=512, cache=cache),
+                 make_plan("zerocopy", row_bytes=512, host_memory="managed")):
+        assert plan.producer_share == 10.0
+    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed",
+                     producer_share=15).producer_share == 15
 
 
 def test_make_plan_without_a_gpu():
