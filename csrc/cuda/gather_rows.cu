@@ -115,10 +115,8 @@ GatherTuning tuning_from_env() {
   // persistent grid that leaves the rest of each SM to other work. GRID_BLOCKS wins if both are set.
   const int per_sm = env_int("PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM", 0, 0, 32);
   if (t.grid_blocks == 0 && per_sm > 0) {
-    int device = 0;
     int sms = 0;
-    C10_CUDA_CHECK(cudaGetDevice(&device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c10::cuda::current_device()));
     t.grid_blocks = per_sm * std::max(1, sms);
   }
   t.split = env_int("PYTORCH_ZEROCOPY_GATHER_SPLIT", t.split, 1, 16);

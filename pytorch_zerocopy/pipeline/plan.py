@@ -141,6 +141,12 @@ def default_gather_batches(row_bytes: int) -> int:
     return max(1, min(8, 4096 // max(1, row_bytes)))
 
 
+# The producer's MPS share: the paper's 10%; with a cache in front of managed memory the
+# bounded gather lets a larger share feed the trainer without crowding it (training.md: 25%
+# beat 20% and 10% on an H100 and an H200).
+PRODUCER_SHARE = 10.0
+CACHED_MANAGED_PRODUCER_SHARE = 25.0
+
 _FAILING_ROLES = ("sampler", "producer", "consumer")
 _FAILURE_KINDS = ("raise", "kill", "exit")
 
@@ -220,7 +226,7 @@ class Plan:
     cache: Optional[CacheConfig] = None
     host_memory: HostMemory = HostMemory.MAPPED
     queue_depth: int = 4
-    producer_share: float = 10.0
+    producer_share: float = PRODUCER_SHARE
     producer_sms: int = 16
     gather_blocks_per_sm: Optional[int] = None
     gather_unroll: Optional[int] = None
@@ -479,11 +485,7 @@ _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches
 # pages keep a bounded grid at the link): blocks per SM of its share and loads per lane.
 BOUNDED_GATHER_BLOCKS_PER_SM = 4
 BOUNDED_GATHER_UNROLL = 16
-# The producer's MPS share: the paper's 10%; with a cache in front of managed memory the
-# bounded gather lets a larger share feed the trainer without crowding it (training.md: 25%
-# beat 20% and 10% on an H100 and an H200).
-PRODUCER_SHARE = 10.0
-CACHED_MANAGED_PRODUCER_SHARE = 25.0
+
 
 
 def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
@@ -570,10 +572,9 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
         resolved["num_slots"] = max(3, 2 * groups)
     if partition is Partition.GREEN:
         resolved["cuda_graph"] = False
-    memory = settings.get("host_memory", HostMemory.MAPPED)
+    memory = _enum(HostMemory, settings.get("host_memory", HostMemory.MAPPED), "host_memory")
     resolved["producer_share"] = PRODUCER_SHARE
-    if (partition is Partition.MPS and gpu_ring and mode is Mode.ZEROCOPY
-            and memory in (HostMemory.MANAGED, HostMemory.MANAGED.value)):
+    if partition is Partition.MPS and gpu_ring and mode is Mode.ZEROCOPY and memory is HostMemory.MANAGED:
         resolved.update(gather_blocks_per_sm=BOUNDED_GATHER_BLOCKS_PER_SM, gather_unroll=BOUNDED_GATHER_UNROLL)
         if settings.get("cache") is not None:
             resolved["producer_share"] = CACHED_MANAGED_PRODUCER_SHARE
