@@ -43,11 +43,8 @@ MiB = 1 << 20
 FLOAT32_ROW_BYTES = [128, 256, 512, 1020, 1024, 1028, 1044, 2048, 4096, 16384]
 EXTRA_CONFIGS = [(torch.float16, 256), (torch.float16, 1028), (torch.int8, 256), (torch.int8, 1028)]
 
-# The profile: where the op's time goes at these row sizes (sort granule sweep), and how the
-# rate depends on how many rows one call takes from the table (density sweep).
-GRANULE_ROW_BYTES = (128, 512, 2048)
+# The profile: how the rate depends on how many rows one call takes from the table (density sweep).
 DENSITY_ROW_BYTES = 512
-GRANULE_ENV = "PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE"
 
 # Bars from the issue: op / memcpy and op / DMA.
 BAR_SMALL_ROW_BYTES = 128
@@ -66,9 +63,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join("benchmarks", "results"), help="output directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default="", help="comma-separated dtype:row_bytes subset, e.g. float32:128,int8:1028")
-    p.add_argument("--granules", default="1,4096,65536,2097152",
-                   help="sort granules (bytes; PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE) timed at float32 rows of "
-                        + ", ".join(map(str, GRANULE_ROW_BYTES)) + " B ('' to skip)")
     p.add_argument("--density-rows", default="65536,262144,1048576,4194304",
                    help="rows per call of the density sweep (float32 rows of %d B; '' to skip)" % DENSITY_ROW_BYTES)
     args = p.parse_args()
@@ -230,18 +224,6 @@ def run(args: argparse.Namespace) -> Dict:
             return zc.gather_rows(table_unified, sorted_index, index_sorted=True)
 
         t_presorted = time_gpu(op_presorted, args.iters, args.warmup)
-        granules = {}
-        if dtype == torch.float32 and row_bytes in GRANULE_ROW_BYTES:
-            for granule in [g for g in args.granules.split(",") if g.strip()]:
-                previous = os.environ.get(GRANULE_ENV)
-                os.environ[GRANULE_ENV] = granule.strip()
-                try:
-                    granules[granule.strip()] = gbps(moved, time_gpu(op, args.iters, args.warmup))
-                finally:
-                    if previous is None:
-                        os.environ.pop(GRANULE_ENV, None)
-                    else:
-                        os.environ[GRANULE_ENV] = previous
 
         ceiling = gbps(gather_bytes, t_memcpy)
         result = {
@@ -259,7 +241,6 @@ def run(args: argparse.Namespace) -> Dict:
             "gpu_table_gbps": gbps(moved, t_gpu),
             "op_presorted_gbps": gbps(moved, t_presorted),
             "sort_share_of_op_time": max(0.0, 1.0 - t_presorted / t_op),
-            "granule_gbps": granules,
         }
         for key in ("dma", "naive", "op", "gpu_table"):
             result[f"{key}_vs_memcpy"] = result[f"{key}_gbps"] / ceiling
@@ -349,15 +330,13 @@ def markdown(report: Dict) -> str:
               "stage is the faster of zerocopy's CPU gather_rows and torch.index_select (GB/s of the whole "
               "path with each in brackets). GPU table: gather_rows on a copy of the table in GPU memory.", "",
               "## Profile: sort vs gather", "",
-              "gather_rows on the same rows already in address order (index_sorted=True: the kernel alone), the "
-              "share of the op's time that goes to sorting, and the op with the sort stopped at coarser "
-              f"granules ({GRANULE_ENV}, bytes of table per sort key; 1 = full sort).", "",
-              "| dtype | row B | op | kernel alone | sort share | granules (GB/s) |", "|---|---:|---:|---:|---:|---|"]
+              "gather_rows on the same rows already in address order (index_sorted=True: the kernel alone) and "
+              "the share of the op's time that goes to sorting.", "",
+              "| dtype | row B | op | kernel alone | sort share |", "|---|---:|---:|---:|---:|"]
     for r in report["results"]:
-        gran = ", ".join(f"{g}: {v:.1f}" for g, v in r.get("granule_gbps", {}).items()) or "-"
         lines.append(f"| {r['dtype']} | {r['row_bytes']} | {r['op_gbps']:.1f} ({r['op_vs_memcpy']:.2f}) | "
                      f"{r['op_presorted_gbps']:.1f} ({r['op_presorted_gbps'] / r['memcpy_gbps']:.2f}) | "
-                     f"{r['sort_share_of_op_time']:.1%} | {gran} |")
+                     f"{r['sort_share_of_op_time']:.1%} |")
     if report.get("density"):
         lines += ["", "## Profile: rows per call", "",
                   "gather_rows (no bounds check) of n random rows from the same table: with few rows per call the "

@@ -144,7 +144,7 @@ def warm_up(args) -> None:
     g = kronecker_graph(10, 8, seed=args.seed, weights="int", device="cpu")
     placements = ["unified"]
     if torch.cuda.is_available() and pytorch_zerocopy.build_info()["with_cuda"]:
-        placements += ["cuda", "managed"]
+        placements += ["cuda", "uvm"]
     for placement in placements:
         pg = g.to(placement)
         for op in OPS:
@@ -288,7 +288,7 @@ def bench_graph(spec: dict, graph: CSRGraph, args, clock: Clock, ceiling: Option
     def cold():
         if args.uvm_mode == "realloc" or holder["g"] is None:
             holder["g"] = None
-            holder["g"] = graph.to("managed")
+            holder["g"] = graph.to("uvm")
         else:
             for t in (holder["g"].indices, holder["g"].weights):
                 if t is not None:

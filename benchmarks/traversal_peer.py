@@ -378,7 +378,7 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -
         torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
         if host.edge_list_bytes * 1.2 + host.num_nodes * 48 < free:
-            mg = host.to("managed")
+            mg = host.to("uvm")
 
             def cold():
                 for t in (mg.indices, mg.weights):

@@ -68,6 +68,21 @@ inline void check_gather_rows_out(const at::Tensor& out, const at::Tensor& table
                     "be overwritten while they are read); pass an out that shares no memory with index");
 }
 
+// The CUDA kernel's launch tuning (the schema's blocks_per_sm and unroll), checked by every
+// kernel so that a bad value is the same ValueError on every device; the CPU kernel ignores it.
+struct GatherLaunch {
+  int blocks_per_sm;  // 0: a grid sized by the rows; > 0: that many blocks per usable SM
+  int unroll;         // loads in flight per lane: 4, 8 or 16
+};
+
+inline GatherLaunch check_gather_launch(int64_t blocks_per_sm, int64_t unroll, const char* op) {
+  TORCH_CHECK_VALUE(blocks_per_sm >= 0 && blocks_per_sm <= 32, op,
+                    ": blocks_per_sm must be in [0, 32] (0: a grid sized by the rows), got ", blocks_per_sm);
+  TORCH_CHECK_VALUE(unroll == 0 || unroll == 4 || unroll == 8 || unroll == 16, op,
+                    ": unroll must be 4, 8 or 16 (0: the default, 8), got ", unroll);
+  return GatherLaunch{static_cast<int>(blocks_per_sm), unroll == 0 ? 8 : static_cast<int>(unroll)};
+}
+
 // Raises the IndexError for the index at `position` (the first bad one in caller order).
 [[noreturn]] inline void throw_gather_rows_bad_index(int64_t value, int64_t position, int64_t rows) {
   TORCH_CHECK_INDEX(false, "gather_rows: index ", value, " at position ", position,

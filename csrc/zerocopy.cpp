@@ -16,9 +16,14 @@ TORCH_LIBRARY(zerocopy, m) {
   // order, so the CUDA kernel skips the sort that restores address-order locality.
   // The .out overload writes a caller-provided tensor and returns nothing (a mutable custom op
   // that returns its argument cannot be functionalized, so torch.compile could not trace it).
-  m.def("gather_rows(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True) -> Tensor");
+  // blocks_per_sm / unroll tune the CUDA kernel's launch (the caller's plan decides them; the
+  // CPU kernel ignores them): blocks_per_sm > 0 runs a persistent grid of that many blocks per
+  // SM this process may use (an MPS client sees only its share), leaving the rest of each SM to
+  // other work; unroll (4, 8 or 16; 0: 8) is the loads each lane keeps in flight.
+  m.def("gather_rows(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True, "
+        "int blocks_per_sm=0, int unroll=0) -> Tensor");
   m.def("gather_rows.out(Tensor table, Tensor index, *, bool index_sorted=False, bool check_bounds=True, "
-        "Tensor(a!) out) -> ()");
+        "int blocks_per_sm=0, int unroll=0, Tensor(a!) out) -> ()");
   // Row gather through a cache of rows: out[i] = cache[slot_of[index[i]]] where that slot lies
   // in [0, cache rows), else table[index[i]]. cache: [cache rows, width], the table's dtype
   // (GPU memory, with the table unified or in GPU memory; or all on the CPU); slot_of: int32,
@@ -27,10 +32,10 @@ TORCH_LIBRARY(zerocopy, m) {
   // device. Index bounds are the table's, checked as gather_rows checks them; the CUDA kernel
   // reads cached and table rows in one sort and one gather, without host synchronisation
   // unless check_bounds.
-  m.def("gather_rows_cached(Tensor table, Tensor cache, Tensor slot_of, Tensor index, *, bool check_bounds=True) "
-        "-> Tensor");
+  m.def("gather_rows_cached(Tensor table, Tensor cache, Tensor slot_of, Tensor index, *, bool check_bounds=True, "
+        "int blocks_per_sm=0, int unroll=0) -> Tensor");
   m.def("gather_rows_cached.out(Tensor table, Tensor cache, Tensor slot_of, Tensor index, *, "
-        "bool check_bounds=True, Tensor(a!) out) -> ()");
+        "bool check_bounds=True, int blocks_per_sm=0, int unroll=0, Tensor(a!) out) -> ()");
 
   // Graph traversal over a CSR graph (pytorch_zerocopy/graph). `indptr` is int64 row offsets
   // (length num_nodes + 1), `indices` int32/int64 column ids, `weights` float32/int32 edge
@@ -65,6 +70,9 @@ TORCH_LIBRARY(zerocopy, m) {
   // host memory and mapped for every GPU (reads are zero-copy, nothing migrates), refused when
   // the host cannot back it; returns once the pages are in place. CUDA builds only.
   m.def("managed_copy(Tensor src, int device, bool on_host=False) -> Tensor");
+  // An uninitialised managed tensor on cuda:`device` (on_host as managed_copy), for a process
+  // that fills a table in place instead of copying one it already holds.
+  m.def("managed_empty(int[] size, ScalarType dtype, int device, bool on_host=True) -> Tensor");
   // Makes a managed tensor cold again without re-allocating it: collapses the GPU's read-only
   // copies, moves every page back to host memory and re-advises read-mostly, so the next GPU
   // pass faults its pages in as a fresh allocation would.

@@ -69,7 +69,7 @@ def main(argv=None) -> None:
     graph = load(args.graph, args.scale)
     print(f"{graph} ready in {time.perf_counter() - start:.1f} s; edge list {graph.edge_list_bytes / 2**20:.1f} MiB")
     source = int(torch.argmax(graph.out_degree())) if args.source is None else args.source
-    placements = ["cuda", "unified", "managed"] if torch.cuda.is_available() else ["cpu"]
+    placements = ["cuda", "unified", "uvm"] if torch.cuda.is_available() else ["cpu"]
     rows = []
     for placement in placements:
         try:

@@ -17,8 +17,9 @@ from .unified import (
     unified_device,
 )
 from ._build import build_info
-from .ops import block_mean, gather_rows
-from .feature_table import CacheConfig, CachePolicy, FeatureTable, HostMemory, gather_rows_cached, to_managed_host
+from .ops import GatherTuning, block_mean, gather_rows
+from .placement import Placement
+from .feature_table import CacheConfig, CachePolicy, CachedTable, FeatureReader, FeatureTable, gather_rows_cached
 from .host_pages import HostPages, empty_host
 
 __version__ = build_info()["version"]
@@ -28,9 +29,12 @@ __all__ = [
     "UNIFIED_NAME",
     "CacheConfig",
     "CachePolicy",
+    "CachedTable",
+    "FeatureReader",
     "FeatureTable",
+    "GatherTuning",
     "HostPages",
-    "HostMemory",
+    "Placement",
     "block_mean",
     "build_info",
     "empty_host",
@@ -42,7 +46,6 @@ __all__ = [
     "is_unified",
     "load_unified",
     "registration_stats",
-    "to_managed_host",
     "to_unified",
     "unified_device",
 ]

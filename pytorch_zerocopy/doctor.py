@@ -177,8 +177,25 @@ def check_bandwidth(seconds: float) -> List[Check]:
                   + ("" if status == "OK" else ": below a PCIe Gen4 x16 link; check the link above and NUMA placement"))]
 
 
+def check_host_memory_kinds() -> List[Check]:
+    """The measured gather rate of each zero-copy host memory kind (measured now, in a child
+    process, and kept for the plan) and what a ``zerocopy train`` plan picks from it."""
+    if not gpu_backed():
+        return []
+    from .probe import host_read_rates
+
+    rates = host_read_rates(refresh=True)
+    if rates is None:
+        return [Check("WARN", "host memory kinds", "the measurement failed: plans read the mapped table; run "
+                                                   "python -m pytorch_zerocopy.probe to see why")]
+    return [Check("OK", "host memory kinds", rates.describe()),
+            Check("OK", "plan picks", f"feature tables in {rates.fastest.describe} ({rates.fastest.value}) for "
+                                      "zerocopy train on a GPU")]
+
+
 def run_doctor(bandwidth_seconds: float = 2.0) -> int:
-    checks = check_build() + check_gpus() + check_host() + check_partitioning() + check_bandwidth(bandwidth_seconds)
+    checks = (check_build() + check_gpus() + check_host() + check_partitioning() + check_bandwidth(bandwidth_seconds)
+              + check_host_memory_kinds())
     for c in checks:
         print(c.line())
     return 1 if any(c.status == "FAIL" for c in checks) else 0

@@ -6,27 +6,38 @@ output's shape, dtype and device without touching data.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from . import unified as _unified  # loads the compiled ops
 from ._compat import register_fake
+from .placement import op_device
 
-__all__ = ["block_mean", "gather_rows"]
+__all__ = ["GatherTuning", "block_mean", "gather_rows"]
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+@dataclass(frozen=True)
+class GatherTuning:
+    """How the CUDA gather kernel is launched (the CPU kernel ignores it): ``unroll`` loads in
+    flight per lane (4, 8 or 16; 0: the default, 8); ``blocks_per_sm`` > 0 runs a persistent grid
+    of that many blocks per SM this process may use (an MPS client sees only its share of the
+    SMs), leaving the rest of each SM to other work (0: a grid sized by the rows). Checked by the
+    op, on every device."""
+
+    blocks_per_sm: int = 0
+    unroll: int = 0
+
+
+DEFAULT_TUNING = GatherTuning()
+
+
 def _gather_device(table: torch.Tensor, index: torch.Tensor) -> torch.device:
-    """Where gather_rows runs and its output lives (the unified fallback's rule)."""
-    if index.device.type == "cuda":
-        return index.device
-    if table.device.type == _unified.DEVICE_TYPE:
-        if _unified.gpu_backed():
-            return torch.device("cuda", table.device.index if table.device.index is not None else 0)
-        return torch.device("cpu")
-    return table.device
+    """Where gather_rows runs and its output lives."""
+    return op_device(index, table)
 
 
 def _check_gather_args(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Tensor]) -> None:
@@ -72,6 +83,7 @@ def gather_rows(
     *,
     index_sorted: bool = False,
     check_bounds: bool = True,
+    tuning: GatherTuning = DEFAULT_TUNING,
 ) -> torch.Tensor:
     """``table[index]`` for a 2-D table: row ``index[i]`` of ``table`` into row ``i`` of the result.
 
@@ -91,6 +103,7 @@ def gather_rows(
             ``[0, rows)``. On the GPU this costs one small device-to-host read, a host
             synchronisation; without it the call is fully asynchronous. Out-of-range indices are
             never read in either case: without the check their rows come back as zeros.
+        tuning: the CUDA kernel's launch (:class:`GatherTuning`); results never depend on it.
 
     Returns:
         ``[len(index), width]`` tensor in ``index`` order, on the index's GPU if it is a CUDA
@@ -100,25 +113,28 @@ def gather_rows(
     if not isinstance(table, torch.Tensor) and torch.overrides.has_torch_function((table,)):
         # A tensor-like table (pytorch_zerocopy.FeatureTable) gathers its own rows.
         return torch.overrides.handle_torch_function(gather_rows, (table,), table, index, out,
-                                                     index_sorted=index_sorted, check_bounds=check_bounds)
+                                                     index_sorted=index_sorted, check_bounds=check_bounds,
+                                                     tuning=tuning)
     _check_gather_args(table, index, out)
+    launch = dict(blocks_per_sm=tuning.blocks_per_sm, unroll=tuning.unroll)
     if out is None:
         return torch.ops.zerocopy.gather_rows.default(
-            table, index, index_sorted=index_sorted, check_bounds=check_bounds
+            table, index, index_sorted=index_sorted, check_bounds=check_bounds, **launch
         )
-    torch.ops.zerocopy.gather_rows.out(table, index, index_sorted=index_sorted, check_bounds=check_bounds, out=out)
+    torch.ops.zerocopy.gather_rows.out(table, index, index_sorted=index_sorted, check_bounds=check_bounds, out=out,
+                                       **launch)
     return out
 
 
 @register_fake("zerocopy::gather_rows")
-def _gather_rows_fake(table, index, *, index_sorted=False, check_bounds=True):
+def _gather_rows_fake(table, index, *, index_sorted=False, check_bounds=True, blocks_per_sm=0, unroll=0):
     torch._check(table.dim() == 2, lambda: f"gather_rows: table must be 2-D, got {table.dim()}-D")
     torch._check(index.dim() == 1, lambda: f"gather_rows: index must be 1-D, got {index.dim()}-D")
     return table.new_empty((index.shape[0], table.shape[1]), device=_gather_device(table, index))
 
 
 @register_fake("zerocopy::gather_rows.out")
-def _gather_rows_out_fake(table, index, *, index_sorted=False, check_bounds=True, out):
+def _gather_rows_out_fake(table, index, *, index_sorted=False, check_bounds=True, blocks_per_sm=0, unroll=0, out):
     torch._check(table.dim() == 2, lambda: f"gather_rows: table must be 2-D, got {table.dim()}-D")
     torch._check(index.dim() == 1, lambda: f"gather_rows: index must be 1-D, got {index.dim()}-D")
 

@@ -22,13 +22,12 @@ sampler process, CPU gather from the table in a producer, ring slots in shared m
 training). Every setting is checked once, when the run's :class:`~pytorch_zerocopy.pipeline.Plan`
 is built: a bad one ends the command with one line and status 2.
 
-``--cache SIZE`` (mode ``zerocopy``) keeps the hottest feature rows in GPU memory
-(:class:`~pytorch_zerocopy.FeatureTable`): the gather reads them from there and the rest from
-host memory in one call; each epoch line then reports the share of input rows the cache held.
-``--host-memory managed`` (mode ``zerocopy`` on a GPU) reads the uncached rows, and samples the
-in-neighbour lists, from the gathering process's own copies of the table and the lists in
-managed memory kept in host memory (:class:`~pytorch_zerocopy.HostMemory`): faster random reads,
-for one more copy of both in host memory.
+With no flags, ``zerocopy`` on a GPU takes the fast path the plan decides
+(:func:`~pytorch_zerocopy.pipeline.make_plan`): the producer loads the feature table itself into
+the host memory kind this machine's GPU reads fastest (measured once per machine), keeps a tenth
+of the rows in a GPU cache chosen by pre-sampling (``--cache``; each epoch line then reports the
+share of input rows the cache held) and gets the MPS share measured best for that setting.
+``--cache``, ``--host-memory`` and ``--producer-share`` override it.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .feature_table import CacheConfig, CachePolicy, HostMemory
+from .feature_table import CacheConfig, CachePolicy
 from .pipeline.plan import Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
 
 MODES = tuple(m.value for m in Mode)
@@ -70,11 +69,17 @@ class ProgressPrinter:
 
     def __call__(self, message) -> None:
         from .pipeline import EpochStats, PartitionInfo, StepDone
+        from .pipeline.messages import CacheChoice
         from .pipeline.trace import describe_trace
+        from .unified import format_bytes
 
         if self.quiet:
             return
-        if isinstance(message, PartitionInfo):
+        if isinstance(message, CacheChoice):
+            print(f"cache: {message.rows:,} of {message.table_rows:,} rows "
+                  f"({format_bytes(message.rows * message.row_bytes)}) chosen by {message.policy} in "
+                  f"{message.seconds:.1f} s", flush=True)
+        elif isinstance(message, PartitionInfo):
             if message.kind is Partition.MPS:
                 print(f"GPU partition: MPS, producer {message.producer_share:g}% / trainer "
                       f"{message.consumer_share:g}% of the threads")
@@ -164,7 +169,8 @@ def train(dataset=None, mode: str = "zerocopy", partition: str = "auto", *, feat
 
     if not isinstance(dataset, NodeDataset):
         dataset = load_dataset(dataset or "community", feature_dim=feature_dim)
-    plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, **settings)
+    plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, table_bytes=dataset.feature_source.nbytes,
+                     quiet=quiet, **settings)
     return run_plan(plan, dataset, mps_fallback=partition == "auto", quiet=quiet)
 
 
@@ -204,15 +210,17 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) 
 
 def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", *,
                         launch_options=None, quiet: bool = False, use_gpu: Optional[bool] = None,
-                        cached_rows: Optional[torch.Tensor] = None, **settings) -> Dict[int, List]:
+                        cached_rows: Optional[torch.Tensor] = None, plan: Optional[Plan] = None,
+                        **settings) -> Dict[int, List]:
     """Data-parallel training: ``nproc`` pipelines on this machine (one per GPU; CPU workers over
     gloo without a GPU), gradients averaged over NCCL (inside the step's CUDA graphs; with DDP
     when ``cuda_graph=False`` and on CPU workers), one shared copy of the dataset.
 
-    The plan is made once, here (``settings``: :class:`Plan` fields); each worker takes its
-    rank's share of it (:meth:`Plan.for_rank`). ``dataset`` must live in shared memory (every
-    :mod:`pytorch_zerocopy.datasets` loader puts it there): the workers map it, they do not copy
-    it. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
+    The plan is made once, here (``settings``: :class:`Plan` fields), unless ``plan`` is given
+    (made by :func:`make_plan` with ``local_processes=nproc``); each worker takes its rank's
+    share of it (:meth:`Plan.for_rank`). The dataset is put in shared memory once, here, and
+    every worker maps it; a feature table in a shareable placement (``unified``, the default
+    with several workers) is made here once too, so the machine holds one copy of it. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
     partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
     control daemon that serves every GPU of the machine, each pipeline's producer and trainer
     connect to it with their thread shares, and it is stopped when the run ends, also when a
@@ -226,10 +234,14 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
 
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise PlanError("nproc", f"nproc must be >= 1, got {nproc!r}")
-    plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, gpu=use_gpu, **settings)
+    if plan is None:
+        plan = make_plan(mode, partition, row_bytes=dataset.row_bytes, table_bytes=dataset.feature_source.nbytes,
+                         gpu=use_gpu, local_processes=nproc, quiet=quiet, **settings)
     options = launch_options or LaunchOptions()
     options.nproc_per_node = nproc
     dataset.share_memory_()
+    if plan.table_in.shareable:
+        dataset.features  # one shared copy, made here, that every worker maps
     if cached_rows is None:
         cached_rows = choose_cached_rows(plan, dataset)  # once, for every rank
     if plan.partition is not Partition.MPS:
@@ -278,19 +290,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batches", type=int, default=None, help="training minibatches per epoch (default: all)")
     p.add_argument("--cache", default=None, metavar="SIZE",
                    help="--mode zerocopy: keep the hottest feature rows in GPU memory: a share of the table ('10%%'), "
-                        "a size ('2GiB', '500MB') or a row count (default: no cache)")
+                        "a size ('2GiB', '500MB'), a row count, or 'none' (default: on a GPU, 10%% of the rows, at "
+                        "most a quarter of the GPU's memory; none on the CPU)")
     p.add_argument("--cache-policy", choices=tuple(c.value for c in CachePolicy), default=None,
                    help="which rows --cache holds: presample (the rows a pre-sampled epoch of the training seeds "
                         "reads most; GNNLab's choice) or degree (nodes in the most neighbour lists) "
                         "(default: presample)")
-    p.add_argument("--host-memory", choices=tuple(m.value for m in HostMemory), default="mapped",
-                   help="mode zerocopy on a GPU: read uncached feature rows and sampled neighbour lists from the "
-                        "shared arrays mapped in place (mapped) or from the gathering process's copies of them in "
-                        "managed memory kept in host memory (managed: faster random reads, one more copy of the "
-                        "table and the lists in host memory)")
+    p.add_argument("--host-memory", choices=("auto", "mapped", "managed"), default="auto",
+                   help="mode zerocopy on a GPU: where the producer holds the feature table: managed (its own "
+                        "managed memory kept in host memory), mapped (shared memory mapped in place) or auto (the "
+                        "kind this machine's GPU reads faster, measured once; 'zerocopy doctor' shows both)")
     p.add_argument("--producer-share", type=float, default=None,
-                   help="MPS: percent of GPU threads for the producer (default: 10; 25 with --cache and "
-                        "--host-memory managed)")
+                   help="MPS: percent of GPU threads for the producer (default: 25 with a cache in front of managed "
+                        "memory, else 10)")
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where minibatches are sampled (auto: on the GPU that gathers, except --mode dma and cpu)")
@@ -322,7 +334,7 @@ _FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--
           "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
           "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
           "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy",
-          "host_memory": "--host-memory"}
+          "feature_placement": "--host-memory"}
 
 
 def _one_line(error: Exception) -> str:
@@ -345,13 +357,18 @@ _BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_cache(text: str, policy: Optional[str] = None) -> CacheConfig:
+def parse_cache(text: str, policy: Optional[str] = None) -> Optional[CacheConfig]:
     """``--cache SIZE`` as a :class:`CacheConfig`: ``'10%'`` (a share of the table's rows),
-    ``'2GiB'`` / ``'500MB'`` (bytes of cached rows) or ``'100000'`` (rows); ``policy``:
-    ``'presample'`` (default) or ``'degree'``. Raises :class:`PlanError` naming ``cache``."""
+    ``'2GiB'`` / ``'500MB'`` (bytes of cached rows) or ``'100000'`` (rows); ``'none'``: no cache
+    (None); ``policy``: ``'presample'`` (default) or ``'degree'``. Raises :class:`PlanError`
+    naming ``cache``."""
     policy_ = CachePolicy(policy or CachePolicy.PRESAMPLE.value)
     t = str(text).strip().lower().replace(" ", "")
-    want = "a share of the table ('10%'), a size ('2GiB', '500MB') or a row count ('100000')"
+    if t == "none":
+        if policy is not None:
+            raise PlanError("cache_policy", "cache_policy applies to a cache, not to --cache none")
+        return None
+    want = "a share of the table ('10%'), a size ('2GiB', '500MB'), a row count ('100000') or 'none'"
     m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)(%|[kmgt]i?b|b)?", t)
     if m is None:
         raise PlanError("cache", f"cache must be {want}, got {text!r}")
@@ -377,7 +394,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     settings = dict(batch_size=args.batch_size, epochs=args.epochs, max_batches=args.max_batches,
                     producer_share=args.producer_share, producer_sms=args.producer_sms, hidden=args.hidden,
-                    seed=args.seed, host_memory=args.host_memory)
+                    seed=args.seed, feature_placement=None if args.host_memory == "auto" else args.host_memory)
     if args.samplers is not None:
         settings["num_samplers"] = args.samplers
     if args.gather_batches is not None:
@@ -398,7 +415,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         elif args.cache_policy is not None:
             raise PlanError("cache_policy", "cache_policy applies to a cache: give --cache SIZE too")
         spec = parse_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
-        plan = make_plan(args.mode, args.partition, row_bytes=spec.row_bytes, **settings)
+        plan = make_plan(args.mode, args.partition, row_bytes=spec.row_bytes, table_bytes=spec.table_bytes,
+                         local_processes=args.gpus, quiet=False, **settings)
     except ValueError as e:
         print(f"zerocopy train: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -409,21 +427,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         ds = spec.load()
-        if spec.row_bytes is None:  # an OGB directory: its row width is known once it is read
-            plan = make_plan(args.mode, args.partition, row_bytes=ds.row_bytes, **settings)
         print(f"dataset {ds.describe()} (ready in {time.perf_counter() - start:.1f} s)")
         print(f"training GraphSAGE ({len(plan.fanouts)} layers, hidden {plan.hidden}) on {ds.name}; {plan.describe()}")
         print(f"fanouts {list(plan.fanouts)}, batch size {plan.batch_size}, epochs {plan.epochs}. {EPOCH_LEGEND}")
-        cached_rows = None
-        if plan.cache is not None:
-            from .pipeline.gather import choose_cached_rows
-            from .unified import format_bytes
-
-            t = time.perf_counter()
-            cached_rows = choose_cached_rows(plan, ds)
-            print(f"cache: {cached_rows.numel():,} of {ds.num_nodes:,} rows "
-                  f"({format_bytes(cached_rows.numel() * ds.row_bytes)}) chosen by {plan.cache.policy.value} in "
-                  f"{time.perf_counter() - t:.1f} s")
         if distributed:
             from .launch import LaunchOptions
 
@@ -432,9 +438,9 @@ def run_from_args(args: argparse.Namespace) -> int:
             options = LaunchOptions(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
                                     rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
             train_data_parallel(ds, args.gpus, args.mode, args.partition, launch_options=options, quiet=False,
-                                cached_rows=cached_rows, **settings)
+                                plan=plan)
         else:
-            run_plan(plan, ds, mps_fallback=args.partition == "auto", cached_rows=cached_rows)
+            run_plan(plan, ds, mps_fallback=args.partition == "auto")
     except (PipelineError, WorkerFailed) as e:
         print(f"zerocopy train failed: {e}", file=sys.stderr)
         return 1

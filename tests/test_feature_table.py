@@ -1,9 +1,12 @@
-"""zerocopy::gather_rows_cached against its documented rule, FeatureTable (a host table with a
-GPU cache of hot rows) against ``table[idx]``, and the hotness scores that pick cached rows."""
+"""zerocopy::gather_rows_cached against its documented rule, FeatureTable (a table in one
+placement) and CachedTable (a GPU cache of hot rows around any reader) against ``table[idx]``,
+feature sources loaded into tables, and the hotness scores that pick cached rows."""
 
 from __future__ import annotations
 
 import pickle
+
+import numpy as np
 
 import pytest
 import torch
@@ -12,8 +15,10 @@ import torch.multiprocessing as mp
 import pytorch_zerocopy as zc
 from pytorch_zerocopy import hotness
 from pytorch_zerocopy._compat import has_opcheck
-from pytorch_zerocopy.feature_table import (CacheConfig, CachePolicy, FeatureTable, HostMemory, cached_rows_for,
+from pytorch_zerocopy.feature_table import (CacheConfig, CachedTable, CachePolicy, FeatureTable, cached_rows_for,
                                             gather_rows_cached, node_cache_configs)
+from pytorch_zerocopy.placement import Placement
+from pytorch_zerocopy.placement import gpu as gpu_device
 from pytorch_zerocopy.graph import CSRGraph
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8]
@@ -165,191 +170,267 @@ def test_cached_gather_opcheck(device, gen):
     torch.library.opcheck(torch.ops.zerocopy.gather_rows_cached.out, args, {"out": out})
 
 
-# --- FeatureTable -------------------------------------------------------------------------------
+# --- FeatureTable and CachedTable --------------------------------------------------------------
+
+PLACEMENTS = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("unified", id="unified"),  # read on the CPU where no GPU serves unified tensors
+    pytest.param("managed", id="managed", marks=pytest.mark.cuda),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.cuda),
+]
 
 
-MEMORIES = [pytest.param(m, id=m.value) for m in HostMemory]
-
-
-@pytest.mark.parametrize("memory", MEMORIES)
-def test_feature_table_reads_like_the_table(gen, memory):
-    host = random_rows(400, 16, torch.float32, gen)
-    cached = torch.randperm(400, generator=gen)[:90]
-    ft = FeatureTable(host, cached, memory=memory)
-    assert ft.memory is memory
-    assert ft.cache_rows == 90 and ft.cache_bytes == 90 * 64 and ft.shape == (400, 16) and len(ft) == 400
-    idx = torch.randint(0, 400, (2000,), generator=gen)
+def check_reads(table, host: torch.Tensor, gen: torch.Generator) -> None:
+    """Every way of reading rows of ``table`` returns ``host``'s rows on the table's device."""
+    n, width = host.shape
+    idx = torch.randint(0, n, (2000,), generator=gen)
     want = host[idx]
-    dev = ft.device
-    for got in (ft[idx], ft.gather(idx), zc.gather_rows(ft, idx), torch.index_select(ft, 0, idx),
-                ft[idx.int()], ft[idx.tolist()], ft.gather(idx.to(dev))):
+    dev = table.device
+    for got in (table[idx], table.read(idx), zc.gather_rows(table, idx), torch.index_select(table, 0, idx),
+                table[idx.int()], table[idx.tolist()], table.read(idx.to(dev))):
         assert got.device.type == dev.type
         torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
-    emb = torch.nn.functional.embedding(idx.view(40, 50), ft)
-    torch.testing.assert_close(emb.cpu(), want.view(40, 50, 16), rtol=0, atol=0)
-    torch.testing.assert_close(ft[idx - 400].cpu(), want, rtol=0, atol=0)  # negative ids count from the end
-    torch.testing.assert_close(ft[7].cpu(), host[7], rtol=0, atol=0)
-    out = torch.full((2000, 16), -7.5, device=dev)
-    assert zc.gather_rows(ft, idx, out, check_bounds=False) is out
+    emb = torch.nn.functional.embedding(idx.view(40, 50), table)
+    torch.testing.assert_close(emb.cpu(), want.view(40, 50, width), rtol=0, atol=0)
+    torch.testing.assert_close(table[idx - n].cpu(), want, rtol=0, atol=0)  # negative ids count from the end
+    torch.testing.assert_close(table[7].cpu(), host[7], rtol=0, atol=0)
+    out = torch.full((2000, width), POISON.get(host.dtype, -7.5), dtype=host.dtype, device=dev)
+    assert zc.gather_rows(table, idx, out, check_bounds=False) is out
     torch.testing.assert_close(out.cpu(), want, rtol=0, atol=0)
-    hit = torch.isin(idx, cached).float().mean().item()
-    assert ft.hit_rate(idx) == pytest.approx(hit)
+    with pytest.raises(IndexError, match=f"index {n} at position 1"):
+        table[torch.tensor([0, n])]
 
 
-def test_feature_table_reads_hits_from_its_cache(gen):
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_feature_table_reads_like_the_table(gen, placement):
+    host = random_rows(400, 16, torch.float32, gen)
+    table = FeatureTable(host, placement)
+    assert table.placement is Placement.parse(placement)
+    assert table.shape == (400, 16) and len(table) == 400 and table.row_bytes == 64
+    check_reads(table, host, gen)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_cached_table_reads_like_the_table(gen, placement):
+    host = random_rows(400, 16, torch.float32, gen)
+    cached = torch.randperm(400, generator=gen)[:90]
+    table = CachedTable(FeatureTable(host, placement), cached)
+    assert table.cache_rows == 90 and table.cache_bytes == 90 * 64 and table.device == table.table.device
+    check_reads(table, host, gen)
+    idx = torch.randint(0, 400, (2000,), generator=gen)
+    assert table.hit_rate(idx) == pytest.approx(torch.isin(idx, cached).float().mean().item())
+    for rows in (None, torch.arange(400)):  # no cache, everything cached
+        check_reads(CachedTable(table.table, rows), host, gen)
+
+
+def test_cached_table_reads_hits_from_its_cache(gen):
     """Cached rows come from the cache: poisoning a cached row in the cache shows in the result."""
     host = random_rows(100, 4, torch.float32, gen)
-    ft = FeatureTable(host, torch.tensor([3, 50, 99]))
-    slot = int(ft.slot_of[50])
-    ft.cache[slot] = -7.5
-    got = ft[torch.tensor([50, 51, 3])].cpu()
+    table = FeatureTable(host).with_cache(torch.tensor([3, 50, 99]))
+    table.cache[int(table.slot_of[50])] = -7.5
+    got = table[torch.tensor([50, 51, 3])].cpu()
     assert (got[0] == -7.5).all()
     torch.testing.assert_close(got[1:], host[[51, 3]], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("memory", MEMORIES)
-def test_feature_table_without_cache_and_full_cache(gen, memory):
+class _Reader:
+    """A reader that is not a FeatureTable: the cache reads its misses through ``read``."""
+
+    def __init__(self, table: FeatureTable):
+        self.inner, self.device, self.reads = table, table.device, 0
+
+    @property
+    def shape(self):
+        return self.inner.shape
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def read(self, ids, out=None, *, check_bounds=True):
+        self.reads += int(ids.numel())
+        return self.inner.read(ids, out, check_bounds=check_bounds)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_cached_table_wraps_any_reader(gen, placement):
     host = random_rows(300, 5, torch.float16, gen)
+    reader = _Reader(FeatureTable(host, placement))
+    cached = torch.randperm(300, generator=gen)[:100]
+    table = CachedTable(reader, cached)
+    reader.reads = 0
     idx = torch.randint(0, 300, (1500,), generator=gen)
-    for cached in (None, torch.arange(300)):
-        ft = FeatureTable(host, cached, memory=memory)
-        torch.testing.assert_close(ft[idx].cpu(), host[idx], rtol=0, atol=0)
-        with pytest.raises(IndexError, match="index 300 at position 1"):
-            ft[torch.tensor([0, 300])]
+    torch.testing.assert_close(table.read(idx).cpu(), host[idx], rtol=0, atol=0)
+    assert reader.reads == int((~torch.isin(idx, cached)).sum())  # only the misses reach the reader
+    with pytest.raises(IndexError, match="index 300 at position 1"):
+        table.read(torch.tensor([0, 300]))
 
 
 def test_feature_table_bad_input(gen):
     host = random_rows(30, 4, torch.float32, gen)
+    table = FeatureTable(host)
     with pytest.raises(IndexError, match="cached row 30 is out of range for a table with 30 rows"):
-        FeatureTable(host, torch.tensor([1, 30]))
+        CachedTable(table, torch.tensor([1, 30]))
     with pytest.raises(IndexError, match="cached row -1 is out of range"):
-        FeatureTable(host, torch.tensor([-1]))
+        CachedTable(table, torch.tensor([-1]))
     with pytest.raises(ValueError, match="repeats a row id"):
-        FeatureTable(host, torch.tensor([4, 2, 4]))
+        CachedTable(table, torch.tensor([4, 2, 4]))
     with pytest.raises(TypeError, match="cached_rows must be a 1-D int32/int64 tensor"):
-        FeatureTable(host, torch.tensor([1.0]))
+        CachedTable(table, torch.tensor([1.0]))
+    with pytest.raises(TypeError, match="must be a feature reader"):
+        CachedTable(host, torch.tensor([1]))
     with pytest.raises(ValueError, match="must be 2-D"):
         FeatureTable(host.view(-1))
-    ft = FeatureTable(host, torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"FeatureTable placement must be one of .*'managed'.*got 'pinned'"):
+        FeatureTable(host, "pinned")
+    with pytest.raises(ValueError, match="'uvm' migrates pages"):
+        FeatureTable(host, "uvm")
+    with pytest.raises(TypeError, match="tuning must be a GatherTuning"):
+        FeatureTable(host, tuning=4)
     with pytest.raises(TypeError, match="indexing by integer ids only"):
-        ft[1:3]
+        table[1:3]
     with pytest.raises(TypeError, match="index must hold integers"):
-        ft[torch.tensor([1.0])]
+        table[torch.tensor([1.0])]
     with pytest.raises(IndexError, match="index 31 at position 0"):
-        ft[torch.tensor([31])]
+        table[torch.tensor([31])]
 
 
-@pytest.mark.parametrize("memory", MEMORIES)
-def test_feature_table_detects_writes_and_refreshes(gen, memory):
-    """Row 5 is cached, row 6 is not: a managed copy of the table is refreshed too."""
+def test_gpu_placements_without_a_gpu_are_a_clear_error(gen):
+    if zc.gpu_backed():
+        pytest.skip("a GPU serves unified tensors here")
+    for placement in ("managed", "cuda"):
+        with pytest.raises(ValueError, match=f"placement '{placement}' .* needs a CUDA build"):
+            FeatureTable(random_rows(5, 2, torch.float32, gen), placement)
+
+
+@pytest.mark.parametrize("placement", ["cpu", "unified"])
+def test_cached_table_detects_writes_and_refreshes(gen, placement):
+    """Row 5 is cached, row 6 is not: writes through the host tensor reach the table (it aliases
+    them) and make the cache stale until refreshed."""
     host = random_rows(64, 3, torch.float32, gen)
-    ft = FeatureTable(host, torch.tensor([0, 5, 9]), memory=memory)
+    table = CachedTable(FeatureTable(host, placement), torch.tensor([0, 5, 9]))
     idx = torch.tensor([5, 6, 0])
     host[5:7].mul_(2)  # through a view of the table: same version counter
     with pytest.raises(RuntimeError, match="written after its rows were cached.*refresh"):
-        ft[idx]
-    ft.refresh()
-    torch.testing.assert_close(ft[idx].cpu(), host[idx], rtol=0, atol=0)
+        table[idx]
+    table.refresh()
+    torch.testing.assert_close(table[idx].cpu(), host[idx], rtol=0, atol=0)
 
 
 @pytest.mark.cuda
-def test_feature_table_cache_larger_than_free_memory(gen, monkeypatch):
+@pytest.mark.parametrize("placement", ["managed", "cuda"])
+def test_copied_tables_do_not_see_later_host_writes(gen, placement):
+    host = random_rows(64, 3, torch.float32, gen)
+    before = host.clone()
+    table = CachedTable(FeatureTable(host, placement), torch.tensor([0, 5, 9]))
+    host.mul_(2)
+    idx = torch.tensor([5, 6, 0])
+    torch.testing.assert_close(table[idx].cpu(), before[idx], rtol=0, atol=0)  # a copy: not stale, not changed
+
+
+@pytest.mark.cuda
+def test_cache_larger_than_free_memory(gen, monkeypatch):
     host = random_rows(1000, 8, torch.float32, gen)
+    table = FeatureTable(host)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1024, 80 << 30))
     allocated = torch.cuda.memory_allocated
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: allocated(device))  # no cached blocks
     before = torch.cuda.memory_allocated()
     with pytest.raises(torch.cuda.OutOfMemoryError,
                        match=r"cache of 500 rows x 32 B = 15.6 KiB plus its slot map \(3.9 KiB\).*1.0 KiB free"):
-        FeatureTable(host, torch.arange(500))
+        CachedTable(table, torch.arange(500))
     assert torch.cuda.memory_allocated() == before
 
 
-def _child_gathers(ft, idx, results):
-    results.put((str(ft.device.type), ft.cache_rows, ft.memory.value, ft[idx].cpu().tolist()))  # plain values: the child exits next
+def _child_reads(table, idx, results):
+    placement = table.placement.value if table.placement is not None else None
+    rows = getattr(table, "cache_rows", 0)
+    results.put((str(table.device.type), rows, placement, table[idx].cpu().tolist()))  # plain values
 
 
-@pytest.mark.parametrize("memory", MEMORIES)
-def test_feature_table_crosses_processes(gen, memory):
+@pytest.mark.parametrize("placement", ["cpu", "unified"])
+def test_tables_cross_processes(gen, placement):
     host = random_rows(200, 6, torch.float32, gen).share_memory_()
-    ft = FeatureTable(host, torch.tensor([1, 10, 100]), memory=memory)
     idx = torch.randint(0, 200, (50,), generator=gen)
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    child = ctx.Process(target=_child_gathers, args=(ft, idx, results))
-    child.start()
-    device_type, cache_rows, memory_value, got = results.get(timeout=120)
-    child.join(60)
-    assert child.exitcode == 0
-    assert device_type == ft.device.type and cache_rows == 3 and memory_value == memory.value
-    torch.testing.assert_close(torch.tensor(got), host[idx], rtol=0, atol=0)
-    private = FeatureTable(random_rows(5, 2, torch.float32, gen), torch.tensor([0]))
-    with pytest.raises(RuntimeError, match="must hold its table in shared memory"):
-        pickle.dumps(private)
-
-
-@pytest.mark.parametrize("memory", MEMORIES)
-def test_feature_table_with_cache_shares_the_table(gen, memory):
-    host = random_rows(500, 8, torch.float32, gen)
-    ft = FeatureTable(host, torch.arange(10), memory=memory)
-    other = ft.with_cache(torch.arange(100, 300))
-    assert other.memory is memory and other.cache_rows == 200 and ft.cache_rows == 10
-    assert other._read.data_ptr() == ft._read.data_ptr()  # the same table reads: nothing copied again
-    assert other.cache.data_ptr() != ft.cache.data_ptr()
-    idx = torch.randint(0, 500, (3000,), generator=gen)
-    for t in (ft, other, ft.with_cache(None)):
-        torch.testing.assert_close(t[idx].cpu(), host[idx], rtol=0, atol=0)
-    assert other.hit_rate(idx) == pytest.approx(((idx >= 100) & (idx < 300)).float().mean().item())
-    with pytest.raises(IndexError, match="cached row 500 is out of range"):
-        ft.with_cache(torch.tensor([500]))
-
-
-def test_feature_host_memory_argument(gen):
-    host = random_rows(20, 4, torch.float32, gen)
-    assert FeatureTable(host).memory is HostMemory.MAPPED
-    assert FeatureTable(host, memory="managed").memory is HostMemory.MANAGED
-    with pytest.raises(ValueError, match=r"memory must be a HostMemory or one of \['mapped', 'managed'\], got 'pinned'"):
-        FeatureTable(host, memory="pinned")
-    with pytest.raises(TypeError, match="table must be a tensor"):
-        zc.to_managed_host([1, 2])
+    for table in (FeatureTable(host, placement), CachedTable(FeatureTable(host, placement), torch.tensor([1, 10, 100]))):
+        results = ctx.Queue()
+        child = ctx.Process(target=_child_reads, args=(table, idx, results))
+        child.start()
+        device_type, cache_rows, placement_value, got = results.get(timeout=120)
+        child.join(60)
+        assert child.exitcode == 0
+        assert device_type == table.device.type and placement_value == placement
+        assert cache_rows == getattr(table, "cache_rows", 0)
+        torch.testing.assert_close(torch.tensor(got), host[idx], rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="must hold its rows in shared memory"):
+        pickle.dumps(FeatureTable(random_rows(5, 2, torch.float32, gen), "cpu"))
 
 
 @pytest.mark.cuda
-def test_to_managed_host_copies_and_checks(gen):
-    host = random_rows(1 << 12, 256, torch.float32, gen)
-    m = zc.to_managed_host(host)
-    assert m.is_cuda and m.shape == host.shape and m.dtype == host.dtype
-    assert torch.equal(m[::97].cpu(), host[::97])
-    idx = torch.randint(0, host.shape[0], (5000,), generator=gen)
-    out = torch.full((5000, 256), -7.5, device="cuda")
-    zc.gather_rows(m, idx, out)
-    torch.testing.assert_close(out.cpu(), host[idx], rtol=0, atol=0)
-    with pytest.raises(IndexError, match="out of bounds"):
-        zc.gather_rows(m, torch.tensor([1 << 12]))
-    with pytest.raises(ValueError, match="must live in host memory"):
-        zc.to_managed_host(host[:4].cuda())
-    with pytest.raises(ValueError, match="device must be a GPU"):
-        zc.to_managed_host(host[:4], "cpu")
-    huge = torch.empty(1, dtype=torch.float32).expand(1 << 42)  # 16 TiB, never materialised
-    with pytest.raises(torch.OutOfMemoryError, match="host memory"):
-        zc.to_managed_host(huge)
+def test_private_tables_refuse_to_cross_processes(gen):
+    with pytest.raises(RuntimeError, match="not 'managed'.*send the dataset's feature source"):
+        pickle.dumps(FeatureTable(random_rows(5, 2, torch.float32, gen).share_memory_(), "managed"))
+
+
+def test_feature_table_loads_sources(gen, tmp_path):
+    """A table loaded from each kind of source holds the source's rows; a host tensor source is
+    used in place (no copy) where the placement reads host memory."""
+    from pytorch_zerocopy.datasets import GeneratedFeatures, NpyFeatures, TensorFeatures
+    from pytorch_zerocopy.datasets.features import shared_rows
+
+    host = random_rows(300, 12, torch.float32, gen)
+    np.save(tmp_path / "f.npy", host.numpy())
+    np.savez_compressed(tmp_path / "d.npz", node_feat=host.numpy().astype(np.float16))
+    placements = ["cpu", "unified"] + (["managed", "cuda"] if zc.gpu_backed() else [])
+    sources = [TensorFeatures(host), NpyFeatures.open(tmp_path / "f.npy"),
+               NpyFeatures.open(tmp_path / "d.npz", member="node_feat"),
+               GeneratedFeatures((300, 12), torch.float32, 7, 0.3, seed=5, chunk_bytes=1000)]
+    for source in sources:
+        want = shared_rows(source)
+        assert want.shape == (300, 12) and want.dtype == source.dtype
+        for placement in placements:
+            table = FeatureTable.load(source, placement)
+            assert table.placement is Placement.parse(placement)
+            idx = torch.randint(0, 300, (500,), generator=gen)
+            torch.testing.assert_close(table.read(idx).cpu(), want[idx], rtol=0, atol=0)
+    torch.testing.assert_close(shared_rows(sources[2]), host.half(), rtol=0, atol=0)
+    assert FeatureTable.load(TensorFeatures(host), "cpu").host.data_ptr() == host.data_ptr()
+    assert FeatureTable.load(TensorFeatures(host), "unified").host.data_ptr() == host.data_ptr()
+    generated = GeneratedFeatures((300, 12), torch.float32, 7, 0.3, seed=5, chunk_bytes=1000)
+    assert torch.equal(shared_rows(generated), shared_rows(generated))  # deterministic
+    np.save(tmp_path / "bad.npy", np.zeros((3, 4, 5), dtype=np.float32))
+    with pytest.raises(ValueError, match="must be 2-D"):
+        NpyFeatures.open(tmp_path / "bad.npy")
+    (tmp_path / "table.csv").write_text("1,2\n3,4\n")
+    with pytest.raises(ValueError, match="is not a NumPy .npy array"):
+        NpyFeatures.open(tmp_path / "table.csv")
+    short = tmp_path / "short.npy"
+    short.write_bytes((tmp_path / "f.npy").read_bytes()[:-100])
+    with pytest.raises(ValueError, match="is truncated"):
+        shared_rows(NpyFeatures.open(short))
 
 
 @pytest.mark.cuda
 @pytest.mark.whole_gpu  # reads the device's free memory: alone, so no other process moves it
-def test_to_managed_host_stays_in_host_memory(gen):
-    """Reading every page of the managed copy on the GPU takes no GPU memory (a migrating copy would
-    take its size)."""
-    zc.to_managed_host(torch.ones(1 << 20)).sum()  # first kernel, first managed range: load code now
+def test_managed_table_stays_in_host_memory(gen):
+    """Reading every page of a managed table on the GPU takes no GPU memory (a migrating copy
+    would take its size), whether it was copied from a host tensor or filled in place."""
+    FeatureTable(torch.ones(1 << 20, 1), "managed").source.sum()  # first kernel, first managed range: load code now
     host = random_rows(1 << 18, 1024, torch.float32, gen)  # 1 GiB
-    m = zc.to_managed_host(host)
-    torch.cuda.synchronize()
-    free_before = torch.cuda.mem_get_info()[0]
-    top = m.amax(dim=0)  # reads every page; its result and workspace are a few KiB
-    assert torch.equal(top.cpu(), host.amax(dim=0))
-    used = free_before - torch.cuda.mem_get_info()[0]
-    assert used < (256 << 20), f"reading the 1 GiB managed copy took {used} B of GPU memory: its pages migrated"
-    del m, top
+    from pytorch_zerocopy.datasets import GeneratedFeatures
+
+    for table in (FeatureTable(host, "managed"),
+                  FeatureTable.load(GeneratedFeatures((1 << 18, 1024), torch.float32, 7, 0.3, seed=1, device="cuda"),
+                                    "managed")):
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        top = table.source.amax(dim=0)  # reads every page; its result and workspace are a few KiB
+        used = free_before - torch.cuda.mem_get_info()[0]
+        assert used < (256 << 20), f"reading the 1 GiB managed table took {used} B of GPU memory: its pages migrated"
+        assert top.numel() == 1024
+        del table, top
+    torch.testing.assert_close(FeatureTable(host, "managed").source[::997].cpu(), host[::997], rtol=0, atol=0)
 
 
 # --- which rows: hotness and CacheConfig -----------------------------------------------------------
@@ -407,24 +488,24 @@ def test_cache_config_sizes_and_policies(gen):
     assert CacheConfig(fraction=0.2).rows_for(50, 8) == 10
     g = small_graph()
     table = random_rows(6, 4, torch.float32, gen)
-    ft = FeatureTable.for_graph(table, g, CacheConfig(rows=2))
+    ft = CachedTable.for_graph(FeatureTable(table), g, CacheConfig(rows=2))
     assert ft.cached_ids.tolist() == [0, 1]  # hottest by in-list count: node 0 (2), then the lowest-id 1s
-    pre = FeatureTable.for_graph(table, g, CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=0.5, fanouts=(2,),
-                                                       batch_size=2), seeds=torch.tensor([2, 0]))
+    pre = CachedTable.for_graph(FeatureTable(table), g, CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=0.5,
+                                                                    fanouts=(2,), batch_size=2), seeds=torch.tensor([2, 0]))
     assert pre.cache_rows <= 3 and 2 in pre.cached_ids.tolist()
     with pytest.raises(ValueError, match="needs seeds"):
-        FeatureTable.for_graph(table, g, CacheConfig(policy=CachePolicy.PRESAMPLE, rows=2))
+        CachedTable.for_graph(FeatureTable(table), g, CacheConfig(policy=CachePolicy.PRESAMPLE, rows=2))
     with pytest.raises(ValueError, match="the graph has 6 nodes but the table 5 rows"):
-        FeatureTable.for_graph(table[:5], g, CacheConfig(rows=2))
+        CachedTable.for_graph(FeatureTable(table[:5]), g, CacheConfig(rows=2))
 
 
 def test_rows_chosen_without_a_gpu_then_built(gen):
-    """A parent picks the rows on the CPU; a FeatureTable is built from (table, ids) elsewhere."""
+    """A parent picks the rows on the CPU; a CachedTable is built from (table, ids) elsewhere."""
     g = small_graph()
     table = random_rows(6, 4, torch.float32, gen)
     ids = cached_rows_for(g, CacheConfig(cache_bytes=3 * 16), 6, 16)
     assert ids.device.type == "cpu" and ids.tolist() == [0, 1, 2]
-    ft = FeatureTable(table, ids)
+    ft = CachedTable(FeatureTable(table), ids)
     torch.testing.assert_close(ft[torch.tensor([2, 5, 0])].cpu(), table[[2, 5, 0]], rtol=0, atol=0)
 
 
@@ -441,12 +522,12 @@ def test_dgl_gpu_cache_argument():
 
 
 def test_cpu_cache_count_hits_and_a_wrapped_index_select(gen, monkeypatch):
-    """``device='cpu'`` keeps the cache in host memory on any machine; ``count_hits`` counts
+    """A ``cpu`` table keeps its cache in host memory on any machine; ``count_hits`` counts
     the cached entries of an index (repeats included) as a 0-d tensor on the cache's device;
-    ``torch.index_select`` still reaches the FeatureTable when a library wraps it (PyG does)."""
+    ``torch.index_select`` still reaches the CachedTable when a library wraps it (PyG does)."""
     table = random_rows(500, 6, torch.float32, gen)
     ids = torch.randperm(500, generator=gen)[:120]
-    ft = FeatureTable(table, ids, device="cpu")
+    ft = CachedTable(FeatureTable(table, "cpu"), ids)
     assert ft.device == torch.device("cpu") and ft.cache.device.type == "cpu"
     idx = torch.cat([ids[:30], ids[:5], torch.randint(0, 500, (200,), generator=gen)])
     held = torch.zeros(500, dtype=torch.bool)
@@ -454,8 +535,8 @@ def test_cpu_cache_count_hits_and_a_wrapped_index_select(gen, monkeypatch):
     hits = ft.count_hits(idx)
     assert hits.dim() == 0 and hits.dtype == torch.int64 and int(hits) == int(held[idx].sum())
     assert ft.hit_rate(idx) == pytest.approx(int(held[idx].sum()) / idx.numel())
-    assert int(FeatureTable(table, None, device="cpu").count_hits(idx)) == 0
-    assert torch.equal(ft.gather(idx), table[idx])
+    assert int(CachedTable(FeatureTable(table, "cpu"), None).count_hits(idx)) == 0
+    assert torch.equal(ft.read(idx), table[idx])
     original = torch.index_select
 
     def wrapped(input, dim, index, *, out=None):
@@ -463,5 +544,5 @@ def test_cpu_cache_count_hits_and_a_wrapped_index_select(gen, monkeypatch):
 
     monkeypatch.setattr(torch, "index_select", wrapped)
     assert torch.equal(torch.index_select(ft, 0, idx), table[idx])
-    with pytest.raises(ValueError, match="a GPU or the CPU"):
-        FeatureTable(table, ids, device="meta")
+    with pytest.raises(ValueError, match="expected a GPU, got meta"):
+        gpu_device("meta")

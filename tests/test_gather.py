@@ -105,29 +105,6 @@ def test_long_random_index_and_sorted_flag(kind, gen):
 
 
 @pytest.mark.parametrize("kind", TABLE_KINDS)
-@pytest.mark.parametrize("granule", ["64", "4096", "65536", "1000000000"])
-def test_coarse_sort_granule_gives_the_same_rows(kind, granule, gen, monkeypatch):
-    """PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE only changes the order of visits, including for
-    out-of-range indices (their sort key shares a granule with valid rows)."""
-    monkeypatch.setenv("PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE", granule)
-    table = make_table(kind, 5000, 33, torch.float32, gen)
-    index = torch.randint(0, 5000, (20000,), generator=gen).to(index_device(kind))
-    torch.testing.assert_close(zc.gather_rows(table, index).cpu(), reference(table, index), rtol=0, atol=0)
-    bad = index.clone()
-    bad[12345] = 5000
-    with pytest.raises(IndexError, match="5000"):
-        zc.gather_rows(table, bad)
-
-
-@pytest.mark.cuda
-def test_bad_sort_granule_is_a_clear_error(gen, monkeypatch):
-    monkeypatch.setenv("PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE", "lots")
-    table = make_table("unified", 5000, 33, torch.float32, gen)
-    with pytest.raises(ValueError, match="SORT_GRANULE"):
-        zc.gather_rows(table, torch.randint(0, 5000, (20000,), device="cuda"))
-
-
-@pytest.mark.parametrize("kind", TABLE_KINDS)
 def test_out_is_written_completely(kind, gen):
     for dtype in DTYPES:
         for width in (1, 33, 257):

@@ -8,6 +8,8 @@ import scipy.sparse as sp
 import scipy.sparse.csgraph as csgraph
 import torch
 
+from pytorch_zerocopy.placement import Placement
+
 from graph_reference import (bfs_reference, components_reference, dijkstra_reference, np_csr, pagerank_exact,
                              pagerank_reference, poison_cuda_cache, shapes)
 
@@ -271,7 +273,7 @@ def test_stats_count_edges(seed):
 
 
 def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, n=1000, m=32_000):
-    return GraphTraits(placement=placement, on_gpu=on_gpu, symmetric=symmetric,
+    return GraphTraits(placement=Placement.parse(placement), on_gpu=on_gpu, symmetric=symmetric,
                        has_in_lists=symmetric if has_in_lists is None else has_in_lists, num_nodes=n, num_edges=m)
 
 
@@ -285,6 +287,7 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
     (traits(m=8000), "sssp", "frontier"),
     (traits(m=8001), "sssp", "aligned"),
     (traits(), "connected_components", "staged"),
+    (traits(placement="uvm"), "connected_components", "staged"),
     (traits(placement="managed"), "connected_components", "staged"),
     (traits(placement="cuda"), "connected_components", "frontier"),
     (traits(placement="cuda", symmetric=False), "connected_components", "staged"),
@@ -478,7 +481,7 @@ def test_compile_fullgraph():
 
 # --- GPU ----------------------------------------------------------------------------------
 
-GPU_PLACEMENTS = ["cuda", "unified", "managed", "managed-host"]
+GPU_PLACEMENTS = ["cuda", "unified", "uvm", "managed"]
 
 
 @pytest.mark.cuda

@@ -1,5 +1,5 @@
 """The GPU hot-row cache in the training pipeline: the plan's ``cache``, rows chosen by the
-parent, the gathering process reading through a FeatureTable, hit counts per epoch; on the CPU
+parent, the gathering process reading through a CachedTable, hit counts per epoch; on the CPU
 (the cache then lives in host memory, same code path) and, with the ``cuda`` marker, on a GPU."""
 
 import json
@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pytorch_zerocopy import CacheConfig, CachePolicy, HostMemory
+from pytorch_zerocopy import CacheConfig, CachedTable, CachePolicy
 from pytorch_zerocopy.datasets import community_graph, papers_like
 from pytorch_zerocopy.feature_table import cached_rows_for
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Phase, Plan, PlanError, SampleOn, make_plan, run_pipeline
-from pytorch_zerocopy.pipeline.gather import CacheHits, FeatureGather, choose_cached_rows
+from pytorch_zerocopy.pipeline.gather import CacheHits, choose_cached_rows, feature_reader, gather_into
 from pytorch_zerocopy.pipeline.minibatches import epoch_batches, sample_on_cpu, SeedBatch
 from pytorch_zerocopy.train import parse_cache
 from test_pipeline_failures import _assert_nothing_left, snapshot
@@ -138,20 +138,21 @@ def test_chosen_rows_are_the_ones_training_reads(power_law, policy):
         assert hit_rate(policy) > hit_rate(CachePolicy.DEGREE) + 0.03
 
 
-def test_feature_gather_reads_through_the_cache_and_counts_hits(small, gen):
+def test_feature_reader_reads_through_the_cache_and_counts_hits(small, gen):
     ids = torch.randperm(small.num_nodes, generator=gen)[:700]
-    gather = FeatureGather(small.features, Mode.ZEROCOPY, torch.device("cpu"), ids)
-    assert gather.cache is not None and torch.equal(gather.cache.cached_ids, ids.sort().values)
-    hits = CacheHits(gather.cache)
+    reader = feature_reader(cpu_plan(cache=CacheConfig(rows=700)), small, torch.device("cpu"), ids)
+    assert isinstance(reader, CachedTable) and torch.equal(reader.cached_ids, ids.sort().values)
+    assert reader.table.host.data_ptr() == small.features.data_ptr()  # the shared table, not a copy
+    hits = CacheHits(reader)
     member = torch.zeros(small.num_nodes, dtype=torch.bool)
     member[ids] = True
     want = {Phase.TRAIN: [0, 0], Phase.VAL: [0, 0]}
     for phase in (Phase.TRAIN, Phase.VAL, Phase.TRAIN):
         idx = torch.randint(0, small.num_nodes, (333,), generator=gen)
         out = torch.full((400, small.feature_dim), -7.5)
-        gather.gather_into(idx, out)
+        gather_into(reader, idx, out)
         assert torch.equal(out[:333], small.features[idx]) and bool((out[333:] == -7.5).all())
-        assert torch.equal(gather.gather(idx), small.features[idx])
+        assert torch.equal(reader.read(idx), small.features[idx])
         hits.add(0, phase, idx)
         want[phase][0] += int(member[idx].sum())
         want[phase][1] += 333
@@ -160,9 +161,7 @@ def test_feature_gather_reads_through_the_cache_and_counts_hits(small, gen):
         assert (got.hits, got.lookups) == tuple(want[phase])
         assert hits.take(0, phase).lookups == 0  # taken once
     with pytest.raises(ValueError, match="applies to the 'zerocopy' gather"):
-        FeatureGather(small.features, Mode.CPU, torch.device("cpu"), ids)
-    with pytest.raises(ValueError, match="host memory 'managed' applies to the 'zerocopy' gather on a GPU"):
-        FeatureGather(small.features, Mode.ZEROCOPY, torch.device("cpu"), None, HostMemory.MANAGED)
+        feature_reader(cpu_plan(mode=Mode.CPU, gather_in=GatherIn.TRAINER), small, torch.device("cpu"), ids)
 
 
 @pytest.mark.parametrize("gather_in", ["producer", "trainer"])
@@ -205,13 +204,14 @@ def test_rows_chosen_once_are_used_as_given(small):
 
 
 def gpu_plan(ds, **settings):
+    settings.setdefault("cache", None)
     return make_plan("zerocopy", settings.pop("partition", "none"), row_bytes=ds.row_bytes, batch_size=512,
                      epochs=2, fanouts=(8, 8), hidden=64, lr=1e-2, **settings)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("settings", [dict(), dict(gather_in="trainer"), dict(gather_batches=1, num_slots=3),
-                                      dict(partition="auto"), dict(host_memory="managed")],
+                                      dict(partition="auto"), dict(feature_placement="managed")],
                          ids=["producer", "trainer", "one-minibatch-per-gather", "mps-if-available", "managed-table"])
 def test_gpu_pipeline_with_a_cache_trains_like_without(power_law, settings):
     """Zero-copy training on the GPU with a cache of 10% of the rows: the same losses and

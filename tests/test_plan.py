@@ -9,10 +9,33 @@ import pytest
 
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, Plan, PlanError, SampleOn, make_plan
 from pytorch_zerocopy.pipeline import plan as plan_module
-from pytorch_zerocopy.feature_table import CacheConfig, HostMemory
-from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_gather_batches
+from pytorch_zerocopy import probe
+from pytorch_zerocopy.feature_table import CacheConfig, CachePolicy
+from pytorch_zerocopy.ops import GatherTuning
+from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_cache, default_gather_batches
+from pytorch_zerocopy.placement import Placement
 
 GPU = dict(device="cuda:0")
+
+
+def rates(mapped: float = 17.0, managed=49.6, gpu_memory=80 << 30) -> probe.HostReadRates:
+    return probe.HostReadRates("a GPU", "580", gpu_memory, 4 << 30, 131072, 512, mapped, managed, 54.8)
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch):
+    """Resolution is pure logic: pretend a GPU with MPS whose managed memory reads faster (no
+    CUDA call is made while planning); ``set_rates`` changes what the machine measured."""
+    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
+    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(plan_module, "available_cores", lambda: 16)
+    measured = {"rates": rates()}
+    monkeypatch.setattr(probe, "host_read_rates", lambda refresh=False, quiet=True: measured["rates"])
+
+    def set_rates(value):
+        measured["rates"] = value
+
+    return set_rates
 
 
 def test_vocabulary_is_one_word_per_thing():
@@ -70,10 +93,11 @@ BAD = [
     (dict(inject_failure=("trainer", "raise", 1)), "inject_failure", "a role of"),
     (dict(device="gpu"), "device", "'cpu' or 'cuda:N'"),
     (dict(device="cuda"), "device", "'cpu' or 'cuda:N'"),
-    (dict(host_memory="pinned"), "host_memory", "one of 'mapped', 'managed'"),
-    (dict(gather_blocks_per_sm=0), "gather_blocks_per_sm", "None or in [1, 32]"),
-    (dict(gather_blocks_per_sm=2.0), "gather_blocks_per_sm", "an int or None"),
-    (dict(gather_unroll=12), "gather_unroll", "None, 4, 8 or 16"),
+    (dict(feature_placement="pinned"), "feature_placement", "feature_placement must be one of"),
+    (dict(graph_placement="gpu-ish"), "graph_placement", "graph_placement must be one of"),
+    (dict(gather_tuning=GatherTuning(unroll=12)), "gather_tuning", "unroll 0, 4, 8 or 16"),
+    (dict(gather_tuning=GatherTuning(blocks_per_sm=33)), "gather_tuning", "blocks_per_sm in [0, 32]"),
+    (dict(gather_tuning=4), "gather_tuning", "a pytorch_zerocopy.ops.GatherTuning"),
 ]
 
 
@@ -98,13 +122,15 @@ PLACEMENT = [
     (dict(mode=Mode.DMA, gather_in=GatherIn.TRAINER, **GPU), "gather_in must be 'producer'"),
     (dict(mode=Mode.ZEROCOPY_NAIVE, gather_in=GatherIn.PRODUCER, **GPU), "gather_in must be 'trainer'"),
     (dict(sample_on=SampleOn.GPU), "sample_on 'gpu' needs a CUDA device"),
-    (dict(mode=Mode.DMA, sample_on=SampleOn.GPU, num_samplers=0, **GPU), "sample_on must be 'cpu'"),
     (dict(sample_on=SampleOn.GPU, num_samplers=2, **GPU), "num_samplers applies to sample_on 'cpu'"),
-    (dict(host_memory=HostMemory.MANAGED), "host_memory 'managed' applies to mode 'zerocopy' on a GPU"),
-    (dict(host_memory=HostMemory.MANAGED, mode=Mode.GPU, gather_in=GatherIn.TRAINER, **GPU),
-     "host_memory 'managed' applies to mode 'zerocopy' on a GPU, not mode 'gpu'"),
-    (dict(gather_blocks_per_sm=4), "tune the producer's gathers on a GPU"),
-    (dict(gather_unroll=16, gather_in=GatherIn.TRAINER, **GPU), "tune the producer's gathers on a GPU"),
+    (dict(feature_placement=Placement.MANAGED), "feature_placement must be 'cpu' for mode 'zerocopy' on 'cpu'"),
+    (dict(feature_placement="managed", mode=Mode.GPU, gather_in=GatherIn.TRAINER, sample_on="gpu", num_samplers=0,
+          **GPU), "feature_placement must be 'cuda' for mode 'gpu'"),
+    (dict(feature_placement="cuda", **GPU), "feature_placement must be 'unified' or 'managed' for mode 'zerocopy'"),
+    (dict(graph_placement="managed"), "graph_placement must be 'cpu' when sampling on 'cpu'"),
+    (dict(gather_tuning=GatherTuning(blocks_per_sm=4)), "gather_tuning tunes the producer's gathers on a GPU"),
+    (dict(gather_tuning=GatherTuning(unroll=16), gather_in=GatherIn.TRAINER, **GPU),
+     "gather_tuning tunes the producer's gathers on a GPU"),
 ]
 
 
@@ -114,16 +140,13 @@ def test_placements_that_cannot_work(settings, want):
         Plan(**settings)
 
 
-def test_make_plan_resolves_each_mode_on_a_gpu_machine(monkeypatch):
-    """Resolution is pure logic: pretend a GPU (no CUDA call is made while planning)."""
-    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
-    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(plan_module, "available_cores", lambda: 16)
+def test_make_plan_resolves_each_mode_on_a_gpu_machine(gpu_machine):
     zc = make_plan("zerocopy", row_bytes=512)
     assert (zc.device, zc.partition, zc.sample_on, zc.gather_in) == ("cuda:0", Partition.MPS, SampleOn.GPU,
                                                                      GatherIn.PRODUCER)
     assert zc.sampler_processes == 0 and zc.mark_sources == 1
     assert zc.gather_batches == 8 and zc.num_slots == 16  # 512 B rows: 8 minibatches per gather
+    assert (zc.table_in, zc.lists_in) == (Placement.MANAGED, Placement.MAPPED)
     assert make_plan("zerocopy", row_bytes=4096).gather_batches == 1
     assert make_plan("zerocopy").gather_batches == 1  # row width unknown
     assert make_plan("zerocopy", "none").partition is Partition.NONE
@@ -133,54 +156,62 @@ def test_make_plan_resolves_each_mode_on_a_gpu_machine(monkeypatch):
     assert (dma.sample_on, dma.gather_in, dma.partition, dma.num_samplers) == (SampleOn.CPU, GatherIn.PRODUCER,
                                                                                Partition.NONE, 2)
     assert dma.producer_threads == 8 and dma.sampler_threads == 3 and dma.host_slots
-    for mode in ("gpu", "zerocopy-naive"):
+    assert (dma.table_in, dma.lists_in, dma.cache) == (Placement.CPU, Placement.CPU, None)
+    # The strongest copy path: GPU sampling, and the CPU gather on every core but one.
+    gpu_sampling_dma = make_plan("dma", sample_on="gpu", row_bytes=512)
+    assert (gpu_sampling_dma.sampler_processes, gpu_sampling_dma.producer_threads) == (0, 15)
+    assert (gpu_sampling_dma.lists_in, gpu_sampling_dma.host_slots) == (Placement.MAPPED, True)
+    for mode, table in (("gpu", Placement.GPU), ("zerocopy-naive", Placement.MAPPED)):
         p = make_plan(mode, row_bytes=512)
         assert (p.sample_on, p.gather_in, p.partition) == (SampleOn.GPU, GatherIn.TRAINER, Partition.NONE)
+        assert (p.table_in, p.cache) == (table, None)
     assert make_plan("gpu", gather_in="producer", row_bytes=512).gather_batches == 8  # a GPU ring
     cpu_sampling = make_plan("zerocopy", sample_on="cpu", num_samplers=3)
     assert cpu_sampling.sampler_processes == 3 and cpu_sampling.mark_sources == 3
+    assert cpu_sampling.lists_in is Placement.CPU
     # The green partition's plan refuses a graphed step that was asked for explicitly.
     with pytest.raises(PlanError, match="cuda_graph"):
         make_plan("zerocopy", "green", cuda_graph=True)
     # None means "decide", for what the plan decides.
-    assert make_plan("zerocopy", row_bytes=512, gather_batches=None, num_samplers=None) == zc
+    assert make_plan("zerocopy", row_bytes=512, gather_batches=None, num_samplers=None,
+                     feature_placement=None) == zc
     rank1 = zc.for_rank(1, 4, 1, 2)
     assert (rank1.rank, rank1.world_size, rank1.device) == (1, 4, "cuda:1")
 
 
-def test_the_producer_gathers_with_a_bounded_grid_from_managed_memory_under_mps(monkeypatch):
-    """Under MPS with managed host memory the producer's gathers run as a few blocks per SM of
-    its share (its environment carries the kernel's knobs); elsewhere the kernel's defaults."""
-    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
-    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
-    managed = make_plan("zerocopy", row_bytes=512, host_memory="managed")
-    assert managed.partition is Partition.MPS
-    assert (managed.gather_blocks_per_sm, managed.gather_unroll) == (4, 16)
-    assert managed.gather_environment() == {"PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM": "4",
-                                            "PYTORCH_ZEROCOPY_GATHER_UNROLL": "16"}
-    assert "4 block(s) per SM" in managed.describe()
-    for plan in (make_plan("zerocopy", row_bytes=512), make_plan("zerocopy", "none", row_bytes=512,
-                                                                  host_memory="managed"),
-                 make_plan("zerocopy", "green", host_memory="managed")):
-        assert plan.gather_blocks_per_sm is None and plan.gather_environment() == {}
-    chosen = make_plan("zerocopy", row_bytes=512, host_memory="managed", gather_blocks_per_sm=2, gather_unroll=8)
-    assert chosen.gather_environment() == {"PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM": "2",
-                                           "PYTORCH_ZEROCOPY_GATHER_UNROLL": "8"}
-    assert make_plan("zerocopy", row_bytes=512, gather_blocks_per_sm=3).gather_unroll is None
+def test_the_default_is_the_fast_path(gpu_machine):
+    """With no settings, zerocopy on a GPU reads the host memory kind the machine measured
+    faster, caches a tenth of the rows chosen by pre-sampling, and gives the producer the share
+    and gather grid measured best for that; each setting given overrides its part."""
+    plan = make_plan("zerocopy", row_bytes=512, table_bytes=16 << 30)
+    assert plan.feature_placement is Placement.MANAGED
+    assert plan.cache == CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=0.1, fanouts=plan.fanouts,
+                                     batch_size=plan.batch_size, edge_dir="out", seed=plan.seed)
+    assert plan.producer_share == 25.0 and plan.gather_tuning == GatherTuning(blocks_per_sm=4, unroll=16)
+    assert "managed memory kept in host memory" in plan.describe() and "10% of the rows" in plan.describe()
+    assert make_plan("zerocopy", row_bytes=512, cache=None).cache is None
+    assert make_plan("zerocopy", row_bytes=512, cache=None).producer_share == 10.0
+    mapped = make_plan("zerocopy", row_bytes=512, feature_placement="unified")
+    assert (mapped.feature_placement, mapped.producer_share, mapped.gather_tuning) == (Placement.MAPPED, 10.0,
+                                                                                       GatherTuning())
+    assert make_plan("zerocopy", row_bytes=512, producer_share=15).producer_share == 15
+    # Several gathering processes on one machine share one mapped table.
+    assert make_plan("zerocopy", row_bytes=512, local_processes=2).feature_placement is Placement.MAPPED
+    # No bounded grid without MPS, or with green contexts.
+    for other in (make_plan("zerocopy", "none", row_bytes=512), make_plan("zerocopy", "green")):
+        assert other.feature_placement is Placement.MANAGED and other.gather_tuning == GatherTuning()
+    # Where managed memory is not faster, or the machine could not be measured, the table stays mapped.
+    for measured in (rates(mapped=40.0, managed=42.0), rates(managed=None), None):
+        gpu_machine(measured)
+        assert make_plan("zerocopy", row_bytes=512).feature_placement is Placement.MAPPED
+    assert make_plan("zerocopy", row_bytes=512).cache.fraction == 0.1  # unmeasured: no cap
 
 
-def test_the_producer_share_is_larger_with_a_cache_in_front_of_managed_memory(monkeypatch):
-    monkeypatch.setattr(plan_module, "gpu_available", lambda: True)
-    monkeypatch.setattr(plan_module.shutil, "which", lambda name: "/usr/bin/" + name)
-    cache = CacheConfig(fraction=0.1)
-    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed").producer_share == 25.0
-    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed",
-                     producer_share=None).producer_share == 25.0
-    for plan in (make_plan("zerocopy", row_bytes=512), make_plan("zerocopy", row_bytes=512, cache=cache),
-                 make_plan("zerocopy", row_bytes=512, host_memory="managed")):
-        assert plan.producer_share == 10.0
-    assert make_plan("zerocopy", row_bytes=512, cache=cache, host_memory="managed",
-                     producer_share=15).producer_share == 15
+def test_the_default_cache_fits_the_gpu():
+    assert default_cache(16 << 30, 80 << 30).fraction == 0.1
+    big = default_cache(1 << 40, 80 << 30)
+    assert big.fraction is None and big.cache_bytes == 20 << 30 and big.policy is CachePolicy.PRESAMPLE
+    assert default_cache(None, None).fraction == 0.1
 
 
 def test_make_plan_without_a_gpu():

@@ -71,7 +71,8 @@ BAD_SETTINGS = [
     (["--cache", "0"], "--cache must be a share of the table"),
     (["--cache", "10%", "--mode", "cpu"], "--cache applies to mode 'zerocopy' only"),
     (["--cache-policy", "degree"], "--cache-policy applies to a cache: give --cache SIZE too"),
-    (["--host-memory", "managed", "--mode", "cpu"], "--host-memory 'managed' applies to mode 'zerocopy' on a GPU"),
+    (["--host-memory", "managed", "--mode", "cpu"], "--host-memory must be 'cpu' for mode 'cpu'"),
+    (["--cache", "none", "--cache-policy", "degree"], "--cache-policy applies to a cache, not to --cache none"),
 ]
 
 

@@ -117,7 +117,8 @@ void check_cpu_args(const at::Tensor& table, const at::Tensor& index) {
 }
 
 at::Tensor gather_rows_cpu(const at::Tensor& table, const at::Tensor& index, bool /*index_sorted*/,
-                           bool check_bounds) {
+                           bool check_bounds, int64_t blocks_per_sm, int64_t unroll) {
+  check_gather_launch(blocks_per_sm, unroll, "gather_rows");
   check_cpu_args(table, index);
   const at::Tensor rows = gather_rows_table(table, index);
   at::Tensor out = at::empty({index.numel(), table.size(1)}, table.options());
@@ -126,7 +127,8 @@ at::Tensor gather_rows_cpu(const at::Tensor& table, const at::Tensor& index, boo
 }
 
 void gather_rows_out_cpu(const at::Tensor& table, const at::Tensor& index, bool /*index_sorted*/,
-                         bool check_bounds, at::Tensor& out) {
+                         bool check_bounds, int64_t blocks_per_sm, int64_t unroll, at::Tensor& out) {
+  check_gather_launch(blocks_per_sm, unroll, "gather_rows");
   check_cpu_args(table, index);
   const at::Tensor rows = gather_rows_table(table, index);
   check_device_type(out, c10::kCPU, "gather_rows: out (for a CPU table)");
@@ -154,7 +156,8 @@ void check_cached_cpu_args(const at::Tensor& table, const at::Tensor& cache, con
 }
 
 at::Tensor gather_rows_cached_cpu(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
-                                  const at::Tensor& index, bool check_bounds) {
+                                  const at::Tensor& index, bool check_bounds, int64_t blocks_per_sm, int64_t unroll) {
+  check_gather_launch(blocks_per_sm, unroll, "gather_rows_cached");
   const CachedLayout layout = check_gather_rows_cached(table, cache, slot_of, index);
   check_cached_cpu_args(table, cache, slot_of, index);
   const at::Tensor slots = slot_of.contiguous();
@@ -164,7 +167,9 @@ at::Tensor gather_rows_cached_cpu(const at::Tensor& table, const at::Tensor& cac
 }
 
 void gather_rows_cached_out_cpu(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
-                                const at::Tensor& index, bool check_bounds, at::Tensor& out) {
+                                const at::Tensor& index, bool check_bounds, int64_t blocks_per_sm, int64_t unroll,
+                                at::Tensor& out) {
+  check_gather_launch(blocks_per_sm, unroll, "gather_rows_cached");
   const CachedLayout layout = check_gather_rows_cached(table, cache, slot_of, index);
   check_cached_cpu_args(table, cache, slot_of, index);
   check_device_type(out, c10::kCPU, "gather_rows_cached: out (for a CPU table)");

@@ -7,9 +7,7 @@
 //    Unless the caller says the index is sorted, the index is sorted on the GPU together with
 //    each entry's position (radix sort on the fewest key bits that hold the keys), rows are
 //    read in address order and each is written to its caller-order position. Tables in GPU
-//    memory, and short indices, skip the sort. Order inside a granule of
-//    PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes of the table (default 1: a full sort) is left
-//    as it comes: the sort then skips the key bits below the granule.
+//    memory, and short indices, skip the sort.
 // 2. Whole cache lines. Each row is read by a group of lanes (a power of two, up to a warp)
 //    with the widest vector loads (16/8/4/2/1 bytes) that the row size, row pitch and the base
 //    addresses allow. Lanes start at the row's first 128 B boundary and wrap around to the head
@@ -27,16 +25,15 @@
 // read back after the kernel (the op's only host synchronisation) and the first bad index, in
 // caller order, raises IndexError. Work is queued on the current stream.
 //
-// Tuning knobs (PYTORCH_ZEROCOPY_GATHER_UNROLL, _STEPS, _GRID_BLOCKS, _BLOCKS_PER_SM, _LOAD,
-// _SPLIT) are read per call; benchmarks/gather_sweep.py measures them. The pipeline's producer
-// runs with a bounded grid beside training (pipeline/plan.py, gather_blocks_per_sm).
+// Launch tuning comes from the caller as op arguments (GatherLaunch, checked in gather_rows.h):
+// the loads each lane keeps in flight, and optionally a persistent grid of a few blocks per SM
+// this process may use, which the pipeline's producer runs beside training under MPS
+// (pipeline/plan.py decides both).
 
 #include "gather_rows.h"
 #include "gather_rows_cached.h"
-#include "env.h"
 
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -45,10 +42,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
-#include <string>
 #include <vector>
 
 namespace zerocopy {
@@ -58,8 +52,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kLineBytes = 128;
 constexpr int64_t kSortMinRows = 1024;  // shorter indices are gathered in caller order
-
-enum LoadKind : int { kLoadPlain = 0, kLoadNc = 1, kLoadL2x128 = 2, kLoadL2x256 = 3 };
 
 template <int Bytes>
 struct VecOf;
@@ -95,69 +87,23 @@ struct GatherShape {
   int rows_per_group;  // consecutive slots handled by one group
 };
 
-// Per-call launch choices (see the file comment).
+constexpr int kSteps = 16;  // (row, chunk-iteration) steps per lane group of a grid sized by the rows
+
+// A call's launch: loads per lane, and the grid's blocks (0: sized by the rows).
 struct GatherTuning {
-  int unroll = 8;          // independent loads per lane before its stores: 4, 8 or 16
-  int steps = 16;          // (row, chunk-iteration) steps per lane group
-  int grid_blocks = 0;     // > 0: a grid of this many blocks, each group a long stretch of slots
-  int load = kLoadPlain;   // load instruction for 16-byte vectors
-  int split = 1;           // kernels (on as many streams) the sorted slots are cut into
+  int unroll;
+  int grid_blocks;
 };
 
-GatherTuning tuning_from_env() {
-  GatherTuning t;
-  t.unroll = env_int("PYTORCH_ZEROCOPY_GATHER_UNROLL", t.unroll, 4, 16);
-  TORCH_CHECK_VALUE(t.unroll == 4 || t.unroll == 8 || t.unroll == 16,
-                    "PYTORCH_ZEROCOPY_GATHER_UNROLL must be 4, 8 or 16, got ", t.unroll);
-  t.steps = env_int("PYTORCH_ZEROCOPY_GATHER_STEPS", t.steps, 1, 1 << 20);
-  t.grid_blocks = env_int("PYTORCH_ZEROCOPY_GATHER_GRID_BLOCKS", t.grid_blocks, 0, 1 << 20);
-  // Blocks per SM this process may use (an MPS client sees only its share of the SMs): a
-  // persistent grid that leaves the rest of each SM to other work. GRID_BLOCKS wins if both are set.
-  const int per_sm = env_int("PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM", 0, 0, 32);
-  if (t.grid_blocks == 0 && per_sm > 0) {
+GatherTuning tuning_for(const GatherLaunch& launch) {
+  GatherTuning t{launch.unroll, 0};
+  if (launch.blocks_per_sm > 0) {
+    // Blocks per SM this process may use: an MPS client sees only its share of the SMs.
     int sms = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c10::cuda::current_device()));
-    t.grid_blocks = per_sm * std::max(1, sms);
-  }
-  t.split = env_int("PYTORCH_ZEROCOPY_GATHER_SPLIT", t.split, 1, 16);
-  if (const char* env = std::getenv("PYTORCH_ZEROCOPY_GATHER_LOAD"); env != nullptr && *env != '\0') {
-    const std::string v(env);
-    if (v == "plain") {
-      t.load = kLoadPlain;
-    } else if (v == "nc") {
-      t.load = kLoadNc;
-    } else if (v == "l2_128") {
-      t.load = kLoadL2x128;
-    } else if (v == "l2_256") {
-      t.load = kLoadL2x256;
-    } else {
-      TORCH_CHECK_VALUE(false, "PYTORCH_ZEROCOPY_GATHER_LOAD must be plain, nc, l2_128 or l2_256, got '", v, "'");
-    }
+    t.grid_blocks = launch.blocks_per_sm * std::max(1, sms);
   }
   return t;
-}
-
-template <typename Vec, int Load>
-__device__ __forceinline__ Vec load_vec(const char* p) {
-  if constexpr (sizeof(Vec) == 16 && Load == kLoadNc) {
-    uint4 v;
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-  } else if constexpr (sizeof(Vec) == 16 && Load == kLoadL2x128) {
-    uint4 v;
-    asm("ld.global.nc.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else if constexpr (sizeof(Vec) == 16 && Load == kLoadL2x256) {
-    uint4 v;
-    asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-  } else {
-    return *reinterpret_cast<const Vec*>(p);
-  }
 }
 
 // Whether `key` names a row, and where that row starts. Validity comes from the key alone, never
@@ -179,7 +125,7 @@ __device__ __forceinline__ bool row_address(const RowSources& src, int64_t key, 
 // Slot s (0 <= s < n) gathers the row of keys[s] into output row positions[s] (s when
 // positions is null). A bad key zero-fills its output row and, when first_bad is given,
 // lowers *first_bad to its position.
-template <typename Vec, typename key_t, int Unroll, int Load>
+template <typename Vec, typename key_t, int Unroll>
 __global__ void __launch_bounds__(kThreads)
     gather_rows_kernel(RowSources src, const key_t* __restrict__ keys, const int32_t* __restrict__ positions,
                        char* __restrict__ out, GatherShape s, unsigned long long* __restrict__ first_bad) {
@@ -223,7 +169,7 @@ __global__ void __launch_bounds__(kThreads)
       if (shift >= s.chunks) shift = 0;
       int j = chunk + shift;
       if (j >= s.chunks) j -= s.chunks;
-      buf[u] = load_vec<Vec, Load>(src_row + static_cast<int64_t>(j) * V);
+      buf[u] = *reinterpret_cast<const Vec*>(src_row + static_cast<int64_t>(j) * V);
       dst[u] = out_row + static_cast<int64_t>(j) * V;
     }
 #pragma unroll
@@ -261,20 +207,6 @@ int bit_width(uint64_t v) {
   return bits;
 }
 
-// Key bits below which the sort leaves order alone: rows within one granule of the table
-// (PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE bytes, read per call) share a sort key.
-int sort_begin_bit(int64_t pitch, int end_bit) {
-  const char* env = std::getenv("PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE");
-  if (env == nullptr || *env == '\0') return 0;
-  char* end = nullptr;
-  const long long granule = std::strtoll(env, &end, 10);
-  TORCH_CHECK_VALUE(end != nullptr && *end == '\0' && granule >= 1,
-                    "PYTORCH_ZEROCOPY_GATHER_SORT_GRANULE must be a positive number of bytes, got '", env, "'");
-  int bits = 0;
-  while (bits + 1 < end_bit && (pitch << (bits + 1)) <= granule) ++bits;
-  return bits;
-}
-
 // Vector width: the widest of 16/8/4/2/1 bytes dividing the row size and every pitch and base.
 int vector_bytes(int64_t row_bytes, const RowSources& src, const void* out) {
   int v = 16;
@@ -299,39 +231,26 @@ bool is_device_memory(const void* p) {
   return attr.type == cudaMemoryTypeDevice;
 }
 
-template <typename Vec, typename key_t, int Unroll, int Load>
+template <typename Vec, typename key_t, int Unroll>
 void launch_gather(const RowSources& src, const key_t* keys, const int32_t* positions, char* out,
                    const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
   const int64_t groups = (s.n + s.rows_per_group - 1) / s.rows_per_group;
   const int64_t blocks = (groups * s.group + kThreads - 1) / kThreads;
   TORCH_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "gather_rows: index too long (", s.n, " rows)");
-  gather_rows_kernel<Vec, key_t, Unroll, Load>
+  gather_rows_kernel<Vec, key_t, Unroll>
       <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(src, keys, positions, out, s, first_bad);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename key_t, int Unroll, int Load>
+template <typename key_t, int Unroll>
 void launch_vec(int vec, const RowSources& src, const key_t* keys, const int32_t* positions, char* out,
                 const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
   switch (vec) {
-    case 16: return launch_gather<uint4, key_t, Unroll, Load>(src, keys, positions, out, s, first_bad, stream);
-    case 8: return launch_gather<uint2, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
-    case 4: return launch_gather<uint32_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
-    case 2: return launch_gather<uint16_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
-    default: return launch_gather<uint8_t, key_t, Unroll, kLoadPlain>(src, keys, positions, out, s, first_bad, stream);
-  }
-}
-
-template <typename key_t, int Unroll>
-void launch_load(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys, const int32_t* positions,
-                 char* out, const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
-  switch (t.load) {
-    case kLoadNc: return launch_vec<key_t, Unroll, kLoadNc>(vec, src, keys, positions, out, s, first_bad, stream);
-    case kLoadL2x128:
-      return launch_vec<key_t, Unroll, kLoadL2x128>(vec, src, keys, positions, out, s, first_bad, stream);
-    case kLoadL2x256:
-      return launch_vec<key_t, Unroll, kLoadL2x256>(vec, src, keys, positions, out, s, first_bad, stream);
-    default: return launch_vec<key_t, Unroll, kLoadPlain>(vec, src, keys, positions, out, s, first_bad, stream);
+    case 16: return launch_gather<uint4, key_t, Unroll>(src, keys, positions, out, s, first_bad, stream);
+    case 8: return launch_gather<uint2, key_t, Unroll>(src, keys, positions, out, s, first_bad, stream);
+    case 4: return launch_gather<uint32_t, key_t, Unroll>(src, keys, positions, out, s, first_bad, stream);
+    case 2: return launch_gather<uint16_t, key_t, Unroll>(src, keys, positions, out, s, first_bad, stream);
+    default: return launch_gather<uint8_t, key_t, Unroll>(src, keys, positions, out, s, first_bad, stream);
   }
 }
 
@@ -339,53 +258,15 @@ template <typename key_t>
 void launch_tuned(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys, const int32_t* positions,
                   char* out, const GatherShape& s, unsigned long long* first_bad, cudaStream_t stream) {
   switch (t.unroll) {
-    case 4: return launch_load<key_t, 4>(t, vec, src, keys, positions, out, s, first_bad, stream);
-    case 16: return launch_load<key_t, 16>(t, vec, src, keys, positions, out, s, first_bad, stream);
-    default: return launch_load<key_t, 8>(t, vec, src, keys, positions, out, s, first_bad, stream);
-  }
-}
-
-// An event on `stream` that `waiter` waits for.
-void stream_wait(cudaStream_t waiter, cudaStream_t stream) {
-  cudaEvent_t ev = nullptr;
-  C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventRecord(ev, stream));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(waiter, ev, 0));
-  C10_CUDA_CHECK(cudaEventDestroy(ev));  // released once recorded work completes
-}
-
-// Launches the gather of s.n slots, cut into t.split kernels on pool streams when positions
-// are given (sorted slots); the current stream waits for all of them. The tensors in
-// keep_alive are marked as used on those streams.
-template <typename key_t>
-void launch_gather_slots(const GatherTuning& t, int vec, const RowSources& src, const key_t* keys,
-                         const int32_t* positions, char* out, const GatherShape& s, unsigned long long* first_bad,
-                         cudaStream_t stream, const std::vector<at::Tensor>& keep_alive) {
-  if (t.split <= 1 || positions == nullptr || s.n < 2 * t.split) {
-    launch_tuned<key_t>(t, vec, src, keys, positions, out, s, first_bad, stream);
-    return;
-  }
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream();
-  const int64_t per = (s.n + t.split - 1) / t.split;
-  for (int k = 0; k < t.split; ++k) {
-    const int64_t lo = k * per;
-    const int64_t hi = std::min(s.n, lo + per);
-    if (lo >= hi) break;
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, current.device_index());
-    stream_wait(side.stream(), current.stream());
-    for (const at::Tensor& held : keep_alive) {
-      if (held.defined()) c10::cuda::CUDACachingAllocator::recordStream(held.storage().data_ptr(), side);
-    }
-    GatherShape part = s;
-    part.n = hi - lo;
-    launch_tuned<key_t>(t, vec, src, keys + lo, positions + lo, out, part, first_bad, side.stream());
-    stream_wait(current.stream(), side.stream());
+    case 4: return launch_vec<key_t, 4>(vec, src, keys, positions, out, s, first_bad, stream);
+    case 16: return launch_vec<key_t, 16>(vec, src, keys, positions, out, s, first_bad, stream);
+    default: return launch_vec<key_t, 8>(vec, src, keys, positions, out, s, first_bad, stream);
   }
 }
 
 // Sorts (key, position) pairs on `stream`; keys are non-negative and below 2^end_bit.
 template <typename key_t>
-void sort_pairs(at::Tensor& keys, at::Tensor& positions, int begin_bit, int end_bit, cudaStream_t stream) {
+void sort_pairs(at::Tensor& keys, at::Tensor& positions, int end_bit, cudaStream_t stream) {
   using ukey_t = std::conditional_t<sizeof(key_t) == 4, uint32_t, unsigned long long>;
   const int n = static_cast<int>(keys.numel());
   at::Tensor keys_out = at::empty_like(keys);
@@ -396,11 +277,11 @@ void sort_pairs(at::Tensor& keys, at::Tensor& positions, int begin_bit, int end_
   int32_t* pout = positions_out.mutable_data_ptr<int32_t>();
   size_t temp_bytes = 0;
   C10_CUDA_CHECK(
-      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, begin_bit, end_bit, stream));
+      cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, kin, kout, pin, pout, n, 0, end_bit, stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(std::max<size_t>(temp_bytes, 1))},
                               keys.options().dtype(at::kByte));
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, kin, kout, pin, pout, n,
-                                                 begin_bit, end_bit, stream));
+                                                 0, end_bit, stream));
   keys = keys_out;
   positions = positions_out;
 }
@@ -429,7 +310,7 @@ std::pair<at::Tensor, at::Tensor> prepare_keys(const at::Tensor& index, const Ro
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (sort) {
     const int end_bit = std::max(1, bit_width(static_cast<uint64_t>(src.table_rows + src.cache_rows)));
-    sort_pairs<key_t>(keys, positions, sort_begin_bit(src.table_pitch, end_bit), end_bit, stream);
+    sort_pairs<key_t>(keys, positions, end_bit, stream);
   }
   return {keys, positions};
 }
@@ -447,7 +328,7 @@ GatherShape shape_for(int64_t n, int64_t row_bytes, int vec, const GatherTuning&
     ++s.log_group;
   }
   s.iters = std::max(1, (s.chunks + s.group - 1) / s.group);  // 1 for empty rows: keys are still checked
-  s.rows_per_group = std::max(1, t.steps / s.iters);
+  s.rows_per_group = std::max(1, kSteps / s.iters);
   if (t.grid_blocks > 0) {
     const int64_t groups = static_cast<int64_t>(t.grid_blocks) * (kThreads / s.group);
     s.rows_per_group = static_cast<int>(std::max<int64_t>(1, (n + groups - 1) / groups));
@@ -458,12 +339,12 @@ GatherShape shape_for(int64_t n, int64_t row_bytes, int vec, const GatherTuning&
 // Gathers `index` into `out` (checked: CUDA, contiguous, right shape and dtype, the index's
 // device). `slot_of` is null without a cache.
 void gather_cuda_into(const RowSources& src, const at::Tensor& index, const int32_t* slot_of, bool index_sorted,
-                      bool check_bounds, int64_t row_bytes, const at::Tensor& out) {
+                      bool check_bounds, const GatherLaunch& launch, int64_t row_bytes, const at::Tensor& out) {
   const int64_t n = index.numel();
   if (n == 0) return;
   char* dst = static_cast<char*>(out.data_ptr());
   const int vec = vector_bytes(row_bytes, src, dst);
-  const GatherTuning tuning = tuning_from_env();
+  const GatherTuning tuning = tuning_for(launch);
   const GatherShape s = shape_for(n, row_bytes, vec, tuning);
 
   at::Tensor bad;
@@ -481,14 +362,12 @@ void gather_cuda_into(const RowSources& src, const at::Tensor& index, const int3
   if (sort || slot_of != nullptr) {
     if (narrow_keys) {
       auto [keys, positions] = prepare_keys<int32_t>(index, src, slot_of, sort, stream);
-      launch_gather_slots<int32_t>(tuning, vec, src, keys.const_data_ptr<int32_t>(),
-                                   sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream,
-                                   {keys, positions, bad});
+      launch_tuned<int32_t>(tuning, vec, src, keys.const_data_ptr<int32_t>(),
+                            sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream);
     } else {
       auto [keys, positions] = prepare_keys<int64_t>(index, src, slot_of, sort, stream);
-      launch_gather_slots<int64_t>(tuning, vec, src, keys.const_data_ptr<int64_t>(),
-                                   sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream,
-                                   {keys, positions, bad});
+      launch_tuned<int64_t>(tuning, vec, src, keys.const_data_ptr<int64_t>(),
+                            sort ? positions.const_data_ptr<int32_t>() : nullptr, dst, s, first_bad, stream);
     }
   } else if (index.scalar_type() == at::kInt) {
     launch_tuned<int32_t>(tuning, vec, src, index.const_data_ptr<int32_t>(), nullptr, dst, s, first_bad, stream);
@@ -523,22 +402,25 @@ std::pair<at::Tensor, at::Tensor> cuda_args(const at::Tensor& table, const at::T
   return {rows, index.to(table.device()).contiguous()};
 }
 
-at::Tensor gather_rows_cuda(const at::Tensor& table, const at::Tensor& index, bool index_sorted, bool check_bounds) {
+at::Tensor gather_rows_cuda(const at::Tensor& table, const at::Tensor& index, bool index_sorted, bool check_bounds,
+                            int64_t blocks_per_sm, int64_t unroll) {
+  const GatherLaunch launch = check_gather_launch(blocks_per_sm, unroll, "gather_rows");
   auto [rows, idx] = cuda_args(table, index);
   const c10::cuda::CUDAGuard guard(rows.device());
   at::Tensor out = at::empty({idx.numel(), rows.size(1)}, rows.options().memory_format(at::MemoryFormat::Contiguous));
-  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, row_bytes_of(rows), out);
+  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, launch, row_bytes_of(rows), out);
   return out;
 }
 
 void gather_rows_out_cuda(const at::Tensor& table, const at::Tensor& index, bool index_sorted, bool check_bounds,
-                          at::Tensor& out) {
+                          int64_t blocks_per_sm, int64_t unroll, at::Tensor& out) {
+  const GatherLaunch launch = check_gather_launch(blocks_per_sm, unroll, "gather_rows");
   auto [rows, idx] = cuda_args(table, index);
   const c10::cuda::CUDAGuard guard(rows.device());
   TORCH_CHECK_VALUE(out.device() == table.device(), "gather_rows: out must be on ", table.device(),
                     " (the table's device), got ", out.device());
   check_gather_rows_out(out, table, index);
-  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, row_bytes_of(rows), out);
+  gather_cuda_into(table_source(rows), idx, nullptr, index_sorted, check_bounds, launch, row_bytes_of(rows), out);
 }
 
 // --- gather_rows_cached ---------------------------------------------------------------------
@@ -564,32 +446,35 @@ CachedArgs cached_cuda_args(const at::Tensor& table, const at::Tensor& cache, co
   return {layout.table, layout.cache, slot_of.contiguous(), index.to(cache.device()).contiguous()};
 }
 
-void gather_cached_into(const CachedArgs& a, bool check_bounds, const at::Tensor& out) {
+void gather_cached_into(const CachedArgs& a, bool check_bounds, const GatherLaunch& launch, const at::Tensor& out) {
   RowSources src = table_source(a.rows);
   src.cache = static_cast<const char*>(a.cache.const_data_ptr());
   src.cache_rows = a.cache.size(0);
   src.cache_pitch = gather_rows_pitch_bytes(a.cache);
-  gather_cuda_into(src, a.index, a.slot_of.const_data_ptr<int32_t>(), /*index_sorted=*/false, check_bounds,
+  gather_cuda_into(src, a.index, a.slot_of.const_data_ptr<int32_t>(), /*index_sorted=*/false, check_bounds, launch,
                    row_bytes_of(a.rows), out);
 }
 
 at::Tensor gather_rows_cached_cuda(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
-                                   const at::Tensor& index, bool check_bounds) {
+                                   const at::Tensor& index, bool check_bounds, int64_t blocks_per_sm, int64_t unroll) {
+  const GatherLaunch launch = check_gather_launch(blocks_per_sm, unroll, "gather_rows_cached");
   const CachedArgs a = cached_cuda_args(table, cache, slot_of, index);
   const c10::cuda::CUDAGuard guard(a.cache.device());
   at::Tensor out = at::empty({a.index.numel(), a.rows.size(1)}, a.cache.options());
-  gather_cached_into(a, check_bounds, out);
+  gather_cached_into(a, check_bounds, launch, out);
   return out;
 }
 
 void gather_rows_cached_out_cuda(const at::Tensor& table, const at::Tensor& cache, const at::Tensor& slot_of,
-                                 const at::Tensor& index, bool check_bounds, at::Tensor& out) {
+                                 const at::Tensor& index, bool check_bounds, int64_t blocks_per_sm, int64_t unroll,
+                                 at::Tensor& out) {
+  const GatherLaunch launch = check_gather_launch(blocks_per_sm, unroll, "gather_rows_cached");
   const CachedArgs a = cached_cuda_args(table, cache, slot_of, index);
   const c10::cuda::CUDAGuard guard(a.cache.device());
   TORCH_CHECK_VALUE(out.device() == cache.device(), "gather_rows_cached: out must be on ", cache.device(),
                     " (the cache's device), got ", out.device());
   check_gather_rows_cached_out(out, table, cache, slot_of, index);
-  gather_cached_into(a, check_bounds, out);
+  gather_cached_into(a, check_bounds, launch, out);
 }
 
 }  // namespace

@@ -68,8 +68,8 @@ bool is_row_index(const at::Tensor& index) {
 at::Tensor call_gather_rows(const at::Tensor& table, const at::Tensor& index) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("zerocopy::gather_rows", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool, bool)>();
-  return op.call(table, index, /*index_sorted=*/false, /*check_bounds=*/true);
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool, bool, int64_t, int64_t)>();
+  return op.call(table, index, /*index_sorted=*/false, /*check_bounds=*/true, /*blocks_per_sm=*/0, /*unroll=*/0);
 }
 
 // table[index] for a unified table with contiguous rows: shape index.shape + table.shape[1:].

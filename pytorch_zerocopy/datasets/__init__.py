@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
+from .features import FeatureSource, GeneratedFeatures, NpyFeatures, TensorFeatures, load_table
 from .ogb import load_ogb
 from .synthetic import community_graph, embedded_default, papers_like
 
@@ -42,7 +43,9 @@ def _parse_count(text: str, what: str, spec: str) -> int:
 @dataclass(frozen=True)
 class DatasetSpec:
     """A parsed, checked dataset spec: ``kind`` is ``"community"``, ``"papers-like"`` or
-    ``"ogb"``; ``feature_dim`` is None for OGB (its files fix it)."""
+    ``"ogb"``. For OGB, ``feature_dim``, ``nodes`` and ``dtype`` come from the feature file's
+    header where it has one (``raw/data.npz``), else the width from the first row of
+    ``node-feat.csv.gz`` and ``nodes`` stays None."""
 
     kind: str
     feature_dim: Optional[int] = None
@@ -54,10 +57,17 @@ class DatasetSpec:
 
     @property
     def row_bytes(self) -> Optional[int]:
-        """Bytes of one feature row, when known before loading (generated datasets)."""
+        """Bytes of one feature row, when known before loading."""
         if self.feature_dim is None:
             return None
         return self.feature_dim * torch.empty(0, dtype=self.dtype).element_size()
+
+    @property
+    def table_bytes(self) -> Optional[int]:
+        """Bytes of the feature table, when known before loading."""
+        if self.row_bytes is None or self.nodes is None:
+            return None
+        return self.nodes * self.row_bytes
 
     def load(self) -> NodeDataset:
         if self.kind == "community":
@@ -91,8 +101,30 @@ def parse_dataset(spec: str = "community", feature_dim: Optional[int] = None, dt
     if os.path.isdir(spec):
         if feature_dim is not None:
             raise ValueError("feature_dim applies to generated datasets; an OGB directory's files fix the width")
-        return DatasetSpec("ogb", path=spec, dtype=dtype, seed=seed)
+        return _ogb_spec(spec, seed)
     raise ValueError(f"unknown dataset {spec!r}: {_SPEC_HELP}")
+
+
+def _ogb_spec(root: str, seed: int) -> DatasetSpec:
+    """An OGB directory's spec, with the feature table's shape read from its header (or first row)."""
+    import gzip
+
+    from .features import NpyFeatures
+
+    npz = os.path.join(root, "raw", "data.npz")
+    csv = os.path.join(root, "raw", "node-feat.csv.gz")
+    try:
+        if os.path.exists(npz):
+            src = NpyFeatures.open(npz, member="node_feat")
+            dtype = torch.float16 if src.dtype == torch.float16 else torch.float32
+            return DatasetSpec("ogb", src.width, src.num_rows, path=root, dtype=dtype, seed=seed)
+        if os.path.exists(csv):
+            with gzip.open(csv, "rt") as f:
+                width = len(f.readline().split(","))
+            return DatasetSpec("ogb", width, path=root, seed=seed)
+    except (OSError, ValueError, KeyError, EOFError) as e:
+        raise ValueError(f"dataset {root!r}: cannot read its node features' shape ({e})") from None
+    return DatasetSpec("ogb", path=root, seed=seed)
 
 
 def load_dataset(spec: str = "community", feature_dim: Optional[int] = None,
@@ -101,5 +133,6 @@ def load_dataset(spec: str = "community", feature_dim: Optional[int] = None,
     return parse_dataset(spec, feature_dim, dtype, seed).load()
 
 
-__all__ = ["DatasetSpec", "NodeDataset", "community_graph", "embedded_default", "in_neighbour_graph",
-           "load_dataset", "load_ogb", "papers_like", "parse_dataset", "shared_host_tensor"]
+__all__ = ["DatasetSpec", "FeatureSource", "GeneratedFeatures", "NodeDataset", "NpyFeatures", "TensorFeatures",
+           "community_graph", "embedded_default", "in_neighbour_graph", "load_dataset", "load_ogb", "load_table",
+           "papers_like", "parse_dataset", "shared_host_tensor"]

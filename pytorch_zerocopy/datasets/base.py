@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Sequence, Tuple, Union
 
 import torch
 
 from ..graph import CSRGraph
+
+if TYPE_CHECKING:
+    from .features import FeatureSource
 
 
 def shared_host_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> torch.Tensor:
@@ -51,21 +54,50 @@ class NodeDataset:
     (``graph.symmetric``), so its rows are both its in- and out-neighbour lists. Edge ids are
     positions in these rows.
 
-    ``features`` is a ``[num_nodes, dim]`` host tensor in shared memory (a child process that
-    receives it maps the same bytes; convert it there with ``.to("unified")``). ``labels`` are
-    int64 in ``[0, num_classes)`` (-1: unlabelled). Splits hold node ids. All tensors live on the
-    CPU; :meth:`share_memory_` moves the graph and labels into shared memory so that sending
-    the dataset to ``torch.multiprocessing`` children costs no copy.
+    Features: ``feature_source`` (:class:`~pytorch_zerocopy.datasets.features.FeatureSource`;
+    a ``[num_nodes, dim]`` CPU tensor given here is wrapped as one) says where the rows come
+    from, so the process that reads them loads them straight into the placement it reads
+    fastest (:func:`~pytorch_zerocopy.datasets.features.load_table`) and no other copy of the
+    table need exist. :attr:`features` is the rows as a host tensor in shared memory, made on
+    first use (generated or read then, once) and kept: a child process that receives the
+    dataset maps the same bytes.
+
+    ``labels`` are int64 in ``[0, num_classes)`` (-1: unlabelled). Splits hold node ids. All
+    tensors live on the CPU; :meth:`share_memory_` moves the graph, labels and any feature
+    tensor into shared memory so that sending the dataset to ``torch.multiprocessing``
+    children costs no copy (a feature source that is not yet a tensor travels as itself).
     """
 
     name: str
     graph: CSRGraph
-    features: torch.Tensor
+    feature_source: "FeatureSource"
     labels: torch.Tensor
     train_idx: torch.Tensor
     val_idx: torch.Tensor
     test_idx: torch.Tensor
     num_classes: int
+
+    def __post_init__(self) -> None:
+        from .features import FeatureSource, TensorFeatures
+
+        if isinstance(self.feature_source, torch.Tensor):
+            self.feature_source = TensorFeatures(self.feature_source)
+        if not isinstance(self.feature_source, FeatureSource):
+            raise TypeError(f"NodeDataset: features must be a tensor or a FeatureSource, got "
+                            f"{type(self.feature_source).__name__}")
+        if self.feature_source.num_rows != self.graph.num_nodes:
+            raise ValueError(f"NodeDataset: {self.feature_source.num_rows} feature rows for a graph of "
+                             f"{self.graph.num_nodes} nodes")
+
+    @property
+    def features(self) -> torch.Tensor:
+        """The feature rows as a CPU tensor in shared memory (made on first use; see the class
+        docstring)."""
+        from .features import TensorFeatures, shared_rows
+
+        if self.feature_source.host_tensor() is None:
+            self.feature_source = TensorFeatures(shared_rows(self.feature_source))
+        return self.feature_source.host_tensor()
 
     @property
     def num_nodes(self) -> int:
@@ -77,12 +109,22 @@ class NodeDataset:
 
     @property
     def feature_dim(self) -> int:
-        return int(self.features.shape[1])
+        return self.feature_source.width
+
+    @property
+    def feature_dtype(self) -> torch.dtype:
+        return self.feature_source.dtype
 
     @property
     def row_bytes(self) -> int:
         """Bytes of one node's feature row."""
-        return self.feature_dim * self.features.element_size()
+        return self.feature_source.row_bytes
+
+    @property
+    def graph_bytes(self) -> int:
+        """Bytes of the graph's arrays (offsets, neighbour ids, weights)."""
+        g = self.graph
+        return sum(t.numel() * t.element_size() for t in (g.indptr, g.indices, g.weights) if t is not None)
 
     def edges(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(src, dst)`` of every edge, in edge-id order (DGL's ``g.edges()``; e.g.
@@ -94,14 +136,15 @@ class NodeDataset:
     def share_memory_(self) -> "NodeDataset":
         for t in (self.graph.indptr, self.graph.indices, self.labels, self.train_idx, self.val_idx, self.test_idx):
             t.share_memory_()
-        if not self.features.is_shared():
-            self.features.share_memory_()
+        host = self.feature_source.host_tensor()
+        if host is not None and not host.is_shared():
+            host.share_memory_()
         return self
 
     def describe(self) -> str:
-        gib = self.features.numel() * self.features.element_size() / 2**30
+        gib = self.feature_source.nbytes / 2**30
         return (f"{self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "
-                f"{self.feature_dim} x {str(self.features.dtype).replace('torch.', '')} features "
+                f"{self.feature_dim} x {str(self.feature_dtype).replace('torch.', '')} features "
                 f"({gib:.2f} GiB), {self.num_classes} classes, train/val/test "
                 f"{self.train_idx.numel():,}/{self.val_idx.numel():,}/{self.test_idx.numel():,}")
 

@@ -21,12 +21,14 @@ import gzip
 import os
 import zipfile
 import zlib
+from dataclasses import replace
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
 from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
+from .features import NpyFeatures
 from .synthetic import _csr_from_edges
 
 PathLike = Union[str, os.PathLike]
@@ -138,50 +140,21 @@ def _torch_feature_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.float16 if np.dtype(dtype) == np.float16 else torch.float32
 
 
-def _npz_member_to_shared(npz_path: str, key: str, chunk_bytes: int = 256 << 20) -> torch.Tensor:
-    """Streams array ``key`` of an ``.npz`` (compressed or not) into a shared-memory tensor.
-
-    ``np.load`` would decompress the whole member into private memory first (papers100M's
-    features are 57 GB); here at most ``chunk_bytes`` are in flight. A corrupt or truncated
-    archive raises ValueError naming the file.
-    """
+def _npz_features(npz_path: str) -> NpyFeatures:
+    """The ``node_feat`` array of an ``.npz`` (compressed or not) as a feature source: its header
+    is read and checked now; its rows are streamed later, ``chunk_bytes`` at a time, into the
+    table of the process that reads them (``np.load`` would decompress the whole member into
+    private memory: papers100M's features are 57 GB). A corrupt or truncated archive raises
+    ValueError naming the file (the rows' part, when they are read)."""
     try:
-        return _stream_npz_member(npz_path, key, chunk_bytes)
+        source = NpyFeatures.open(npz_path, member="node_feat")
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise ValueError(f"load_ogb: {npz_path} is not a readable .npz archive ({type(e).__name__}: {e})") from None
-
-
-def _stream_npz_member(npz_path: str, key: str, chunk_bytes: int) -> torch.Tensor:
-    with zipfile.ZipFile(npz_path) as archive:
-        name = key + ".npy"
-        if name not in archive.namelist():
-            raise KeyError(f"load_ogb: {npz_path} has no array {key!r}")
-        with archive.open(name) as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            if fortran and len(shape) > 1:
-                raise ValueError(f"load_ogb: {key} in {npz_path} is stored in Fortran order")
-            if len(shape) != 2:
-                raise ValueError(f"load_ogb: {key} must be 2-D, got shape {shape}")
-            out = shared_host_tensor(shape, _torch_feature_dtype(dtype))
-            row_bytes = shape[1] * dtype.itemsize
-            rows = max(1, chunk_bytes // max(1, row_bytes))
-            for a in range(0, shape[0], rows):
-                b = min(shape[0], a + rows)
-                buf = bytearray((b - a) * row_bytes)
-                view = memoryview(buf)
-                got = 0
-                while got < len(buf):
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise ValueError(f"load_ogb: {key} in {npz_path} is truncated")
-                    got += n
-                chunk = np.frombuffer(buf, dtype=dtype).reshape(b - a, shape[1])
-                out[a:b].copy_(torch.from_numpy(chunk).to(out.dtype))
-    return out
+    except KeyError:
+        raise ValueError(f"load_ogb: {npz_path} has no array 'node_feat'") from None
+    except ValueError as e:
+        raise ValueError(f"load_ogb: node_feat: {e}") from None
+    return replace(source, dtype=torch.float16 if source.dtype == torch.float16 else torch.float32)
 
 
 def _shared_features(array: np.ndarray) -> torch.Tensor:
@@ -210,7 +183,7 @@ def load_ogb(root: PathLike, name: Optional[str] = None, split: Optional[str] = 
         edge_index = _integers(_npz_member(npz, "edge_index"), f"edge_index in {npz}")
         num_nodes = (int(_integers(_npz_member(npz, "num_nodes_list"), f"num_nodes_list in {npz}").sum())
                      if _npz_has(npz, "num_nodes_list") else None)
-        features = _npz_member_to_shared(npz, "node_feat")
+        features = _npz_features(npz)
         label_path = os.path.join(raw, "node-label.npz")
         if not os.path.exists(label_path):
             raise FileNotFoundError(f"load_ogb: missing {label_path}")

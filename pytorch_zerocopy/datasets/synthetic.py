@@ -13,6 +13,7 @@ import torch
 
 from ..unified import to_unified
 from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
+from .features import GeneratedFeatures
 
 
 def _splits(num_nodes: int, train: float, val: float, test: float, gen: torch.Generator):
@@ -148,14 +149,14 @@ def _popular_citations(v: torch.Tensor, num_nodes: int, num_classes: int, p_in: 
     return _in_range(slot[rank] * num_classes + cls, num_nodes, num_classes)
 
 
-def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Tensor, num_classes: int,
-                 p_in: float, mean_scale: float, skew: float, seed: int, device: str, chunk_bytes: int) -> None:
-    """Writes the edges and features of :func:`papers_like` into the preallocated shared tables."""
+def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, p_in: float, skew: float, seed: int,
+                 device: str, chunk_bytes: int) -> None:
+    """Writes the edges of :func:`papers_like` into the preallocated shared index array."""
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(seed)
     on_gpu = device.type == "cuda"
-    # Mapping the tables (kept alive until the end) makes each chunk's copy a full-speed DMA.
-    mapped = [to_unified(indices), to_unified(features)] if on_gpu else []
+    # Mapping the array (kept alive until the end) makes each chunk's copy a full-speed DMA.
+    mapped = [to_unified(indices)] if on_gpu else []
     num_nodes = indptr.numel() - 1
     deg = indptr[1:] - indptr[:-1]
     per_class = num_nodes // num_classes
@@ -171,18 +172,13 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, features: torch.Te
         else:
             chosen = _popular_citations(v, num_nodes, num_classes, p_in, skew, slot, gen)
         indices[lo:hi].copy_(chosen)
-
-    feature_dim = features.shape[1]
-    means = torch.randn(num_classes, feature_dim, generator=gen, device=device) * mean_scale
-    rows_per_chunk = max(1, chunk_bytes // (feature_dim * 4))
-    for a in range(0, num_nodes, rows_per_chunk):
-        b = min(num_nodes, a + rows_per_chunk)
-        cls = torch.arange(a, b, device=device) % num_classes
-        chunk = torch.randn(b - a, feature_dim, generator=gen, device=device).add_(means[cls])
-        features[a:b].copy_(chunk.to(features.dtype))
     if on_gpu:
         torch.cuda.synchronize()
     mapped.clear()
+
+
+# The seed of the features' generator, apart from the graph's: the two are drawn independently.
+_FEATURE_SEED_OFFSET = 0x5EED
 
 
 def papers_like(
@@ -211,9 +207,11 @@ def papers_like(
     the exponent measured for citation counts). ``popularity_skew=1`` draws cited nodes
     uniformly (no hot rows). Ranks are spread over node ids by a random permutation, so hot
     nodes are not clustered by id, as in real graphs where the feature table is not ordered by
-    popularity or community. Features are written straight into a
-    shared-memory table (no temporary full copy), ``chunk_bytes`` at a time; the index array is
-    built the same way.
+    popularity or community. The index array is written straight into shared memory
+    (no temporary full copy), ``chunk_bytes`` at a time. The features are not made here: the
+    dataset holds their :class:`~pytorch_zerocopy.datasets.features.GeneratedFeatures` source,
+    which the process that reads them fills into the placement it reads (``ds.features``
+    makes a shared-memory copy on first use).
 
     ``device`` is where random numbers are drawn (default: ``cuda`` when a GPU is visible, much
     faster for tables of tens of GiB). With ``cuda`` the tables are filled by a short-lived
@@ -238,9 +236,7 @@ def papers_like(
     del deg
     indptr.share_memory_()
     indices = shared_host_tensor((int(indptr[-1]),), torch.int64)
-    features = shared_host_tensor((num_nodes, feature_dim), dtype)
-    args = (indptr, indices, features, num_classes, p_in, mean_scale, float(popularity_skew), seed, str(device),
-            chunk_bytes)
+    args = (indptr, indices, num_classes, p_in, float(popularity_skew), seed, str(device), chunk_bytes)
     if device.type == "cuda":
         import torch.multiprocessing as mp
 
@@ -252,6 +248,8 @@ def papers_like(
     else:
         _fill_papers(*args)
 
+    features = GeneratedFeatures((num_nodes, feature_dim), dtype, num_classes, mean_scale,
+                                 seed + _FEATURE_SEED_OFFSET, str(device), chunk_bytes)
     labels = torch.arange(num_nodes, dtype=torch.int64) % num_classes
     train, val, test = _splits(num_nodes, train_fraction, 0.001, 0.002, cpu_gen)
     name = name or f"papers-like-{num_nodes}x{feature_dim}-skew{popularity_skew:g}"

@@ -37,6 +37,7 @@ import torch
 from .. import unified as _unified
 from ..feature_table import node_cache_configs
 from ..graph import CSRGraph
+from ..placement import Placement
 from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, NodeCache, _graph_device
 
@@ -111,15 +112,15 @@ class DataLoader:
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         if graph_device.type == "cuda":
-            self.placement = "cuda"
+            self.placement = Placement.GPU
         elif use_uva:
-            self.placement = "unified"
+            self.placement = Placement.MAPPED
         else:
-            self.placement = "cpu"
+            self.placement = Placement.CPU
         # Where seeds live while sampling: the device the kernel runs on.
-        if self.placement == "cuda":
+        if self.placement is Placement.GPU:
             self._seed_device = graph_device
-        elif self.placement == "unified" and _unified.gpu_backed():
+        elif self.placement is Placement.MAPPED and _unified.gpu_backed():
             self._seed_device = device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
         else:
             self._seed_device = torch.device("cpu")

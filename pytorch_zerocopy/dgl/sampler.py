@@ -29,11 +29,10 @@ import torch
 from .. import sampling as _sampling
 from .. import unified as _unified
 from ..block import EID, NID, Block
-from ..feature_table import CacheConfig, FeatureTable, cached_rows_for
+from ..feature_table import CacheConfig, CachedTable, FeatureReader, FeatureTable, cached_rows_for
 from ..graph import CSRGraph
+from ..placement import Placement, op_device
 from ._backend import is_dgl_graph, real_dgl
-
-Placement = str  # 'cpu', 'cuda' or 'unified'
 
 
 def _names(x: Optional[Union[str, Sequence[str]]], what: str) -> List[str]:
@@ -47,9 +46,9 @@ def _names(x: Optional[Union[str, Sequence[str]]], what: str) -> List[str]:
 
 
 def _compute_device(placement: Placement, graph_device: torch.device) -> torch.device:
-    if placement == "cuda":
+    if placement is Placement.GPU:
         return graph_device
-    if placement == "unified" and _unified.gpu_backed():
+    if placement is Placement.MAPPED and _unified.gpu_backed():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -57,17 +56,18 @@ def _compute_device(placement: Placement, graph_device: torch.device) -> torch.d
 class _GraphState:
     """What a sampler keeps per graph and placement: the neighbour lists of the sampled
     direction (placed; edge ids are positions in them), the graph's id of each position, the
-    sampling weights in position order, and the unified copies of features."""
+    sampling weights in position order, and a reader per node or edge data table it has read
+    (with the table it was made for)."""
 
     def __init__(self, lists: CSRGraph, edge_ids: Optional[torch.Tensor], probs: Optional[torch.Tensor]):
         self.lists = lists
         self.edge_ids = edge_ids
         self.probs = probs
-        self.unified_feats: Dict[Tuple[str, str], Tuple[torch.Tensor, torch.Tensor]] = {}
+        self.readers: Dict[Tuple[str, str], Tuple[torch.Tensor, FeatureReader]] = {}
 
 
 class NodeCache:
-    """A node feature table read through a :class:`~pytorch_zerocopy.FeatureTable`: the rows
+    """A node feature table read through a :class:`~pytorch_zerocopy.CachedTable`: the rows
     ``config`` picks from the neighbour lists a sampler reads (``CachePolicy.DEGREE``: the
     nodes in the most lists) held on ``device`` (a GPU, or the CPU without one), the rest read
     from host memory in the same call.
@@ -86,14 +86,15 @@ class NodeCache:
         ids = cached_rows_for((lists.indptr, lists.indices), config, rows.shape[0],
                               rows.shape[1] * rows.element_size())
         self.name, self.table = name, table
-        self.features = FeatureTable(rows, ids, device=device)
+        placement = Placement.MAPPED if device.type == "cuda" or _unified.is_unified(rows) else Placement.CPU
+        self.features = CachedTable(FeatureTable(rows, placement, device=device if device.type == "cuda" else None), ids)
 
     def gather(self, table: torch.Tensor, index: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Rows ``index`` (valid node ids) of ``table``, which must still be the cached one."""
         if table is not self.table:
             raise RuntimeError(f"gpu_cache: node feature {self.name!r} was replaced after the DataLoader cached its "
                                "rows; create a new DataLoader for the new tensor")
-        rows = self.features.gather(index.to(self.features.device), check_bounds=False)
+        rows = self.features.read(index, check_bounds=False)
         return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)
 
 
@@ -185,10 +186,10 @@ class NeighborSampler:
                 raise ValueError(f"edge feature {self.prob!r} holds negative sampling weights")
             probs = weights if eids is None else weights[eids]
         graph_device = _graph_device(g)
-        device = graph_device if placement == "cuda" else None
+        device = graph_device if placement is Placement.GPU else None
         # Own copies for the unified placement: mapping works in place, and the graph's own
         # storage is left as it is.
-        own = placement == "unified"
+        own = placement is Placement.MAPPED
         lists = CSRGraph(indptr, indices.clone() if own else indices, validate=False).to(placement, device)
         compute = _compute_device(placement, graph_device)
         return _GraphState(lists, _place(eids, placement, compute, own), _place(probs, placement, compute, own))
@@ -202,11 +203,11 @@ class NeighborSampler:
         seed_nodes = torch.as_tensor(seed_nodes)
         graph_device = _graph_device(g)
         if graph_device.type == "cuda":
-            placement = "cuda"
+            placement = Placement.GPU
         elif seed_nodes.is_cuda:
-            placement = "unified"
+            placement = Placement.MAPPED
         else:
-            placement = "cpu"
+            placement = Placement.CPU
         out = self.output_device or seed_nodes.device
         return self.sample_with(g, seed_nodes, placement, out, exclude_eids)
 
@@ -232,7 +233,7 @@ class NeighborSampler:
 
     def _block(self, g: Any, lay: Block, edge_ids: Optional[torch.Tensor], device: torch.device):
         src, dst = lay.src.to(device), lay.dst.to(device)
-        eids = lay.eids if edge_ids is None else edge_ids[lay.eids.to(_index_device(edge_ids))]
+        eids = lay.eids if edge_ids is None else edge_ids[lay.eids.to(op_device(edge_ids))]
         nodes, eids = lay.nodes.to(device), eids.to(device)
         if is_dgl_graph(g):
             dgl = real_dgl()
@@ -288,35 +289,41 @@ def _graph_device(g: Any) -> torch.device:
     return torch.device("cpu") if dev.type == _unified.DEVICE_TYPE else dev
 
 
-def _index_device(t: torch.Tensor) -> torch.device:
-    """Where indices into ``t`` must be: a unified tensor is indexed from its GPU (or the CPU)."""
-    if _unified.is_unified(t):
-        return torch.device("cuda", torch.cuda.current_device()) if _unified.gpu_backed() else torch.device("cpu")
-    return t.device
-
-
 def _place(t: Optional[torch.Tensor], placement: Placement, compute: torch.device,
            own: bool) -> Optional[torch.Tensor]:
     """A per-position array where sampling reads it: mapped in place (unified), else on
     ``compute``."""
     if t is None:
         return None
-    if placement == "unified":
+    if placement is Placement.MAPPED:
         return _unified.to_unified((t.clone() if own else t).contiguous())
     return t.to(compute)
 
 
+def _reader(state: _GraphState, kind: str, name: str, table: torch.Tensor, device: torch.device) -> FeatureReader:
+    """The reader of node (``kind`` "n") or edge ("e") data ``table`` for reads landing on
+    ``device``, made once per table: a CUDA table read in place, a host table read by a GPU
+    mapped in place (no copy), a host table read on the CPU as it is."""
+    held = state.readers.get((kind, name))
+    if held is not None and held[0] is table:
+        return held[1]
+    rows = table.reshape(table.shape[0], -1) if table.dim() != 2 else table
+    if rows.is_cuda:
+        placement = Placement.GPU
+    elif _unified.is_unified(rows) or (device.type == "cuda" and _unified.gpu_backed()):
+        placement = Placement.MAPPED
+    else:
+        placement = Placement.CPU
+    reader = FeatureTable(rows.contiguous() if not rows.is_cuda else rows, placement,
+                          device=device if device.type == "cuda" and placement is not Placement.CPU else None)
+    state.readers[(kind, name)] = (table, reader)
+    return reader
+
+
 def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index: torch.Tensor,
             device: torch.device) -> torch.Tensor:
-    """``table[index]`` on ``device``. A CPU table read from a GPU is mapped once as a unified
-    tensor (in place, no copy) and gathered from there by the GPU."""
-    if device.type == "cuda" and table.device.type == "cpu":
-        cached = state.unified_feats.get((kind, name))
-        if cached is None or cached[0] is not table:
-            cached = (table, _unified.to_unified(table.contiguous()))
-            state.unified_feats[(kind, name)] = cached
-        table = cached[1]
-    if _unified.is_unified(table):
-        where = torch.device("cuda", torch.cuda.current_device()) if _unified.gpu_backed() else torch.device("cpu")
-        return table[index.to(where)].to(device)
-    return table[index.to(table.device)].to(device)
+    """``table[index]`` on ``device``, read through the table's :func:`_reader`."""
+    reader = _reader(state, kind, name, table, device)
+    rows = reader.read(index.to(reader.device) if index.device != reader.device and reader.device.type == "cpu"
+                       else index)
+    return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)

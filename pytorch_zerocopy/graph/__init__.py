@@ -8,16 +8,16 @@ A graph's edge list can stay in host memory while a GPU traverses it (EMOGI, VLD
     ug = g.to("unified")                     # edge list mapped for the GPU in place, offsets on it
     depth = bfs(ug, 0)                       # int32 depths on the GPU, -1 where unreachable
 
-Placements: ``"cpu"``, ``"unified"`` (zero-copy), ``"cuda"`` (GPU memory), ``"managed"``
-(CUDA managed memory, the UVM baseline) and ``"managed-host"`` (zero-copy from a managed copy
-kept in host memory). Variants of the ops (how a GPU schedules the work and
+Placements (:class:`~pytorch_zerocopy.placement.Placement`): ``"cpu"``, ``"unified"``
+(zero-copy), ``"cuda"`` (GPU memory), ``"uvm"`` (CUDA managed memory migrating to the GPU, the
+UVM baseline) and ``"managed"`` (zero-copy from a managed copy kept in host memory). Variants of the ops (how a GPU schedules the work and
 reads the lists; ``"auto"`` by default): see :mod:`pytorch_zerocopy.graph.traversal`.
 File formats: EMOGI ``.bel``, text edge lists, ``.npz`` (:mod:`pytorch_zerocopy.graph.io`).
 Graphs that change: :class:`DynamicGraph` (:mod:`pytorch_zerocopy.graph.dynamic`), batched edge
 and vertex updates applied by GPU kernels to paged adjacency lists, with sampling and BFS on them.
 """
 
-from .csr import PLACEMENTS, CSRGraph
+from .csr import CSRGraph
 from .dynamic import DynamicGraph, MemoryFootprint, PoolFullError
 from .generators import grid_graph, kronecker_graph, power_law_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
@@ -32,7 +32,6 @@ __all__ = [
     "MemoryFootprint",
     "NodeOrder",
     "OP_VARIANTS",
-    "PLACEMENTS",
     "PoolFullError",
     "VARIANTS",
     "Variant",

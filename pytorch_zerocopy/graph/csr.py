@@ -5,21 +5,21 @@ vertex ``v`` are ``indices[indptr[v]:indptr[v + 1]]``, with edge weights at the 
 of ``weights`` (float32 or int32, optional). Column ids are int32 when every id fits, else
 int64 (or as asked).
 
-Placement (where the edge list, i.e. ``indices`` and ``weights``, lives; EMOGI keeps the row
-offsets and every per-vertex array in GPU memory and only the edge list in host memory):
+Placement (a :class:`~pytorch_zerocopy.placement.Placement`, or its name: where the edge list,
+i.e. ``indices`` and ``weights``, lives; EMOGI keeps the row offsets and every per-vertex array
+in GPU memory and only the edge list in host memory):
 
 * ``"cpu"``      everything in ordinary host memory; ops run the CPU implementation.
 * ``"unified"``  the edge list in host memory mapped for the GPU (zero-copy); ``indptr`` on the
                  GPU. Without a GPU the same graph runs on the CPU.
 * ``"cuda"``     everything in GPU memory.
-* ``"managed"``  the edge list in CUDA managed memory advised read-mostly (the UVM baseline):
-                 pages migrate to the GPU on first touch. Each ``to("managed")`` makes a fresh
+* ``"uvm"``      the edge list in CUDA managed memory advised read-mostly (the UVM baseline):
+                 pages migrate to the GPU on first touch. Each ``to("uvm")`` makes a fresh
                  allocation, so a new copy starts cold, as EMOGI re-allocates between runs.
-* ``"managed-host"`` the edge list in CUDA managed memory kept in host memory (preferred
-                 location: the CPU; every GPU maps it): zero-copy reads like ``"unified"``, from
-                 a private copy the GPU translates at the driver's managed-memory granularity
-                 (faster random reads, as in neighbour sampling; see
-                 :class:`~pytorch_zerocopy.HostMemory`). ``indptr`` on the GPU.
+* ``"managed"``  the edge list in CUDA managed memory kept in host memory (preferred location:
+                 the CPU; every GPU maps it): zero-copy reads like ``"unified"``, from a private
+                 copy the GPU may translate at a coarser granularity (see
+                 :mod:`pytorch_zerocopy.probe`). ``indptr`` on the GPU.
 
 Aliasing. ``to("unified")`` maps the host edge list in place: the unified graph and the CPU
 graph it came from share their bytes, so writing one changes the other. ``to("cpu")`` of a
@@ -54,8 +54,7 @@ import numpy as np
 import torch
 
 from .. import unified as _unified
-
-PLACEMENTS = ("cpu", "unified", "cuda", "managed", "managed-host")
+from ..placement import Placement, place
 ArrayLike = Union[torch.Tensor, np.ndarray, list]
 
 _INT32_MAX = 2**31 - 1
@@ -110,7 +109,7 @@ class CSRGraph:
     num_nodes: int
     num_edges: int
     symmetric: bool
-    placement: str
+    placement: Placement
 
     def __init__(
         self,
@@ -119,7 +118,7 @@ class CSRGraph:
         weights: Optional[torch.Tensor] = None,
         *,
         symmetric: bool = False,
-        placement: str = "cpu",
+        placement: Union[Placement, str] = Placement.CPU,
         validate: bool = True,
         min_weight: Optional[float] = None,
         mean_weight: Optional[float] = None,
@@ -135,15 +134,13 @@ class CSRGraph:
         edge ids of the positions (see the module docstring), placed like ``indices``.
         ``ndata`` / ``edata``: node and edge data (see the module docstring).
         """
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        self.placement = Placement.parse(placement)
         self.indptr = indptr
         self.indices = indices
         self.weights = weights
         self.num_nodes = int(indptr.numel()) - 1
         self.num_edges = int(indices.numel())
         self.symmetric = bool(symmetric)
-        self.placement = placement
         self._eids = eids
         self._reverse_of: Optional["CSRGraph"] = None  # set on a symmetric graph's transpose
         self._csc: Optional["CSRGraph"] = None
@@ -312,18 +309,16 @@ class CSRGraph:
                         validate=False, min_weight=self.min_weight, mean_weight=self.mean_weight,
                         eids=eids, ndata=self.ndata, edata=self.edata)
 
-    def _placed_like_indices(self, t: Optional[torch.Tensor], placement: str,
+    def _placed_like_indices(self, t: Optional[torch.Tensor], placement: Placement,
                              device) -> Optional[torch.Tensor]:
         """``t`` (a per-position array) in ``placement``, as :meth:`to` places ``indices``."""
-        if t is None or placement == "cpu":
-            return None if t is None else _host(t)
-        if placement == "cuda":
-            return _to_cuda(t, _cuda_device(device))
-        if placement == "unified":
-            gpu = _unified.gpu_backed()
-            udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{_cuda_device(device).index}"
-            return _to_unified(t, udev)
-        return _managed_copy(_host(t), _managed_device(device), on_host=placement == "managed-host")
+        if t is None:
+            return None
+        if placement is Placement.CPU:
+            return _host(t)
+        if placement is Placement.GPU and t.is_cuda:
+            return t.to(_cuda_device(device))
+        return place(t if _unified.is_unified(t) else _host(t).contiguous(), placement, _gpu_or_none(device))
 
     # --- edge ids and the transpose ------------------------------------------------------
 
@@ -336,7 +331,7 @@ class CSRGraph:
             if source.eids is not None:  # a derived graph: ids of the graph it came from
                 rev = _host(source.eids)[rev]
             self._eids = self._placed_like_indices(rev, self.placement,
-                                                   self.indptr.device if self.placement != "cpu" else None)
+                                                   self.indptr.device if self.placement is not Placement.CPU else None)
         return self._eids
 
     def csc(self) -> "CSRGraph":
@@ -361,44 +356,35 @@ class CSRGraph:
             torch.cumsum(torch.bincount(indices.long(), minlength=n), 0, out=t_indptr[1:])
         eids = order if self._eids is None else _host(self._eids)[order]
         weights = None if self.weights is None else _host(self.weights)[order]
-        host = CSRGraph(t_indptr, src[order].contiguous(), weights, placement="cpu", validate=False,
+        host = CSRGraph(t_indptr, src[order].contiguous(), weights, placement=Placement.CPU, validate=False,
                         min_weight=self.min_weight, mean_weight=self.mean_weight, eids=eids,
                         ndata=self.ndata, edata=self.edata)
-        if self.placement == "cpu":
+        if self.placement is Placement.CPU:
             return host
         device = self.indptr.device if self.indptr.device.type == "cuda" else None
         placed = host.to(self.placement, device)
         placed._eids = self._placed_like_indices(eids, self.placement, device)
         return placed
 
-    def to(self, placement: str, device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
+    def to(self, placement: Union[Placement, str], device: Union[int, str, torch.device, None] = None) -> "CSRGraph":
         """The graph with its edge list in ``placement`` (see the module docstring).
 
         ``device`` names the GPU for every placement but ``"cpu"`` (default: the current one).
-        ``"managed"`` needs a CUDA build and a GPU with enough free memory for the edge list,
-        ``"managed-host"`` a CUDA build and host memory for a copy of it; each raises a clear
-        error otherwise.
+        ``"uvm"`` needs a CUDA build and a GPU with enough free memory for the edge list,
+        ``"managed"`` a CUDA build and host memory for a copy of it; each raises a clear error
+        otherwise.
         """
-        if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        placement = Placement.parse(placement)
         eids = self._placed_like_indices(self._eids, placement, device)
-        if placement == "cpu":
+        if placement is Placement.CPU:
             return self._like(_host(self.indptr), _host(self.indices),
-                              None if self.weights is None else _host(self.weights), "cpu", eids)
-        if placement == "cuda":
+                              None if self.weights is None else _host(self.weights), placement, eids)
+        if placement is Placement.MAPPED and not _unified.gpu_backed():
+            dev = torch.device("cpu")
+        else:
             dev = _cuda_device(device)
-            return self._like(self.indptr.to(dev), _to_cuda(self.indices, dev),
-                              None if self.weights is None else _to_cuda(self.weights, dev), "cuda", eids)
-        if placement == "unified":
-            gpu = _unified.gpu_backed()
-            dev = _cuda_device(device) if gpu else torch.device("cpu")
-            udev = None if not gpu else f"{_unified.DEVICE_TYPE}:{dev.index}"
-            return self._like(self.indptr.to(dev), _to_unified(self.indices, udev),
-                              None if self.weights is None else _to_unified(self.weights, udev), "unified", eids)
-        dev = _managed_device(device)
-        on_host = placement == "managed-host"
-        indices = _managed_copy(_host(self.indices), dev, on_host)
-        weights = None if self.weights is None else _managed_copy(_host(self.weights), dev, on_host)
+        indices = self._placed_like_indices(self.indices, placement, dev if dev.type == "cuda" else None)
+        weights = self._placed_like_indices(self.weights, placement, dev if dev.type == "cuda" else None)
         return self._like(self.indptr.to(dev), indices, weights, placement, eids)
 
     def cpu(self) -> "CSRGraph":
@@ -422,7 +408,7 @@ class CSRGraph:
         w = "none" if self.weights is None else str(self.weights.dtype).replace("torch.", "")
         return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"ids={str(self.indices.dtype).replace('torch.', '')}, weights={w}, "
-                f"symmetric={self.symmetric}, placement={self.placement!r}, device={self.device})")
+                f"symmetric={self.symmetric}, placement={self.placement.value!r}, device={self.device})")
 
 
 def _reverse_positions(g: "CSRGraph") -> torch.Tensor:
@@ -455,24 +441,9 @@ def _cuda_device(device) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device() if dev.index is None else dev.index)
 
 
-def _to_cuda(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
-    return _host(t).to(dev) if _unified.is_unified(t) else t.to(dev)
-
-
-def _to_unified(t: torch.Tensor, udev) -> torch.Tensor:
-    if _unified.is_unified(t):
-        return t
-    host = _host(t).contiguous()
-    return _unified.to_unified(host, udev)
-
-
-def _managed_device(device) -> torch.device:
-    from .._build import build_info
-
-    if not build_info()["with_cuda"]:
-        raise RuntimeError("placement='managed' needs a CUDA build of pytorch_zerocopy; this one is CPU-only")
+def _gpu_or_none(device) -> Optional[torch.device]:
+    """``device`` as a GPU for the placement functions (None: the current one), or None when
+    unified tensors are host tensors here."""
+    if not _unified.gpu_backed():
+        return None
     return _cuda_device(device)
-
-
-def _managed_copy(host: torch.Tensor, dev: torch.device, on_host: bool = False) -> torch.Tensor:
-    return torch.ops.zerocopy.managed_copy.default(host.contiguous(), dev.index, on_host=on_host)

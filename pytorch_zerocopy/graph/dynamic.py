@@ -58,13 +58,15 @@ import torch
 from .. import unified as _unified
 from .._compat import register_fake
 from ..block import Block
+from ..placement import Placement
 from .. import sampling as _sampling  # attribute access at call time: sampling imports graph
 from .csr import CSRGraph, _as_tensor, _cuda_device
 from .traversal import _check_source
 
 __all__ = ["DynamicGraph", "MemoryFootprint", "PoolFullError", "PLACEMENTS"]
 
-PLACEMENTS = ("cpu", "cuda", "unified")
+# Where a page pool can live.
+PLACEMENTS = (Placement.CPU, Placement.GPU, Placement.MAPPED)
 _INT32_MAX = 2**31 - 1
 _MIN_PAGES = 64
 _GROWTH = 1.5
@@ -196,7 +198,7 @@ class DynamicGraph:
     def __init__(self, *, pool: torch.Tensor, weights: Optional[torch.Tensor], root: torch.Tensor,
                  height: torch.Tensor, degree: torch.Tensor, alive: torch.Tensor, page_owner: torch.Tensor,
                  page_rank: torch.Tensor, page_ring: torch.Tensor, vertex_ring: torch.Tensor,
-                 meta: torch.Tensor, page_size: int, num_nodes: int, symmetric: bool, placement: str,
+                 meta: torch.Tensor, page_size: int, num_nodes: int, symmetric: bool, placement: Placement,
                  grow: bool) -> None:
         """Wraps existing state; use :meth:`from_csr`."""
         self.pool = pool
@@ -227,7 +229,7 @@ class DynamicGraph:
         cls,
         graph: CSRGraph,
         *,
-        placement: str = "cpu",
+        placement: Union[Placement, str] = Placement.CPU,
         device: Union[int, str, torch.device, None] = None,
         page_size: int = 32,
         headroom: float = 0.5,
@@ -245,8 +247,9 @@ class DynamicGraph:
         """
         if not isinstance(graph, CSRGraph):
             raise TypeError(f"from_csr: graph must be a CSRGraph, got {type(graph).__name__}")
+        placement = Placement.parse(placement)
         if placement not in PLACEMENTS:
-            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+            raise ValueError(f"placement must be one of {[p.value for p in PLACEMENTS]}, got {placement.value!r}")
         if not headroom >= 0:
             raise ValueError(f"headroom must be >= 0, got {headroom}")
         _page_shift(page_size)
@@ -270,7 +273,7 @@ class DynamicGraph:
         return g
 
     @classmethod
-    def _empty(cls, placement: str, dev: torch.device, dtype: torch.dtype, wdtype: Optional[torch.dtype],
+    def _empty(cls, placement: Placement, dev: torch.device, dtype: torch.dtype, wdtype: Optional[torch.dtype],
                num_pages: int, capacity: int, num_nodes: int, page_size: int, symmetric: bool,
                grow: bool) -> "DynamicGraph":
         pool = _pool_tensor(placement, dev, num_pages * page_size, dtype, -1)
@@ -342,7 +345,7 @@ class DynamicGraph:
         w = "none" if self.weights is None else str(self.weights.dtype).replace("torch.", "")
         return (f"DynamicGraph(num_nodes={self._num_nodes}, page_size={self.page_size}, "
                 f"pages={self.num_pages}, ids={str(self.pool.dtype).replace('torch.', '')}, weights={w}, "
-                f"symmetric={self.symmetric}, placement={self.placement!r}, device={self.device})")
+                f"symmetric={self.symmetric}, placement={self.placement.value!r}, device={self.device})")
 
     # --- batch checks ----------------------------------------------------------------------
 
@@ -583,7 +586,7 @@ class DynamicGraph:
         indptr, indices, weights, slots = _ops().dynamic_graph_to_csr.default(
             self.pool, self.weights, self.root[:n], self.height[:n], self.degree[:n], self.page_owner,
             self.page_rank, self.meta, self.page_size, bool(return_slots))
-        placement = "cuda" if indptr.device.type == "cuda" else "cpu"
+        placement = Placement.GPU if indptr.device.type == "cuda" else Placement.CPU
         csr = CSRGraph(indptr, indices, weights if self.weights is not None else None, symmetric=self.symmetric,
                        placement=placement, validate=False)
         return (csr, slots) if return_slots else csr
@@ -676,16 +679,16 @@ def _runs(sorted_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return vertices, offsets
 
 
-def _state_device(placement: str, device) -> torch.device:
-    if placement == "cpu":
+def _state_device(placement: Placement, device) -> torch.device:
+    if placement is Placement.CPU:
         return torch.device("cpu")
-    if placement == "cuda":
+    if placement is Placement.GPU:
         return _cuda_device(device)
     return _cuda_device(device) if _unified.gpu_backed() else torch.device("cpu")
 
 
-def _pool_tensor(placement: str, dev: torch.device, numel: int, dtype: torch.dtype, fill) -> torch.Tensor:
-    if placement != "unified":
+def _pool_tensor(placement: Placement, dev: torch.device, numel: int, dtype: torch.dtype, fill) -> torch.Tensor:
+    if placement is not Placement.MAPPED:
         return torch.full((numel,), fill, dtype=dtype, device=dev)
     udev = f"{_unified.DEVICE_TYPE}:{dev.index}" if dev.type == "cuda" else None
     t = _unified.empty_unified(numel, dtype, udev)
@@ -693,11 +696,11 @@ def _pool_tensor(placement: str, dev: torch.device, numel: int, dtype: torch.dty
     return t
 
 
-def _grown(t: torch.Tensor, numel: int, fill, placement: str) -> torch.Tensor:
+def _grown(t: torch.Tensor, numel: int, fill, placement: Placement) -> torch.Tensor:
     """A longer copy of ``t`` (same dtype and placement) with the new tail set to ``fill``."""
-    if placement == "unified":
+    if placement is Placement.MAPPED:
         dev = torch.device("cuda", t.device.index) if _unified.gpu_backed() else torch.device("cpu")
-        out = _pool_tensor("unified", dev, numel, t.dtype, fill)
+        out = _pool_tensor(Placement.MAPPED, dev, numel, t.dtype, fill)
     else:
         out = torch.full((numel,), fill, dtype=t.dtype, device=t.device)
     out[: t.numel()].copy_(t)
@@ -713,10 +716,10 @@ def _relinearised(ring: torch.Tensor, head: int, tail: int, capacity: int) -> to
     return out
 
 
-def _edge_arrays_for(graph: CSRGraph, placement: str, dev: torch.device):
+def _edge_arrays_for(graph: CSRGraph, placement: Placement, dev: torch.device):
     """The CSR's edge list where the build kernel reads it: on the GPU for "cuda"; mapped in
     place (zero-copy) for "unified"; on the CPU for "cpu"."""
-    if placement == "unified" and dev.type == "cuda":
+    if placement is Placement.MAPPED and dev.type == "cuda":
         return (_unified.to_unified(graph.indices.cpu()),
                 None if graph.weights is None else _unified.to_unified(graph.weights.cpu()))
     return graph.indices.to(dev), None if graph.weights is None else graph.weights.to(dev)

@@ -24,6 +24,8 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
+from ..placement import Placement
+
 from .. import hotness as _hotness
 from .. import unified as _unified
 from .csr import CSRGraph
@@ -172,7 +174,7 @@ class NodeOrder:
         eids = source if old_eids is None else old_eids.cpu()[source]
         host = CSRGraph(indptr, indices, weights, symmetric=g.symmetric, validate=False, min_weight=g.min_weight,
                         mean_weight=g.mean_weight, eids=eids)
-        if g.placement == "cpu":
+        if g.placement is Placement.CPU:
             return host
         device = g.indptr.device if g.indptr.device.type == "cuda" else None
         return host.to(g.placement, device)

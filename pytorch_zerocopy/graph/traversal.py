@@ -1,7 +1,7 @@
 """Graph traversal ops on a :class:`CSRGraph`: bfs, sssp, connected components, pagerank.
 
 Each op runs where the graph's ``indptr`` lives (the GPU for ``"cuda"``, ``"unified"``,
-``"managed"`` and ``"managed-host"`` graphs, the CPU otherwise), on the current CUDA stream, and returns its result on
+``"managed"`` and ``"uvm"`` graphs, the CPU otherwise), on the current CUDA stream, and returns its result on
 that device. ``variant`` picks how a GPU schedules the work and reads neighbour lists:
 
 * ``"naive"``     a thread per vertex walks its own list (uncoalesced, 32-byte requests).
@@ -50,6 +50,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from .._compat import register_fake
+from ..placement import Placement
 from .csr import CSRGraph
 
 
@@ -87,7 +88,7 @@ ASYNC_MAX_NODES = 1 << 30
 class GraphTraits:
     """What :func:`choose_variant` looks at in a graph."""
 
-    placement: str
+    placement: Placement
     on_gpu: bool  # the ops run on a GPU (indptr on a CUDA device)
     symmetric: bool
     has_in_lists: bool  # in-neighbour lists at hand: symmetric, or CSRGraph.csc() already computed
@@ -112,12 +113,12 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
       asynchronous label-correcting search re-relaxes weighted paths many times over), else
       ``"aligned"``.
     * connected_components: ``"staged"`` when the edge list is in host memory (unified,
-      managed, managed-host) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
+      managed, uvm) or the graph is directed; ``"frontier"`` for an undirected graph in GPU memory.
     * pagerank: ``"push"``.
     """
     if op not in OP_VARIANTS:
         raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
-    host_list = traits.placement in ("unified", "managed", "managed-host")
+    host_list = traits.placement in (Placement.MAPPED, Placement.MANAGED, Placement.UVM)
     mesh_like = (0 < traits.num_nodes < ASYNC_MAX_NODES
                  and traits.num_edges <= MESH_MEAN_DEGREE * traits.num_nodes)
     if op == "bfs":

@@ -17,7 +17,9 @@ import torch
 
 from ..datasets.base import NodeDataset
 from ..nn import GraphSAGE
-from .gather import CacheHits, FeatureGather, to_device_async
+from ..feature_table import CachedTable
+from ..placement import to_device_async
+from .gather import CacheHits, feature_reader
 from .messages import EpochMark, SlotReady, StepDone
 from .minibatches import GpuSampler, Sampled, from_samplers, run_phases
 from .plan import GatherIn, Partition, Phase, Plan, SampleOn
@@ -43,8 +45,8 @@ class InlineSource:
     def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
                  side_stream: Optional["torch.cuda.Stream"] = None, cached_rows: Optional[torch.Tensor] = None):
         self.plan, self.device, self.side = plan, device, side_stream
-        self.gather = FeatureGather(ds.features, plan.mode, device, cached_rows, plan.host_memory)
-        self.hits = CacheHits(self.gather.cache) if self.gather.cache is not None else None
+        self.reader = feature_reader(plan, ds, device, cached_rows)
+        self.hits = CacheHits(self.reader) if isinstance(self.reader, CachedTable) else None
         self.trace = ProducerTrace(device.type == "cuda") if plan.trace else None
         if plan.sample_on is SampleOn.GPU:
             self.items = GpuSampler(plan, ds, device, ahead=1, trace=self.trace)
@@ -59,7 +61,7 @@ class InlineSource:
         tracer = self.trace
         if self.device.type != "cuda":
             start = time.perf_counter()
-            feats = self.gather.gather(batch.input_nodes)
+            feats = self.reader.read(batch.input_nodes, check_bounds=False)
             if tracer is not None:
                 tracer.host("gather_ms", time.perf_counter() - start)
             if self.hits is not None:
@@ -75,7 +77,7 @@ class InlineSource:
             span = tracer.span() if tracer is not None else None
             if span is not None:
                 span[0].record(stream)
-            feats = self.gather.gather(batch.input_nodes).to(self.device)
+            feats = self.reader.read(batch.input_nodes, check_bounds=False)
             if span is not None:
                 span[1].record(stream)
                 tracer.gpu("gather_ms", [span])
@@ -159,7 +161,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     torch.manual_seed(plan.seed)
     model = GraphSAGE(ds.feature_dim, plan.hidden, ds.num_classes, len(plan.fanouts), plan.dropout).to(device)
     train_step = make_train_step(model, plan, device)  # joins the process group with several ranks
-    row_bytes = ds.feature_dim * ds.features.element_size()
+    row_bytes = ds.row_bytes
     on_gpu = device.type == "cuda"
     marks: Counter = Counter()
     # With several sampler processes, one epoch's validation minibatches (or the next epoch's

@@ -185,3 +185,16 @@ class PartitionInfo:
     disjoint: Optional[bool] = None
     api: Optional[str] = None
     driver_error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """The rows a run's GPU cache holds, chosen before any role starts: ``rows`` of
+    ``table_rows`` rows of ``row_bytes`` bytes, by ``policy`` (a CachePolicy's value), in
+    ``seconds``."""
+
+    rows: int
+    table_rows: int
+    row_bytes: int
+    policy: str
+    seconds: float

@@ -24,9 +24,8 @@ import torch
 from .. import sampling as _sampling
 from ..block import Block
 from ..datasets.base import NodeDataset
-from ..feature_table import HostMemory
 from ..graph import CSRGraph
-from .gather import to_device_async
+from ..placement import to_device_async
 from .messages import EpochMark, Minibatch
 from .plan import Phase, Plan
 from .trace import Span
@@ -163,9 +162,10 @@ def _sample_async(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedB
 
 class GpuSampler:
     """Samples the plan's minibatches on ``device`` with the library's GPU op, which reads the
-    dataset's in-neighbour lists from host memory: mapped in place (DGL's UVA sampling; no copy
-    of the graph), or with ``plan.host_memory`` ``MANAGED`` from this process's copy of them in
-    managed memory kept in host memory; no host round trip for the blocks.
+    dataset's in-neighbour lists where ``plan.lists_in`` puts them: mapped in place
+    (``unified``: DGL's UVA sampling; no copy of the graph), this process's copy of them in
+    managed memory kept in host memory (``managed``), or GPU memory (``cuda``); no host round
+    trip for the blocks.
 
     Iterating yields :class:`Sampled` minibatches (packed on ``device``) and
     :class:`EpochMark` s in schedule order. Sampling runs on its own stream, ``ahead``
@@ -180,8 +180,7 @@ class GpuSampler:
     def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1, trace=None):
         self.plan, self.ds, self.device = plan, ds, device
         self.ahead = max(1, ahead)
-        placement = "managed-host" if plan.host_memory is HostMemory.MANAGED else "unified"
-        self.graph = ds.graph.to(placement, device)
+        self.graph = ds.graph.to(plan.lists_in, device)
         self.labels = ds.labels
         self.stream = torch.cuda.Stream(device)
         self.trace = trace  # a ProducerTrace, or None

@@ -23,12 +23,21 @@ Vocabulary (one word per thing, in every layer):
                   trainer; ``trainer``: the trainer gathers inline
 ``cache``         a :class:`~pytorch_zerocopy.feature_table.CacheConfig`: the feature rows the
                   gathering process keeps in GPU memory (a
-                  :class:`~pytorch_zerocopy.feature_table.FeatureTable`), mode ``zerocopy``
-``HostMemory``    how the gathering process's GPU reads the host-resident feature rows it does
-                  not cache and, sampling on the GPU, the in-neighbour lists (mode ``zerocopy``
-                  on a GPU): ``mapped`` (the shared arrays mapped in place) or ``managed`` (that
-                  process's own copies in managed memory kept in host memory; one more copy)
+                  :class:`~pytorch_zerocopy.feature_table.CachedTable`), mode ``zerocopy``
+``Placement``     where the gathering process holds the feature table (``feature_placement``)
+                  and where the sampling process reads the neighbour lists
+                  (``graph_placement``): :class:`~pytorch_zerocopy.placement.Placement`. The
+                  process that gathers loads the table itself, straight from the dataset's
+                  feature source: ``managed`` (its own managed memory kept in host memory) or
+                  ``unified`` (shared memory mapped in place, one copy for every process of the
+                  machine) for ``zerocopy`` on a GPU, ``cpu`` for the CPU gathers, ``cuda`` for
+                  mode ``gpu``
 ================  ==============================================================================
+
+Defaults are the fast path: on a GPU, mode ``zerocopy`` reads from the host memory kind this
+machine's GPU reads fastest (measured once per machine, :mod:`pytorch_zerocopy.probe`), keeps
+a tenth of the rows in a GPU cache chosen by pre-sampling, and gives the producer the MPS share
+and gather grid measured best for that setting; every setting given is an override.
 """
 
 from __future__ import annotations
@@ -40,10 +49,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
 
-from ..feature_table import CacheConfig, HostMemory
+from ..feature_table import CacheConfig, CachePolicy
+from ..ops import GatherTuning
+from ..placement import Placement, PlacementError
 
 __all__ = ["GatherIn", "InjectedFailure", "Mode", "Partition", "Phase", "Plan", "PlanError", "SampleOn",
-           "available_cores", "default_gather_batches", "gpu_available", "make_plan"]
+           "available_cores", "default_cache", "default_gather_batches", "gpu_available", "make_plan"]
 
 
 class Mode(Enum):
@@ -146,6 +157,10 @@ def default_gather_batches(row_bytes: int) -> int:
 # beat 20% and 10% on an H100 and an H200).
 PRODUCER_SHARE = 10.0
 CACHED_MANAGED_PRODUCER_SHARE = 25.0
+# The default cache: a tenth of the rows, chosen by pre-sampling an epoch, at most this share of
+# the GPU's memory (the rest stays for training and the ring).
+DEFAULT_CACHE_FRACTION = 0.1
+DEFAULT_CACHE_GPU_SHARE = 0.25
 
 _FAILING_ROLES = ("sampler", "producer", "consumer")
 _FAILURE_KINDS = ("raise", "kill", "exit")
@@ -173,18 +188,20 @@ class Plan:
     fanouts, batch size and seed, which the plan writes into the config), and the process that
     gathers holds them in GPU memory and gathers through them.
 
-    Host memory (mode ``zerocopy`` on a GPU): ``host_memory`` says how the gathering process
-    reads the feature rows it does not cache and the in-neighbour lists it samples
-    (:class:`~pytorch_zerocopy.feature_table.HostMemory`).
+    Placement: ``feature_placement`` is where the gathering process holds the feature table,
+    loaded there straight from the dataset's feature source; ``graph_placement`` where the
+    sampling process reads the in-neighbour lists (see the module docstring). None: what the
+    mode and device imply (:attr:`table_in`, :attr:`lists_in`: ``cpu`` on the CPU; ``unified``
+    for mode ``zerocopy`` and ``zerocopy-naive`` on a GPU, ``cuda`` for mode ``gpu``; the lists
+    ``unified`` when sampled on a GPU); :func:`make_plan` measures which host memory kind is
+    faster instead, and sets ``feature_placement``.
 
     Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
-    ``producer_sms`` SMs for the gathering stream under green contexts.
-    ``gather_blocks_per_sm`` / ``gather_unroll`` (None: the gather kernel's defaults): the
-    producer's gathers as a persistent grid of that many blocks per SM of its share, each lane
-    with that many loads in flight (:meth:`gather_environment`). Under MPS the two processes'
-    blocks share SMs; a full grid of gather blocks, stalled on host reads, crowds the trainer's
-    blocks out of them, and a bounded grid with deeper unrolling keeps the link busy with
-    fewer of them.
+    ``producer_sms`` SMs for the gathering stream under green contexts. ``gather_tuning``
+    (:class:`~pytorch_zerocopy.ops.GatherTuning`): how the producer's gather kernel is launched.
+    Under MPS the two processes' blocks share SMs; a full grid of gather blocks, stalled on host
+    reads, crowds the trainer's blocks out of them, and a bounded grid with deeper unrolling
+    keeps the link busy with fewer of them.
 
     Training: GraphSAGE with ``len(fanouts)`` layers (``fanouts[0]`` nearest the input, ``-1``:
     every neighbour), ``hidden`` units, ``dropout``, Adam at ``lr``; ``batch_size`` seeds per
@@ -224,12 +241,12 @@ class Plan:
     num_slots: int = 3
     gather_batches: int = 1
     cache: Optional[CacheConfig] = None
-    host_memory: HostMemory = HostMemory.MAPPED
+    feature_placement: Optional[Placement] = None
+    graph_placement: Optional[Placement] = None
     queue_depth: int = 4
     producer_share: float = PRODUCER_SHARE
     producer_sms: int = 16
-    gather_blocks_per_sm: Optional[int] = None
-    gather_unroll: Optional[int] = None
+    gather_tuning: GatherTuning = GatherTuning()
     cuda_graph: bool = True
     graph_warmup: int = 3
     replay: Optional[int] = None
@@ -242,8 +259,15 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name, kind in (("mode", Mode), ("partition", Partition), ("sample_on", SampleOn),
-                           ("gather_in", GatherIn), ("host_memory", HostMemory)):
+                           ("gather_in", GatherIn)):
             object.__setattr__(self, name, _enum(kind, getattr(self, name), name))
+        for name in ("feature_placement", "graph_placement"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    object.__setattr__(self, name, Placement.parse(value, name))
+                except PlacementError as e:
+                    raise PlanError(name, str(e)) from None
         fanouts = self.fanouts
         if isinstance(fanouts, (int, str)) or not hasattr(fanouts, "__iter__"):
             raise PlanError("fanouts", f"fanouts must be a sequence of ints (one per layer), got {fanouts!r}")
@@ -253,6 +277,7 @@ class Plan:
         self._check_types()
         self._check_ranges()
         self._check_placement()
+        self._check_data_placement()
         if self.cache is not None:
             # The pre-sampling pass samples as the run does: the dataset's in-neighbour rows as
             # stored, the run's fanouts, batch size and seed.
@@ -266,7 +291,7 @@ class Plan:
         ints = ("batch_size", "epochs", "hidden", "seed", "num_samplers", "sampler_threads", "producer_threads",
                 "consumer_threads", "num_slots", "gather_batches", "queue_depth", "producer_sms", "graph_warmup",
                 "rank", "world_size")
-        for name in ints + ("max_batches", "val_batches", "replay", "gather_blocks_per_sm", "gather_unroll"):
+        for name in ints + ("max_batches", "val_batches", "replay"):
             v = getattr(self, name)
             if v is None and name not in ints:
                 continue
@@ -285,6 +310,8 @@ class Plan:
             self._fail("inject_failure", "an InjectedFailure or None")
         if self.cache is not None and not isinstance(self.cache, CacheConfig):
             self._fail("cache", "a pytorch_zerocopy.CacheConfig or None")
+        if not isinstance(self.gather_tuning, GatherTuning):
+            self._fail("gather_tuning", "a pytorch_zerocopy.ops.GatherTuning")
 
     def _check_ranges(self) -> None:
         checks = [
@@ -311,9 +338,8 @@ class Plan:
             ("queue_depth", self.queue_depth >= 1, ">= 1"),
             ("producer_share", 0 < self.producer_share < 100, "in (0, 100) (percent of the GPU's threads)"),
             ("producer_sms", self.producer_sms >= 1, ">= 1"),
-            ("gather_blocks_per_sm", self.gather_blocks_per_sm is None or 1 <= self.gather_blocks_per_sm <= 32,
-             "None or in [1, 32]"),
-            ("gather_unroll", self.gather_unroll in (None, 4, 8, 16), "None, 4, 8 or 16"),
+            ("gather_tuning", 0 <= self.gather_tuning.blocks_per_sm <= 32 and self.gather_tuning.unroll in (0, 4, 8, 16),
+             "blocks_per_sm in [0, 32] and unroll 0, 4, 8 or 16"),
             ("graph_warmup", self.graph_warmup >= 1, ">= 1"),
             ("replay", self.replay is None or self.replay >= 1, "None or >= 1"),
             ("world_size", self.world_size >= 1, ">= 1"),
@@ -357,9 +383,6 @@ class Plan:
         if self.sample_on is SampleOn.GPU:
             if not cuda:
                 raise PlanError("sample_on", "sample_on 'gpu' needs a CUDA device")
-            if mode is Mode.DMA:
-                raise PlanError("sample_on", "mode 'dma' is the CPU path (CPU sampling, CPU gather, copy): "
-                                             "sample_on must be 'cpu'")
             if self.num_samplers:
                 raise PlanError("num_samplers", "num_samplers applies to sample_on 'cpu' (sampler processes); "
                                                 "sampling on the GPU runs in the gathering process, got "
@@ -367,17 +390,50 @@ class Plan:
         if self.cache is not None and mode is not Mode.ZEROCOPY:
             raise PlanError("cache", f"cache applies to mode 'zerocopy' only (rows gathered zero-copy from the host "
                                      f"table), not {mode.value!r}")
-        if self.host_memory is not HostMemory.MAPPED and (mode is not Mode.ZEROCOPY or not cuda):
-            raise PlanError("host_memory", f"host_memory {self.host_memory.value!r} applies to mode 'zerocopy' on "
-                                            f"a GPU, not mode {mode.value!r} on {device!r}")
-        bounded = self.gather_blocks_per_sm is not None or self.gather_unroll is not None
-        if bounded and not (mode is Mode.ZEROCOPY and cuda and self.gather_in is GatherIn.PRODUCER):
-            raise PlanError("gather_blocks_per_sm", "gather_blocks_per_sm and gather_unroll tune the producer's "
-                                                    "gathers on a GPU: they need mode 'zerocopy', a CUDA device "
-                                                    "and gather_in 'producer'")
+        if self.gather_tuning != GatherTuning() and not (mode is Mode.ZEROCOPY and cuda
+                                                         and self.gather_in is GatherIn.PRODUCER):
+            raise PlanError("gather_tuning", "gather_tuning tunes the producer's gathers on a GPU: it needs mode "
+                                             "'zerocopy', a CUDA device and gather_in 'producer'")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
+
+    @property
+    def table_in(self) -> Placement:
+        """Where the gathering process holds the feature table: ``feature_placement``, or when
+        None, what the mode and device imply (no measurement)."""
+        if self.feature_placement is not None:
+            return self.feature_placement
+        if not self.on_gpu or self.mode in (Mode.CPU, Mode.DMA):
+            return Placement.CPU
+        return Placement.GPU if self.mode is Mode.GPU else Placement.MAPPED
+
+    @property
+    def lists_in(self) -> Placement:
+        """Where the sampling process reads the neighbour lists: ``graph_placement``, or when
+        None, mapped host memory for GPU sampling and the CPU's for CPU sampling."""
+        if self.graph_placement is not None:
+            return self.graph_placement
+        return Placement.MAPPED if self.sample_on is SampleOn.GPU else Placement.CPU
+
+    def _check_data_placement(self) -> None:
+        allowed = {
+            Mode.CPU: (Placement.CPU,),
+            Mode.DMA: (Placement.CPU,),
+            Mode.ZEROCOPY_NAIVE: (Placement.MAPPED,),
+            Mode.GPU: (Placement.GPU,),
+            Mode.ZEROCOPY: (Placement.MAPPED, Placement.MANAGED) if self.on_gpu else (Placement.CPU,),
+        }[self.mode]
+        if self.table_in not in allowed:
+            words = " or ".join(repr(p.value) for p in allowed)
+            raise PlanError("feature_placement", f"feature_placement must be {words} for mode {self.mode.value!r} on "
+                                                 f"{self.device!r}, got {self.table_in.value!r}")
+        lists = ((Placement.MAPPED, Placement.MANAGED, Placement.GPU) if self.sample_on is SampleOn.GPU
+                 else (Placement.CPU,))
+        if self.lists_in not in lists:
+            words = " or ".join(repr(p.value) for p in lists)
+            raise PlanError("graph_placement", f"graph_placement must be {words} when sampling on "
+                                               f"{self.sample_on.value!r}, got {self.lists_in.value!r}")
 
     # --- derived facts -------------------------------------------------------------------
 
@@ -432,23 +488,15 @@ class Plan:
         if self.cache is not None:
             parts.append(f"{'GPU' if self.on_gpu else 'host'} cache of {describe_cache_size(self.cache)} "
                          f"({self.cache.policy.value})")
-        if self.gather_blocks_per_sm is not None:
-            parts.append(f"gathers as {self.gather_blocks_per_sm} block(s) per SM of the producer's share")
-        if self.host_memory is HostMemory.MANAGED:
-            parts.append("uncached rows and neighbour lists read from managed copies in host memory")
+        if self.gather_tuning.blocks_per_sm:
+            parts.append(f"gathers as {self.gather_tuning.blocks_per_sm} block(s) per SM of the producer's share")
+        if self.on_gpu and self.mode is Mode.ZEROCOPY:
+            parts.append(f"feature table in {self.table_in.describe} ({self.table_in.value})")
+        if self.sample_on is SampleOn.GPU and self.lists_in is not Placement.MAPPED:
+            parts.append(f"neighbour lists in {self.lists_in.describe}")
         if self.replay:
             parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
         return ", ".join(parts)
-
-    def gather_environment(self) -> Dict[str, str]:
-        """The gather kernel's knobs (``PYTORCH_ZEROCOPY_GATHER_*``, read per call) that the
-        producer's process runs with: ``gather_blocks_per_sm`` and ``gather_unroll``, where set."""
-        env = {}
-        if self.gather_blocks_per_sm is not None:
-            env["PYTORCH_ZEROCOPY_GATHER_BLOCKS_PER_SM"] = str(self.gather_blocks_per_sm)
-        if self.gather_unroll is not None:
-            env["PYTORCH_ZEROCOPY_GATHER_UNROLL"] = str(self.gather_unroll)
-        return env
 
     def settings(self) -> dict:
         """The plan as plain values (enums by their values), for reports."""
@@ -479,12 +527,11 @@ def describe_cache_size(cache: CacheConfig) -> str:
 _PLAN_FIELDS = {f.name for f in fields(Plan)}
 # Settings make_plan decides when they are not given (or given as None).
 _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches", "num_slots", "sampler_threads",
-             "producer_threads", "consumer_threads", "cuda_graph", "gather_blocks_per_sm", "gather_unroll",
-             "producer_share"}
+             "producer_threads", "consumer_threads", "cuda_graph", "gather_tuning", "producer_share",
+             "feature_placement", "graph_placement"}
 # The producer's gather beside training under MPS, from managed host memory (whose large GPU
 # pages keep a bounded grid at the link): blocks per SM of its share and loads per lane.
-BOUNDED_GATHER_BLOCKS_PER_SM = 4
-BOUNDED_GATHER_UNROLL = 16
+BOUNDED_GATHER = GatherTuning(blocks_per_sm=4, unroll=16)
 
 
 
@@ -496,20 +543,24 @@ def _threads(mode: Mode, on_gpu: bool, samplers: int, cores: int) -> dict:
     A CPU trainer gets the cores the other roles leave (training is the heavy part; samplers
     get a quarter between them, the producer one). On a GPU the trainer's and the producer's
     hosts only issue work: one thread each, and the rest goes to the CPU samplers, if any; the
-    DMA path's CPU gather takes half the cores first."""
+    DMA path's CPU gather takes half the cores first (all but one when it samples on the GPU)."""
     cores = max(1, cores)
     samplers = max(0, samplers)
     if not on_gpu:
         sampler = max(1, cores // (4 * max(1, samplers)))
         return dict(sampler_threads=sampler, producer_threads=1,
                     consumer_threads=max(1, cores - samplers * sampler - 1))
-    producer = max(1, min(cores // 2, cores - samplers - 1)) if mode is Mode.DMA else 1
+    if mode is Mode.DMA:  # the CPU gather: every core no sampler process needs
+        producer = max(1, cores - 1) if samplers == 0 else max(1, min(cores // 2, cores - samplers - 1))
+    else:
+        producer = 1
     sampler = max(1, (cores - producer - 1) // max(1, samplers))
     return dict(sampler_threads=sampler, producer_threads=producer, consumer_threads=1)
 
 
 def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partition] = "auto", *,
-              row_bytes: Optional[int] = None, gpu: Optional[bool] = None, **settings) -> Plan:
+              row_bytes: Optional[int] = None, table_bytes: Optional[int] = None, gpu: Optional[bool] = None,
+              local_processes: int = 1, quiet: bool = True, **settings) -> Plan:
     """The plan of ``mode`` on this machine, with ``settings`` (any :class:`Plan` field) applied.
 
     Resolves, unless ``settings`` fix them: ``device`` (``cuda:0`` where a GPU serves unified
@@ -520,11 +571,18 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
     otherwise); ``num_samplers`` (CPU sampling: 2 for ``dma``, else 1); thread counts
     (:func:`available_cores`); ``gather_batches`` (:func:`default_gather_batches` of
     ``row_bytes`` for a GPU ring, 1 otherwise), ``num_slots`` (at least 3, and two per
-    minibatch of a gather group), ``cuda_graph`` (off with green contexts) and the producer's
-    gather grid (``gather_blocks_per_sm`` / ``gather_unroll``: bounded under MPS when the
-    uncached rows are read from managed memory; the kernel's defaults otherwise) and
-    ``producer_share`` (10, or 25 with a cache in front of managed memory under MPS). A setting
-    given as None is decided the same way. Raises :class:`PlanError` for anything that cannot work.
+    minibatch of a gather group), ``cuda_graph`` (off with green contexts).
+
+    For ``zerocopy`` on a GPU, the fast path: ``feature_placement`` is the host memory kind this
+    machine's GPU reads fastest (:func:`pytorch_zerocopy.probe.host_read_rates`, measured once
+    per machine; ``unified`` where several processes of the machine gather,
+    ``local_processes > 1``, so they share one copy); ``cache`` (when not given at all; None
+    means no cache) is a tenth of the rows chosen by pre-sampling, at most a quarter of the
+    GPU's memory for a table of ``table_bytes``; ``producer_share`` is 25 with a cache in front
+    of managed memory under MPS, else 10; ``gather_tuning`` a bounded grid under MPS from managed
+    memory. ``quiet=False`` says when the machine is measured. A setting given as None is
+    decided the same way (except ``cache``). Raises :class:`PlanError` for anything that cannot
+    work.
     """
     unknown = sorted(set(settings) - _PLAN_FIELDS - {"mode", "partition"})
     if unknown:
@@ -572,12 +630,36 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
         resolved["num_slots"] = max(3, 2 * groups)
     if partition is Partition.GREEN:
         resolved["cuda_graph"] = False
-    memory = _enum(HostMemory, settings.get("host_memory", HostMemory.MAPPED), "host_memory")
+    fast_path = mode is Mode.ZEROCOPY and on_gpu
+    rates = None
+    if fast_path and ("feature_placement" not in settings or "cache" not in settings):
+        from ..probe import host_read_rates
+
+        rates = host_read_rates(quiet=quiet)
+    if fast_path and "feature_placement" not in settings:
+        resolved["feature_placement"] = (Placement.MAPPED if local_processes > 1 or rates is None
+                                         else rates.fastest)
+    if fast_path and "cache" not in settings:
+        resolved["cache"] = default_cache(table_bytes, rates.gpu_memory_bytes if rates is not None else None)
+    try:
+        memory = Placement.parse(settings.get("feature_placement", resolved.get("feature_placement", Placement.MAPPED)),
+                                 "feature_placement")
+    except PlacementError as e:
+        raise PlanError("feature_placement", str(e)) from None
+    cache = settings.get("cache", resolved.get("cache"))
     resolved["producer_share"] = PRODUCER_SHARE
-    if partition is Partition.MPS and gpu_ring and mode is Mode.ZEROCOPY and memory is HostMemory.MANAGED:
-        resolved.update(gather_blocks_per_sm=BOUNDED_GATHER_BLOCKS_PER_SM, gather_unroll=BOUNDED_GATHER_UNROLL)
-        if settings.get("cache") is not None:
+    if partition is Partition.MPS and gpu_ring and mode is Mode.ZEROCOPY and memory is Placement.MANAGED:
+        resolved["gather_tuning"] = BOUNDED_GATHER
+        if cache is not None:
             resolved["producer_share"] = CACHED_MANAGED_PRODUCER_SHARE
     resolved.update(settings)
     return Plan(mode=mode, partition=partition, device=device, sample_on=sample_on, gather_in=gather_in,
                 num_samplers=num_samplers, **resolved)
+
+
+def default_cache(table_bytes: Optional[int], gpu_memory_bytes: Optional[int]) -> CacheConfig:
+    """The cache a zerocopy plan on a GPU keeps when none is asked for: a tenth of the rows,
+    chosen by pre-sampling, capped at a quarter of the GPU's memory."""
+    if table_bytes and gpu_memory_bytes and DEFAULT_CACHE_FRACTION * table_bytes > DEFAULT_CACHE_GPU_SHARE * gpu_memory_bytes:
+        return CacheConfig(policy=CachePolicy.PRESAMPLE, cache_bytes=int(DEFAULT_CACHE_GPU_SHARE * gpu_memory_bytes))
+    return CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=DEFAULT_CACHE_FRACTION)

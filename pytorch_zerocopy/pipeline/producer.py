@@ -2,10 +2,15 @@
 slot to the trainer (:mod:`.ring`).
 
 Its minibatches come from the sampler processes (``Plan.sample_on`` cpu) or from its own
-:class:`~.minibatches.GpuSampler` (``gpu``): then sampling runs in this process, on the GPU it
-gathers on (inside its MPS partition), on a stream of its own, the next minibatches' samples in
-flight while the current ones are gathered, and the blocks reach the slot by a device-to-device
-copy; they never leave the GPU or cross a process.
+:class:`~.minibatches.GpuSampler` (``gpu``): then sampling runs in this process, on the plan's
+GPU (inside its MPS partition), on a stream of its own, the next minibatches' samples in flight
+while the current ones are gathered, and the blocks reach a GPU slot by a device-to-device
+copy; they never leave the GPU or cross a process. With host slots (mode ``dma`` sampling on
+the GPU) each sample comes back to host memory once, and the CPU gathers its rows.
+
+Table: the producer loads the feature table itself, straight from the dataset's feature source
+into ``Plan.table_in`` (:func:`~.gather.feature_reader`), before it takes the first
+minibatch: the process that gathers owns the table.
 
 Cache: with ``cached_rows`` (chosen by the parent for ``Plan.cache``) the producer holds those
 rows in its GPU's memory and gathers through them; each epoch mark it forwards carries the
@@ -17,8 +22,8 @@ page of the table once for more rows (rows per second rise with rows per call). 
 move to their slots by device-to-device copies, on a stream of their own that overlaps them
 with the next group's gather. Every minibatch of a group is ready when the group is.
 
-Grid: ``Plan.gather_environment`` (set in this process's environment by the runner) may bound
-the gather kernel's grid to a few blocks per SM of the producer's share.
+Grid: ``Plan.gather_tuning`` reaches the gather op as arguments (it may bound the kernel's grid
+to a few blocks per SM of the producer's share).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from typing import List, Optional
 import torch
 
 from ..datasets.base import NodeDataset
-from .gather import CacheHits, FeatureGather
+from ..feature_table import CachedTable, FeatureReader
+from .gather import CacheHits, feature_reader, gather_into
 from .messages import EpochMark
 from .minibatches import GpuSampler, Sampled, from_samplers
 from .plan import Plan, SampleOn
@@ -48,8 +54,8 @@ class _GroupGather:
     only after the copies out of it have run. A call returns the stream on which the group's
     slots are complete (None for host slots, complete on return)."""
 
-    def __init__(self, gather: FeatureGather, ring: RingWriter):
-        self.gather, self.ring = gather, ring
+    def __init__(self, reader: FeatureReader, ring: RingWriter):
+        self.reader, self.ring = reader, ring
         self.staging: List[Optional[torch.Tensor]] = [None, None]
         self.copied: List[Optional["torch.cuda.Event"]] = [None, None]  # copies out of each buffer done
         self.turn = 0
@@ -68,7 +74,7 @@ class _GroupGather:
         stream = self.ring.stream
         if len(slots) == 1:
             b = batches[0]
-            self.gather.gather_into(b.input_nodes, self.ring.rows(slots[0], b.layout.input_rows))
+            gather_into(self.reader, b.input_nodes, self.ring.rows(slots[0], b.layout.input_rows))
             return stream
         k = self.turn
         if self.copy_stream is not None:  # host slots are complete on return: one buffer serves
@@ -76,7 +82,7 @@ class _GroupGather:
         staging = self._buffer(k, sum(b.layout.input_rows for b in batches))
         if self.copied[k] is not None:
             stream.wait_event(self.copied[k])
-        self.gather.gather_into(torch.cat([b.input_nodes for b in batches]), staging)
+        gather_into(self.reader, torch.cat([b.input_nodes for b in batches]), staging)
         if self.copy_stream is None:
             self._copy_out(slots, batches, staging)
             return None
@@ -103,16 +109,16 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
     on_gpu = device.type == "cuda"
-    gather = FeatureGather(ds.features, plan.mode, device, cached_rows, plan.host_memory)
-    hits = CacheHits(gather.cache) if gather.cache is not None else None
+    reader = feature_reader(plan, ds, device, cached_rows)
+    hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
     tracer = ProducerTrace(on_gpu) if plan.trace else None
     if plan.sample_on is SampleOn.GPU:
-        source = GpuSampler(plan, ds, device, ahead=plan.gather_batches, trace=tracer)
+        source = GpuSampler(plan, ds, trainer_device(plan), ahead=plan.gather_batches, trace=tracer)
     else:
         source = from_samplers(batch_q, plan.mark_sources)
     ring = RingWriter(plan, ds, device, ready_q, free_q)
     stream = ring.stream
-    gather_group = _GroupGather(gather, ring)
+    gather_group = _GroupGather(reader, ring)
     group: List[Sampled] = []
     step = 0
 
@@ -124,11 +130,14 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
         t_issue = time.perf_counter()
         batches = []
         for sampled, slot in zip(group, slots):
-            packed = sampled.batch.packed
-            if sampled.ready is not None:
+            batch, packed = sampled.batch, sampled.batch.packed
+            if sampled.ready is not None and stream is None:  # a GPU sample for host slots
+                sampled.ready.synchronize()
+                batch = batch.with_packed(packed.cpu())
+            elif sampled.ready is not None:
                 stream.wait_event(sampled.ready)  # the sample is complete on its stream
                 packed.record_stream(stream)
-            batches.append(ring.load(slot, sampled.batch))
+            batches.append(ring.load(slot, batch))
         span = tracer.span() if tracer is not None else None
         if span is not None:
             span[0].record(stream)

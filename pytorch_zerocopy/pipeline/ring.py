@@ -33,7 +33,7 @@ from .plan import Plan
 def slot_capacity(plan: Plan, ds: NodeDataset, budget_bytes: int = 2 << 30) -> int:
     """Initial rows per slot: the largest possible input set, capped by ``budget_bytes``."""
     bound = plan.batch_size * math.prod(f + 1 if f > 0 else ds.num_nodes for f in plan.fanouts)
-    row_bytes = ds.feature_dim * ds.features.element_size()
+    row_bytes = ds.row_bytes
     return max(1, min(ds.num_nodes, bound, budget_bytes // row_bytes))
 
 
@@ -71,7 +71,7 @@ class RingWriter:
 
     def feature_buffer(self, rows: int) -> torch.Tensor:
         """An uninitialised buffer of ``rows`` feature rows where this ring's slots live."""
-        shape, dtype = (rows, self.ds.feature_dim), self.ds.features.dtype
+        shape, dtype = (rows, self.ds.feature_dim), self.ds.feature_dtype
         return torch.empty(shape, dtype=dtype, device=self.device) if self.on_gpu else shared_host_tensor(shape, dtype)
 
     def take(self, n: int) -> List[int]:

@@ -24,6 +24,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 import traceback
 from multiprocessing import queues as mp_queues
 from multiprocessing.connection import wait
@@ -36,7 +37,7 @@ from .._process import enter_child
 from ..datasets.base import NodeDataset
 from .consumer import consumer_main
 from .gather import choose_cached_rows
-from .messages import PartitionInfo
+from .messages import CacheChoice, PartitionInfo
 from .plan import GatherIn, Partition, Plan
 from .producer import producer_main
 from .sampler import sampler_main
@@ -264,7 +265,11 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     if plan.cache is None:
         cached_rows = None
     elif cached_rows is None:
+        start = time.perf_counter()
         cached_rows = choose_cached_rows(plan, ds)
+        if on_message is not None:
+            on_message(CacheChoice(int(cached_rows.numel()), ds.num_nodes, ds.row_bytes, plan.cache.policy.value,
+                                   time.perf_counter() - start))
     epochs: List[EpochStats] = []
     partition = PartitionInfo(Partition.NONE)
 
@@ -295,7 +300,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     try:
         with stack, _sigterm_raises():
             role_env = cpu_role_environment(plan)
-            producer_env: Dict[str, str] = {**role_env, **plan.gather_environment()}
+            producer_env: Dict[str, str] = dict(role_env)
             consumer_env: Dict[str, str] = dict(role_env)
             if plan.partition is Partition.MPS:
                 from .partition import MpsDaemon, shared_daemon

@@ -20,6 +20,7 @@ import torch
 from torch_geometric.data import Data
 
 from .feature_store import FeatureStore
+from ..placement import Placement
 from .graph_store import GraphStore, csc_from_coo
 
 
@@ -87,7 +88,7 @@ def stores_from_data(data: Data, placement: Optional[str] = None
     if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"data.edge_index must be a [2, num_edges] tensor, got {getattr(edge_index, 'shape', edge_index)!r}")
     graph_store = GraphStore.from_csc(csc_from_coo(edge_index[0], edge_index[1], int(num_nodes)), placement)
-    map_tables = graph_store.placement != "cpu"
+    map_tables = graph_store.placement is not Placement.CPU
     features = FeatureStore(map_host_tables=map_tables)
     edge_tables = FeatureStore(map_host_tables=map_tables)
     edge_names = []

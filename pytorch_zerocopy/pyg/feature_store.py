@@ -8,11 +8,12 @@ GPU, tables stay ordinary CPU tensors and are gathered on the CPU.
 
 Reading rows: :meth:`FeatureStore.get_tensor` with an ``index`` returns those rows, on the GPU
 for unified and CUDA tables (the CPU without a GPU), in index order. Every row read goes through
-:meth:`FeatureStore._gather_rows`, the one place a table is read.
+the table's reader (a :class:`~pytorch_zerocopy.FeatureTable`, the package's one way to read
+rows), in :meth:`FeatureStore._gather_rows`.
 
 GPU cache: :meth:`FeatureStore.cache_rows` keeps chosen rows of a host table in GPU memory (a
-:class:`~pytorch_zerocopy.FeatureTable`); reads of that table then take those rows from there
-and the rest from host memory in the same call. ``NeighborLoader(..., gpu_cache=CacheConfig(...))``
+:class:`~pytorch_zerocopy.CachedTable` around its reader); reads of that table then take those
+rows from there and the rest from host memory in the same call. ``NeighborLoader(..., gpu_cache=CacheConfig(...))``
 chooses the rows (highest degree, or most often pre-sampled) and caches them. Rows written with
 ``put_tensor(..., index=...)`` are re-read into the cache; a table put again whole keeps the
 same cached ids.
@@ -31,8 +32,8 @@ from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import TensorAttr
 
 from .. import unified as _unified
-from ..feature_table import FeatureTable
-from ..ops import gather_rows
+from ..feature_table import CachedTable, FeatureReader, FeatureTable
+from ..placement import Placement
 
 Key = Tuple[Optional[str], str]
 
@@ -73,7 +74,8 @@ class FeatureStore(_PygFeatureStore):
     def __init__(self, map_host_tables: Optional[bool] = None):
         super().__init__()
         self._tables: Dict[Key, torch.Tensor] = {}
-        self._caches: Dict[Key, FeatureTable] = {}
+        self._readers: Dict[Key, FeatureTable] = {}
+        self._caches: Dict[Key, CachedTable] = {}
         self.map_host_tables = _unified.gpu_backed() if map_host_tables is None else bool(map_host_tables)
 
     # --- PyG's interface ---------------------------------------------------------------
@@ -83,9 +85,10 @@ class FeatureStore(_PygFeatureStore):
         key = (attr.group_name, attr.attr_name)
         if attr.index is None:
             self._tables[key] = self._place(tensor)
+            self._readers[key] = self._reader(self._tables[key])
             cache = self._caches.pop(key, None)
             if cache is not None and self._tables[key].shape[0] == cache.num_rows:
-                self._caches[key] = self._feature_table(self._tables[key], cache.cached_ids)
+                self._caches[key] = self._cached(key, cache.cached_ids)
             return True
         table = self._tables.get(key)
         if table is None:
@@ -107,10 +110,13 @@ class FeatureStore(_PygFeatureStore):
             return table
         if isinstance(attr.index, slice):
             return table[attr.index]
-        return self._gather_rows(table, _index_tensor(attr.index), self._caches.get((attr.group_name, attr.attr_name)))
+        key = (attr.group_name, attr.attr_name)
+        reader = self._caches.get(key)
+        return self._gather_rows(table, _index_tensor(attr.index), self._readers[key] if reader is None else reader)
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._caches.pop((attr.group_name, attr.attr_name), None)
+        self._readers.pop((attr.group_name, attr.attr_name), None)
         return self._tables.pop((attr.group_name, attr.attr_name), None) is not None
 
     def _get_tensor_size(self, attr: TensorAttr) -> Optional[Tuple[int, ...]]:
@@ -132,6 +138,14 @@ class FeatureStore(_PygFeatureStore):
         tensor = tensor.contiguous()
         return _unified.to_unified(tensor) if self.map_host_tables else tensor
 
+    @staticmethod
+    def _reader(table: torch.Tensor) -> FeatureTable:
+        """The reader of a placed table (rows: its first dimension), over the same bytes."""
+        rows = table.reshape(table.shape[0], -1)
+        if table.device.type == "cuda":
+            return FeatureTable(rows, Placement.GPU)
+        return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU)
+
     # --- GPU cache -----------------------------------------------------------------------
 
     def cache_rows(self, attr_name: str, rows: Optional[torch.Tensor], group_name: Optional[str] = None) -> None:
@@ -146,42 +160,31 @@ class FeatureStore(_PygFeatureStore):
         if rows is None:
             self._caches.pop(key, None)
             return
-        self._caches[key] = self._feature_table(self._tables[key], rows)
+        self._caches[key] = self._cached(key, rows)
 
-    def cache_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[FeatureTable]:
-        """The :class:`~pytorch_zerocopy.FeatureTable` reads of table ``attr_name`` go through
+    def cache_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[CachedTable]:
+        """The :class:`~pytorch_zerocopy.CachedTable` reads of table ``attr_name`` go through
         (its ``cached_ids``, ``hit_rate``), or None."""
         return self._caches.get((group_name, attr_name))
 
-    @staticmethod
-    def _feature_table(table: torch.Tensor, rows: torch.Tensor) -> FeatureTable:
+    def _cached(self, key: Key, rows: torch.Tensor) -> CachedTable:
+        table = self._tables[key]
         if table.device.type == "cuda":
             raise ValueError("cache_rows: the table is already in GPU memory; there is nothing to cache")
         if not table.is_contiguous():
             raise ValueError("cache_rows: the table must be contiguous to be cached in place")
         # A unified table's cache lives on its GPU (the CPU without one); a CPU table is read on
         # the CPU, and so is its cache.
-        device = None if _unified.is_unified(table) else "cpu"
-        return FeatureTable(table.view(table.shape[0], -1), rows, device=device)
+        return CachedTable(self._readers[key], rows)
 
-    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor,
-                     cache: Optional[FeatureTable] = None) -> torch.Tensor:
-        """Rows ``index`` of ``table`` in index order: the one place this store reads rows.
-
-        Unified tables are read by the GPU from host memory (the index may be on the CPU or
-        the GPU) or, without a GPU, on the CPU; CPU and CUDA tables on their own device, the
-        index moved there; a table with a ``cache`` (:meth:`cache_rows`) through it.
-        Out-of-range ids raise ``IndexError``.
-        """
-        if cache is not None:
-            out = cache.gather(index.to(cache.device))
-            return out.view((index.numel(),) + tuple(table.shape[1:]))
-        if table.device.type == "cpu":
+    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor, reader: FeatureReader) -> torch.Tensor:
+        """Rows ``index`` of ``table`` in index order, through its ``reader``: the one place this
+        store reads rows. Unified tables are read by the GPU from host memory (the index may be
+        on the CPU or the GPU) or, without a GPU, on the CPU; CPU and CUDA tables on their own
+        device, the index moved there. Out-of-range ids raise ``IndexError``."""
+        if reader.device.type == "cpu":
             index = index.cpu()
-        elif table.device.type == "cuda":
-            index = index.to(table.device)
-        rows = table.reshape(table.shape[0], -1)
-        out = gather_rows(rows, index)
+        out = reader.read(index)
         return out.view((index.numel(),) + tuple(table.shape[1:]))
 
     def __repr__(self) -> str:

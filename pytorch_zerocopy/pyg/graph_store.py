@@ -24,17 +24,23 @@ from torch_geometric.data.graph_store import EdgeLayout
 
 from .. import unified as _unified
 from ..graph import CSRGraph
+from ..placement import Placement
 
 
-def default_placement() -> str:
+def default_placement() -> Placement:
     """``"unified"`` where a GPU serves unified tensors, else ``"cpu"``."""
-    return "unified" if _unified.gpu_backed() else "cpu"
+    return Placement.MAPPED if _unified.gpu_backed() else Placement.CPU
 
 
-def _check_placement(placement: str) -> str:
-    if placement not in ("cpu", "unified", "cuda"):
+def _check_placement(placement) -> Placement:
+    allowed = (Placement.CPU, Placement.MAPPED, Placement.GPU)
+    try:
+        parsed = Placement.parse(placement)
+    except ValueError:
+        parsed = None
+    if parsed not in allowed:
         raise ValueError(f"placement must be 'cpu', 'unified' or 'cuda', got {placement!r}")
-    return placement
+    return parsed
 
 
 def _ids(t, name: str) -> torch.Tensor:
@@ -174,4 +180,4 @@ class GraphStore(_PygGraphStore):
         if self._csc is None:
             return "GraphStore(empty)"
         return (f"GraphStore(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
-                f"placement={self.placement!r})")
+                f"placement={self.placement.value!r})")
