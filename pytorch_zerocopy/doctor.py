@@ -76,6 +76,45 @@ def check_gpus() -> List[Check]:
     return checks
 
 
+def pci_sysfs_address(bus_id: str) -> str:
+    """nvidia-smi's PCI bus id (``00000000:1B:00.0``) as sysfs names the device (``0000:1b:00.0``)."""
+    domain, _, rest = bus_id.strip().partition(":")
+    return f"{int(domain, 16):04x}:{rest.lower()}" if rest else bus_id.strip().lower()
+
+
+def numa_nodes(root: str = "/sys/devices/system/node") -> List[int]:
+    """The host's NUMA nodes (``[0]`` where sysfs does not say)."""
+    try:
+        found = sorted(int(n[4:]) for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit())
+    except OSError:
+        found = []
+    return found or [0]
+
+
+def check_numa(root: str = "/sys/bus/pci/devices") -> List[Check]:
+    """Each GPU's NUMA node (the socket its PCIe link hangs off), beside the host's nodes: a GPU
+    reading host memory on another node crosses the socket link."""
+    rows = _nvidia_smi(["--query-gpu=index,pci.bus_id", "--format=csv,noheader"])
+    if not rows:
+        return []
+    nodes = numa_nodes()
+    checks = [Check("OK", "NUMA nodes", f"{len(nodes)} ({', '.join(map(str, nodes))})")]
+    placed = set()
+    for row in rows.splitlines():
+        parts = [p.strip() for p in row.split(",")]
+        if len(parts) != 2:
+            continue
+        node = _read(os.path.join(root, pci_sysfs_address(parts[1]), "numa_node"))
+        node = node if node and node != "-1" else "unknown (one node, or the firmware does not say)"
+        placed.add(node)
+        checks.append(Check("OK", f"NUMA GPU {parts[0]}", f"node {node}, PCI {parts[1]}"))
+    if len(nodes) > 1 and len(placed) > 1:
+        checks.append(Check("WARN", "NUMA placement", "GPUs hang off different nodes: a shared host table lives on "
+                                                      "the node that first touched its pages, so some GPUs read it "
+                                                      "across the socket link"))
+    return checks
+
+
 def _nvidia_smi(args: List[str]) -> str:
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -194,8 +233,8 @@ def check_host_memory_kinds() -> List[Check]:
 
 
 def run_doctor(bandwidth_seconds: float = 2.0) -> int:
-    checks = (check_build() + check_gpus() + check_host() + check_partitioning() + check_bandwidth(bandwidth_seconds)
-              + check_host_memory_kinds())
+    checks = (check_build() + check_gpus() + check_numa() + check_host() + check_partitioning()
+              + check_bandwidth(bandwidth_seconds) + check_host_memory_kinds())
     for c in checks:
         print(c.line())
     return 1 if any(c.status == "FAIL" for c in checks) else 0

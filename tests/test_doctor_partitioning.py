@@ -22,3 +22,24 @@ def test_green_contexts_recommended_only_where_torch_has_them(monkeypatch):
         monkeypatch.delattr(green_module, "GreenContext", raising=False)
     mps = next(c for c in doctor.check_partitioning() if c.name == "CUDA MPS")
     assert mps.status == "WARN" and "green" not in mps.detail
+
+
+def test_numa_lines_name_each_gpus_node(monkeypatch, tmp_path):
+    """Each GPU's NUMA node is read from sysfs through its PCI address; GPUs on different nodes
+    of a multi-node host get a warning."""
+    from pytorch_zerocopy import doctor
+
+    assert doctor.pci_sysfs_address("00000000:1B:00.0") == "0000:1b:00.0"
+    for address, node in (("0000:1b:00.0", "0"), ("0000:9c:00.0", "1")):
+        (tmp_path / address).mkdir()
+        (tmp_path / address / "numa_node").write_text(node + "\n")
+    monkeypatch.setattr(doctor, "_nvidia_smi", lambda args: "0, 00000000:1B:00.0\n1, 00000000:9C:00.0")
+    monkeypatch.setattr(doctor, "numa_nodes", lambda: [0, 1])
+    lines = [c.line() for c in doctor.check_numa(str(tmp_path))]
+    assert any("NUMA GPU 0" in line and "node 0" in line for line in lines)
+    assert any("NUMA GPU 1" in line and "node 1" in line for line in lines)
+    assert any(line.startswith("WARN") and "socket link" in line for line in lines)
+    monkeypatch.setattr(doctor, "numa_nodes", lambda: [0])
+    assert not any(c.status == "WARN" for c in doctor.check_numa(str(tmp_path)))
+    monkeypatch.setattr(doctor, "_nvidia_smi", lambda args: "")
+    assert doctor.check_numa(str(tmp_path)) == []

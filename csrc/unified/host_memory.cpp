@@ -69,10 +69,10 @@ uint64_t cgroup_headroom() {
 
 }  // namespace
 
-HostMemory available_host_memory() {
+AvailableHostMemory available_host_memory() {
   const uint64_t avail = read_keyed("/proc/meminfo", "MemAvailable:", 1024);
   const uint64_t swap = read_keyed("/proc/meminfo", "SwapFree:", 1024);
-  HostMemory m{kUnknown, "unknown"};
+  AvailableHostMemory m{kUnknown, "unknown"};
   if (avail != kUnknown) {
     m.available = avail + (swap == kUnknown ? 0 : swap);
     m.source = swap == kUnknown || swap == 0 ? "MemAvailable" : "MemAvailable + SwapFree";
@@ -100,7 +100,7 @@ std::string describe_bytes(uint64_t nbytes) {
 }
 
 void require_host_memory(uint64_t nbytes, const std::string& what, const std::string& hint) {
-  const HostMemory m = available_host_memory();
+  const AvailableHostMemory m = available_host_memory();
   if (m.available == kUnknown || nbytes <= m.available) return;
   TORCH_CHECK_WITH(OutOfMemoryError, false, what, " needs ", describe_bytes(nbytes), " of host memory, but only ",
                    describe_bytes(m.available), " are available (", m.source, ")",

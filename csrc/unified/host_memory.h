@@ -8,13 +8,13 @@
 
 namespace zerocopy {
 
-struct HostMemory {
+struct AvailableHostMemory {
   uint64_t available;  // bytes: MemAvailable + SwapFree, lowered to the cgroup's headroom
   std::string source;  // where the figure comes from, for messages
 };
 
 // Read afresh on every call (/proc/meminfo and the memory cgroup, v2 or v1).
-HostMemory available_host_memory();
+AvailableHostMemory available_host_memory();
 
 // "24.0 GiB (25769803776 bytes)".
 std::string describe_bytes(uint64_t nbytes);
