@@ -237,13 +237,27 @@ def load_unified(
     """Loads a NumPy ``.npy`` file into a unified tensor without a second full copy.
 
     The file is memory-mapped and streamed into shared memory ``chunk_bytes`` at a time, so
-    peak memory is the table plus one chunk of page cache, whatever the table's size.
+    peak memory is the table plus one chunk of page cache, whatever the table's size. Its header
+    is checked first: a file that is not a ``.npy`` file (a CSV, an ``.npz`` archive), a dtype
+    torch cannot hold (objects, strings, complex) or Fortran order raise an error naming the file.
     """
-    src = np.load(os.fspath(path), mmap_mode="r")
-    if src.dtype not in _NUMPY_TO_TORCH:
-        raise TypeError(f"load_unified: unsupported dtype {src.dtype} in {path}")
-    if not src.flags.c_contiguous:
-        raise ValueError(f"load_unified: {path} is stored in Fortran order; save it C-contiguous")
+    p = os.fspath(path)
+    with open(p, "rb") as f:
+        start = f.read(len(np.lib.format.MAGIC_PREFIX))
+        if start != np.lib.format.MAGIC_PREFIX:
+            found = ("is an .npz archive, not a NumPy .npy file" if start.startswith(b"PK\x03\x04")
+                     else "is not a NumPy .npy file (it does not start with the .npy header)")
+            raise ValueError(f"load_unified: {p} {found}; expected one array written by numpy.save(path, array)")
+        f.seek(0)
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        _, fortran_order, dtype = read_header(f)
+    if dtype not in _NUMPY_TO_TORCH:
+        supported = ", ".join(str(d) for d in _NUMPY_TO_TORCH)
+        raise TypeError(f"load_unified: {p} has unsupported dtype {dtype}; expected one of {supported}")
+    if fortran_order:
+        raise ValueError(f"load_unified: {p} is stored in Fortran order; save it C-contiguous")
+    src = np.load(p, mmap_mode="r")
     dst = empty_unified(src.shape, _NUMPY_TO_TORCH[src.dtype], device)
     host = dst.cpu().reshape(-1)
     flat = src.reshape(-1)

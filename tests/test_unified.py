@@ -197,6 +197,28 @@ def test_load_unified_rejects_unsupported_dtype(tmp_path):
         zc.load_unified(path)
 
 
+@pytest.mark.parametrize("name, content, says", [
+    ("table.csv", b"a,b\n1,2\n", "is not a NumPy .npy file (it does not start with the .npy header)"),
+    ("table.npy", b"\x00" * 64, "is not a NumPy .npy file"),
+    ("table.npz", None, "is an .npz archive, not a NumPy .npy file"),
+    ("objects.npy", None, "unsupported dtype object"),
+])
+def test_load_unified_says_what_a_file_is_not_and_what_it_expects(tmp_path, name, content, says):
+    np = pytest.importorskip("numpy")
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    elif name.endswith(".npz"):
+        np.savez(path, features=np.ones((2, 3), dtype=np.float32))
+    else:
+        np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises((ValueError, TypeError)) as info:
+        zc.load_unified(path)
+    message = str(info.value)
+    assert message.startswith(f"load_unified: {path}") and says in message, message
+    assert "expected" in message and "pickle" not in message and "\n" not in message, message
+
+
 def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="negative dimension"):
         zc.empty_unified((3, -1))
