@@ -284,6 +284,36 @@ def require_host_memory(nbytes: int, what: str, hint: str = "") -> None:
     _C.require_host_memory(min(max(int(nbytes), 0), 2**64 - 1), what, hint)
 
 
+def available_host_memory() -> Optional[int]:
+    """Bytes of host memory a new allocation may still use (the figure
+    :func:`require_host_memory` checks against), or None where the machine does not say."""
+    nbytes, _ = _C.available_host_memory()
+    return None if nbytes >= 2**64 - 1 else int(nbytes)
+
+
+def free_shared_memory() -> Optional[int]:
+    """Free bytes of ``/dev/shm``, where shared tables live; None where there is no /dev/shm."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def require_shared_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Raises ``torch.OutOfMemoryError``, in one line naming ``what`` and both figures in GiB,
+    when ``nbytes`` exceed the free space of ``/dev/shm``; then checks host memory as
+    :func:`require_host_memory` does. The checks every shared-memory allocation makes, for a
+    caller that sizes all of its tables before allocating any of them."""
+    free = free_shared_memory()
+    if free is not None and nbytes > free:
+        raise torch.OutOfMemoryError(
+            f"{what} needs {format_bytes(nbytes, 'GiB')} of shared memory, but /dev/shm has "
+            f"{format_bytes(free, 'GiB')} free: enlarge it (mount -o remount,size=<N>G /dev/shm, or docker run "
+            f"--shm-size=<N>g)" + (f" or {hint}" if hint else ""))
+    require_host_memory(nbytes, what, hint)
+
+
 def registration_stats() -> dict:
     """Live host registrations of this process: for leak checks."""
     pieces, nbytes, total = _C.registration_stats()
@@ -323,25 +353,36 @@ def _install_reducer() -> None:
 _install_reducer()
 
 
-def format_bytes(n: float) -> str:
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(n: float, unit: Optional[str] = None) -> str:
+    """``n`` bytes in the largest binary unit below it (``'1.5 GiB'``), or in ``unit`` (one of
+    B, KiB, MiB, GiB, TiB) when given, so that the figures of one message compare at a glance
+    (``'1,200.0 GiB'``)."""
+    if unit is not None:
+        k = _BYTE_UNITS.index(unit)
+        return f"{n / 1024 ** k:,.1f} {unit}"
     if n <= 0:
         return "0 B"
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
-    k = min(len(units) - 1, int(math.log(n, 1024)))
-    return f"{n / 1024 ** k:.1f} {units[k]}"
+    k = min(len(_BYTE_UNITS) - 1, int(math.log(n, 1024)))
+    return f"{n / 1024 ** k:.1f} {_BYTE_UNITS[k]}"
 
 
 __all__ = [
     "DEVICE_TYPE",
     "UNIFIED_NAME",
+    "available_host_memory",
     "empty_shared",
     "empty_unified",
     "format_bytes",
+    "free_shared_memory",
     "gpu_backed",
     "is_unified",
     "load_unified",
     "registration_stats",
     "require_host_memory",
+    "require_shared_memory",
     "to_unified",
     "unified_device",
 ]

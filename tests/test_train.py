@@ -54,6 +54,7 @@ BAD_SETTINGS = [
     (["--dataset", "no-such-dataset"], "unknown dataset 'no-such-dataset'"),
     (["--dataset", "papers-like:lots"], "NODES must be a positive whole number"),
     (["--dataset", "papers-like"], "papers-like:NODES[:DEGREE]"),
+    (["--dataset", "papers-like:1000B"], "GiB of shared memory, but /dev/shm has"),
     (["--epochs", "0"], "--epochs must be >= 1"),
     (["--max-batches", "0"], "--max-batches must be None or >= 1"),
     (["--samplers", "0", "--sample-on", "cpu"], "--samplers must be >= 1"),
