@@ -52,3 +52,15 @@ def test_a_command_help_completes_its_options_on_demand(capsys):
         main(["train", "--help"])
     assert info.value.code == 0 and "--batch-size" in capsys.readouterr().out
 
+
+def test_train_help_explains_the_modes_and_where_the_cache_lives(capsys):
+    from pytorch_zerocopy.pipeline.plan import gpu_available
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split("options:", 1)[1].split())
+    assert "zerocopy-naive (the trainer's GPU reads its rows in place with index_select" in text
+    cache = text.split("--cache SIZE", 1)[1].split("--cache-policy", 1)[0]
+    where = "GPU memory:" if gpu_available() else "host memory (no GPU here; GPU memory on a GPU):"
+    assert f"keep the hottest feature rows in {where}" in cache, cache
+    assert "(default: )" not in text and "--rdzv-id RDZV_ID job id shared by the machines' launchers --seed" in text
