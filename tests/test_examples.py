@@ -96,3 +96,28 @@ def test_large_table(tmp_path):
     # an existing file is loaded as it is, whatever --gib says
     out = run([EXAMPLES / "large_table.py", "--path", path, "--gib", "5", "--rows-per-batch", "100", "--reps", "1"])
     assert f"loaded ({rows}, 32)" in out and "write:" not in out
+
+
+def test_large_table_with_no_arguments_runs_here():
+    """The default size fits the machine the README's commands run on (1 GiB, less where the
+    disk or /dev/shm is short) and says that it is the default."""
+    out = run([EXAMPLES / "large_table.py", "--rows-per-batch", "1000", "--reps", "1"])
+    size = re.search(r"writing a table of ([\d,]+) x 128 float32 \(([\d.]+) GiB\) to .* \(the default size; "
+                     r"--gib sets another\)", out)
+    assert size and 0 < float(size.group(2)) <= 1.0, out
+    assert f"loaded ({size.group(1).replace(',', '')}, 128)" in out
+
+
+def test_large_table_checks_room_before_writing(tmp_path):
+    """A table larger than the disk or /dev/shm is refused in one line, in GiB, before a byte
+    is written."""
+    path = tmp_path / "features.npy"
+    r = subprocess.run([sys.executable, EXAMPLES / "large_table.py", "--gib", "1000000", "--path", path], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and not path.exists() and r.stdout == "", r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line and "write:" not in line, line
+    assert re.match(r"the table needs 1,000,000\.0 GiB (on disk in .*|of shared memory), .* [\d,.]+ GiB free",
+                    line), line
+    assert line.endswith("pass a smaller --gib") or "pass a smaller --gib or a --path elsewhere" in line, line
+
