@@ -59,6 +59,10 @@ def test_unified_tensor():
 def test_graph_analytics_generated_and_snap(tmp_path):
     out = run([EXAMPLES / "graph_analytics.py", "--scale", "11"])
     assert re.search(r"BFS from \d+ reached [\d,]+ vertices", out)
+    # What it does is said before each slow step, and the generation shows a progress bar.
+    assert out.index("generating a Kronecker graph of 2^11 vertices") < out.index("ready in") \
+        < out.index("cpu: BFS, connected components and PageRank") < out.index("BFS from")
+    assert "kron11: fill" in out
     snap = tmp_path / "tiny.txt"
     snap.write_text("# a SNAP edge list\n0\t1\n1\t2\n3\t4\n")
     out = run([EXAMPLES / "graph_analytics.py", "--graph", snap, "--source", "0"])
@@ -76,6 +80,9 @@ def test_pyg_graphsage():
         pytest.importorskip("torch_geometric", reason="needs torch_geometric (pip install torch-geometric)")
     out = run([EXAMPLES / "pyg_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"])
     assert "pytorch_zerocopy.pyg" in out
+    assert out.index("generating the community dataset (3,000 nodes)") < out.index("training 2 epoch(s) of ") \
+        < out.index("epoch 1:")
+    assert "training: 100%" in out  # the progress bar over each epoch's minibatches (stderr)
     acc = float(re.findall(r"test acc ([\d.]+)", out)[-1])
     assert acc > 2 / 16, out
 
