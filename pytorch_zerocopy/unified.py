@@ -11,6 +11,10 @@ index, which is the current GPU when it was made). Row gathers (``u[idx]``, ``in
 ``embedding``) are routed to :func:`pytorch_zerocopy.gather_rows`, which visits rows in
 address order to keep PCIe reads efficient.
 
+Device indices. ``"unified:N"`` is the unified device of GPU ``N`` and must name a GPU that
+exists; without a GPU serving unified tensors there is one unified device, ``unified:0``
+(``"unified"``), and any other index is a ``ValueError``.
+
 The key keeps torch's name ``privateuseone``: renaming it ``unified`` would make it torch's
 "accelerator", which from torch 2.8 on breaks every backward pass over CUDA tensors
 (pytorch/pytorch#161129). So ``torch.device("unified")`` is not a valid device; the string

@@ -238,11 +238,31 @@ def test_too_large_for_dev_shm_is_an_error_not_a_crash():
         zc.empty_unified(too_big, torch.uint8)
 
 
-def test_bad_unified_index_is_an_error():
-    if not zc.gpu_backed():
-        pytest.skip("device indices are GPU indices only where a GPU serves unified tensors")
-    with pytest.raises(ValueError, match="does not exist"):
-        torch.randn(3).to(f"unified:{torch.cuda.device_count() + 3}")
+def test_a_unified_index_past_the_devices_is_an_error_on_every_path():
+    """'unified:N' names GPU N; without a GPU serving unified tensors the one unified device is
+    unified:0. Any other index is refused, naming the index and how many devices there are,
+    however the tensor is made (not made silently as privateuseone:N)."""
+    count = torch.cuda.device_count() if zc.gpu_backed() else 1
+    bad = count + 4
+    makers = {"Tensor.to('unified:N')": lambda: torch.randn(3).to(f"unified:{bad}"),
+              "Tensor.to(device)": lambda: torch.randn(3).to(zc.unified_device(bad)),
+              "torch.empty": lambda: torch.empty(3, device=zc.unified_device(bad)),
+              "to_unified": lambda: zc.to_unified(torch.randn(3), bad),
+              "empty_unified": lambda: zc.empty_unified(3, device=bad),
+              "unified -> unified:N": lambda: torch.randn(3).to("unified").to(f"unified:{bad}")}
+    if zc.gpu_backed():  # a factory on a missing GPU may meet CUDA's own device check first
+        del makers["torch.empty"], makers["unified -> unified:N"]
+    for name, make in makers.items():
+        with pytest.raises(ValueError) as info:
+            make()
+        message = str(info.value).splitlines()[0]
+        if zc.gpu_backed():
+            assert message == f"unified:{bad} names a GPU that does not exist: this machine has {count} GPU(s)", name
+        else:
+            assert message == (f"unified:{bad} does not exist: no GPU serves unified tensors here, so there is 1 "
+                               "unified device, unified:0 ('unified')"), (name, message)
+    for good in ("unified", "unified:0", f"unified:{count - 1}"):
+        assert torch.randn(3).to(good).is_unified
 
 
 def test_registration_released_and_reacquired_100_times(gen):
