@@ -9,7 +9,9 @@ CUDA tensor over the mapped address and runs the ordinary CUDA kernel, so every 
 and results land on the GPU (the device of a CUDA argument, else the unified tensor's own
 index, which is the current GPU when it was made). Row gathers (``u[idx]``, ``index_select``,
 ``embedding``) are routed to :func:`pytorch_zerocopy.gather_rows`, which visits rows in
-address order to keep PCIe reads efficient.
+address order to keep PCIe reads efficient. Each keeps its torch semantics: ``u[idx]`` counts a
+negative index from the end (``-1``: the last row), while ``index_select``, ``embedding`` and
+``gather_rows`` itself take indices in ``[0, rows)`` and raise ``IndexError`` for any other.
 
 Device indices. ``"unified:N"`` is the unified device of GPU ``N`` and must name a GPU that
 exists; without a GPU serving unified tensors there is one unified device, ``unified:0``

@@ -265,6 +265,26 @@ def test_a_unified_index_past_the_devices_is_an_error_on_every_path():
         assert torch.randn(3).to(good).is_unified
 
 
+def test_negative_indices_count_from_the_end_in_u_idx_only(gen):
+    """One rule, torch's: tensor indexing ``u[idx]`` counts a negative index from the end;
+    gather_rows (the raw op), index_select and embedding take indices in [0, rows) only."""
+    table = torch.randn(6, 4, generator=gen)
+    u = table.to("unified")
+    idx = torch.tensor([-1, 2, -6])
+    assert torch.equal(u[idx].cpu(), table[idx]) and torch.equal(u[idx].cpu()[0], table[5])
+    with pytest.raises(IndexError, match="-7"):
+        u[torch.tensor([-7])]
+    refusals = {"gather_rows(unified)": lambda: zc.gather_rows(u, idx),
+                "gather_rows(cpu)": lambda: zc.gather_rows(table, idx),
+                "index_select": lambda: torch.index_select(u, 0, idx),
+                "embedding": lambda: F.embedding(idx, u)}
+    for name, op in refusals.items():
+        with pytest.raises(IndexError, match=r"index -1 at position 0 is out of bounds for a table with 6 rows"):
+            op()
+    with pytest.raises(IndexError):  # torch's own CPU index_select: the same rule
+        torch.index_select(table, 0, idx)
+
+
 def test_registration_released_and_reacquired_100_times(gen):
     x = torch.randn(1 << 16, generator=gen)
     base = zc.registration_stats()["live_pieces"]
