@@ -39,6 +39,22 @@ def test_readme_unified_tensor_snippet_runs_as_written():
     assert out.strip().splitlines()[-1] == ("cuda:0" if _cuda() else "cpu")
 
 
+def test_readme_describes_the_last_lines_of_a_test_run(tmp_path):
+    """The README says which line counts the skips: check it against a run with a skip."""
+    (tmp_path / "test_one.py").write_text("import pytest\n\ndef test_a():\n    pass\n\n"
+                                          "@pytest.mark.skip(reason='needs a CUDA GPU')\ndef test_b():\n    pass\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "skip_summary", "-p", "no:cacheprovider",
+                        str(tmp_path / "test_one.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=env)
+    last_two = r.stdout.strip().splitlines()[-2:]
+    assert last_two[0] == "skipped: 1 needs a CUDA GPU  (pytest -rs lists them)", r.stdout
+    assert last_two[1].startswith("1 passed, 1 skipped in "), r.stdout
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Its second-to-last line counts the skipped tests by reason" in readme
+    assert "the last is pytest's own count" in readme
+
+
 def _cuda() -> bool:
     import torch
 
