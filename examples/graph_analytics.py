@@ -21,9 +21,11 @@ from pytorch_zerocopy.graph import (CSRGraph, bfs, connected_components, kroneck
 
 def load(path: str, scale: int) -> CSRGraph:
     if path is None:
-        return kronecker_graph(scale, edge_factor=16, seed=1, symmetrize=True)
+        print(f"generating a Kronecker graph of 2^{scale} vertices and 16 x 2^{scale} edges", flush=True)
+        return kronecker_graph(scale, edge_factor=16, seed=1, symmetrize=True, progress=True)
+    print(f"reading {path}", flush=True)
     if path.endswith(".bel"):
-        return load_bel(path, symmetric=True, weights=False)
+        return load_bel(path, symmetric=True, weights=False, progress=True)
     # SNAP files list each undirected edge once; symmetrize so that components are defined.
     return load_edge_list(path, symmetrize=True, drop_self_loops=True, drop_duplicates=True)
 
@@ -72,6 +74,8 @@ def main(argv=None) -> None:
     placements = ["cuda", "unified", "uvm"] if torch.cuda.is_available() else ["cpu"]
     rows = []
     for placement in placements:
+        print(f"{placement}: BFS, connected components and PageRank, each run twice (warm-up, then timed)",
+              flush=True)
         try:
             rows.append(run(graph, placement, source))
         except RuntimeError as e:  # e.g. the edge list does not fit in GPU memory

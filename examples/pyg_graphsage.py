@@ -18,6 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GraphSAGE
+from tqdm import tqdm
 
 from pytorch_zerocopy.datasets import community_graph
 from pytorch_zerocopy.pyg import data_from_dataset
@@ -45,6 +46,7 @@ def main(argv=None) -> float:
             raise SystemExit("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse")
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"generating the community dataset ({args.nodes:,} nodes)", flush=True)
     data = data_from_dataset(community_graph(num_nodes=args.nodes, seed=0))
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
@@ -59,7 +61,7 @@ def main(argv=None) -> float:
     def train():
         model.train()
         total_loss = total = 0
-        for batch in train_loader:
+        for batch in tqdm(train_loader, desc="training", unit="minibatch", leave=False):
             batch = batch.to(device)
             optimizer.zero_grad()
             out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
@@ -82,6 +84,8 @@ def main(argv=None) -> float:
             total += batch.batch_size
         return correct / total
 
+    print(f"training {args.epochs} epoch(s) of {len(train_loader)} minibatches on {data.num_nodes:,} nodes and "
+          f"{data.num_edges:,} edges, then testing on {len(test_loader)} minibatches", flush=True)
     acc = 0.0
     for epoch in range(1, args.epochs + 1):
         start = time.perf_counter()

@@ -1,15 +1,64 @@
-"""The ``zerocopy`` command: ``train``, ``doctor`` (see :data:`DESCRIPTION`)."""
+"""The ``zerocopy`` command: ``train``, ``doctor`` (see :data:`DESCRIPTION`).
+
+This module imports only the standard library: a command's module (and torch with it) is
+imported when that command runs or its own ``--help`` is shown, so ``zerocopy``, ``zerocopy
+--help`` and a mistyped command answer without loading any of it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
 DESCRIPTION = """\
 GPUs reading graph data straight out of host memory.
 
 'zerocopy COMMAND --help' lists a command's options with their defaults."""
+
+# Each command's line in 'zerocopy --help' and in the list a bare 'zerocopy' prints.
+COMMANDS: Dict[str, str] = {
+    "train": "train GraphSAGE through the zero-copy pipeline (embedded dataset by default)",
+    "doctor": "check this machine for zero-copy use; every line says OK or what to do",
+}
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser whose options are added by ``add_options`` the first time they are
+    needed (its arguments parsed or its help formatted), so that building the ``zerocopy``
+    parser imports no command's module."""
+
+    def __init__(self, *args, add_options: Optional[Callable[[argparse.ArgumentParser], None]] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._add_options = add_options
+
+    def _complete(self) -> None:
+        add, self._add_options = self._add_options, None
+        if add is not None:
+            add(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+
+def _train_options(parser: argparse.ArgumentParser) -> None:
+    from .train import HelpFormatter, add_arguments
+
+    parser.formatter_class = HelpFormatter
+    add_arguments(parser)
+
+
+def _doctor_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of the H2D bandwidth check")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -25,30 +74,33 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .train import HelpFormatter, add_arguments
-
     parser = argparse.ArgumentParser(prog="zerocopy", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    train = sub.add_parser("train", help="train GraphSAGE through the zero-copy pipeline (embedded dataset by "
-                                         "default)",
-                           description="Train GraphSAGE (node classification) through the sampler -> producer ->\n"
-                                       "trainer pipeline; prints per-epoch time, loss and validation accuracy,\n"
-                                       "then test accuracy.",
-                           formatter_class=HelpFormatter)
-    add_arguments(train)
-    train.set_defaults(run=_train)
-
-    doctor = sub.add_parser("doctor", help="check this machine for zero-copy use; every line says OK or what to do",
-                            formatter_class=HelpFormatter)
-    doctor.add_argument("--seconds", type=float, default=2.0, help="length of the H2D bandwidth check")
-    doctor.set_defaults(run=_doctor)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
+    sub.add_parser("train", help=COMMANDS["train"], add_options=_train_options,
+                   description="Train GraphSAGE (node classification) through the sampler -> producer ->\n"
+                               "trainer pipeline; prints per-epoch time, loss and validation accuracy,\n"
+                               "then test accuracy.",
+                   formatter_class=argparse.RawDescriptionHelpFormatter).set_defaults(run=_train)
+    sub.add_parser("doctor", help=COMMANDS["doctor"], add_options=_doctor_options,
+                   formatter_class=argparse.ArgumentDefaultsHelpFormatter).set_defaults(run=_doctor)
     return parser
 
 
+def command_list() -> str:
+    """The commands, one line each, as ``zerocopy`` without a command prints them."""
+    width = max(len(name) for name in COMMANDS)
+    return "\n".join(f"  {name:<{width}}  {line}" for name, line in COMMANDS.items())
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_usage(sys.stderr)
+        print(f"zerocopy: choose a command:\n{command_list()}\n'zerocopy COMMAND --help' lists its options.",
+              file=sys.stderr)
+        return 2
     return int(args.run(args) or 0)
 
 

@@ -93,7 +93,9 @@ def gather_rows(
             GPU cache of hot rows), which gathers through its cache. Rows may have any pitch; elements within a row must be
             contiguous, or the table is copied to make them so.
         index: int32 or int64, 1-D, any length (0 included), duplicates allowed; on the CPU or
-            on the table's GPU.
+            on the table's GPU. Rows count from 0 and ``index`` must lie in ``[0, rows)``: a
+            negative index is out of range, as for ``torch.index_select`` (``u[idx]`` on a
+            unified tensor keeps torch's indexing instead: ``-1`` is the last row).
         out: optional preallocated result, ``[len(index), width]``, the table's dtype,
             contiguous, on the device where the gather runs (see Returns). Written and returned.
         index_sorted: the caller promises ``index`` is ascending; the GPU kernel then skips the

@@ -105,10 +105,10 @@ def measure(table_bytes: int = PROBE_TABLE_BYTES, rows: int = PROBE_ROWS, row_by
     import torch
 
     from . import placement as _placement
-    from .unified import _C
+    from .unified import available_host_memory
 
-    available = int(_C.available_host_memory()[0])
-    table_bytes = max(64 << 20, min(table_bytes, available // 4))
+    available = available_host_memory()
+    table_bytes = max(64 << 20, min(table_bytes, available // 4 if available is not None else table_bytes))
     width = row_bytes // 4
     n = table_bytes // row_bytes
     gen = torch.Generator().manual_seed(0)

@@ -265,19 +265,20 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """``--help`` with every flag's default (as its help words it, where it does), and
-    descriptions kept as written."""
+    """``--help`` with every flag's default (as its help words it, where it does; none where it
+    is empty or None), and descriptions kept as written."""
 
     def _get_help_string(self, action):
-        if "(default" in (action.help or ""):
+        if "(default" in (action.help or "") or action.default in (None, ""):
             return action.help
         return super()._get_help_string(action)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, default="zerocopy",
-                   help="how features reach the trainer: cpu (no GPU), dma (CPU gather + copy), zerocopy-naive, "
-                        "zerocopy (GPU reads host memory in place), gpu (table copied into GPU memory)")
+                   help="how features reach the trainer: cpu (no GPU), dma (CPU gather + copy), zerocopy-naive (the "
+                        "trainer's GPU reads its rows in place with index_select: no producer process, reordering or "
+                        "partition), zerocopy (GPU reads host memory in place), gpu (table copied into GPU memory)")
     p.add_argument("--partition", choices=PARTITIONS, default="auto",
                    help="GPU partition for --mode zerocopy (auto: MPS where available)")
     p.add_argument("--dataset", default="community",
@@ -288,10 +289,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--feature-dim", type=int, default=None,
                    help="feature width of generated datasets (default: 64 for community, 128 for papers-like)")
     p.add_argument("--max-batches", type=int, default=None, help="training minibatches per epoch (default: all)")
+    cache_memory = "GPU memory" if gpu_available() else "host memory (no GPU here; GPU memory on a GPU)"
     p.add_argument("--cache", default=None, metavar="SIZE",
-                   help="--mode zerocopy: keep the hottest feature rows in GPU memory: a share of the table ('10%%'), "
-                        "a size ('2GiB', '500MB'), a row count, or 'none' (default: on a GPU, 10%% of the rows, at "
-                        "most a quarter of the GPU's memory; none on the CPU)")
+                   help=f"--mode zerocopy: keep the hottest feature rows in {cache_memory}: a share of the table "
+                        "('10%%'), a size ('2GiB', '500MB'), a row count, or 'none' (default: on a GPU, 10%% of the "
+                        "rows, at most a quarter of the GPU's memory; none on the CPU)")
     p.add_argument("--cache-policy", choices=tuple(c.value for c in CachePolicy), default=None,
                    help="which rows --cache holds: presample (the rows a pre-sampled epoch of the training seeds "
                         "reads most; GNNLab's choice) or degree (nodes in the most neighbour lists) "

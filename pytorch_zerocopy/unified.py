@@ -9,7 +9,13 @@ CUDA tensor over the mapped address and runs the ordinary CUDA kernel, so every 
 and results land on the GPU (the device of a CUDA argument, else the unified tensor's own
 index, which is the current GPU when it was made). Row gathers (``u[idx]``, ``index_select``,
 ``embedding``) are routed to :func:`pytorch_zerocopy.gather_rows`, which visits rows in
-address order to keep PCIe reads efficient.
+address order to keep PCIe reads efficient. Each keeps its torch semantics: ``u[idx]`` counts a
+negative index from the end (``-1``: the last row), while ``index_select``, ``embedding`` and
+``gather_rows`` itself take indices in ``[0, rows)`` and raise ``IndexError`` for any other.
+
+Device indices. ``"unified:N"`` is the unified device of GPU ``N`` and must name a GPU that
+exists; without a GPU serving unified tensors there is one unified device, ``unified:0``
+(``"unified"``), and any other index is a ``ValueError``.
 
 The key keeps torch's name ``privateuseone``: renaming it ``unified`` would make it torch's
 "accelerator", which from torch 2.8 on breaks every backward pass over CUDA tensors
@@ -237,13 +243,27 @@ def load_unified(
     """Loads a NumPy ``.npy`` file into a unified tensor without a second full copy.
 
     The file is memory-mapped and streamed into shared memory ``chunk_bytes`` at a time, so
-    peak memory is the table plus one chunk of page cache, whatever the table's size.
+    peak memory is the table plus one chunk of page cache, whatever the table's size. Its header
+    is checked first: a file that is not a ``.npy`` file (a CSV, an ``.npz`` archive), a dtype
+    torch cannot hold (objects, strings, complex) or Fortran order raise an error naming the file.
     """
-    src = np.load(os.fspath(path), mmap_mode="r")
-    if src.dtype not in _NUMPY_TO_TORCH:
-        raise TypeError(f"load_unified: unsupported dtype {src.dtype} in {path}")
-    if not src.flags.c_contiguous:
-        raise ValueError(f"load_unified: {path} is stored in Fortran order; save it C-contiguous")
+    p = os.fspath(path)
+    with open(p, "rb") as f:
+        start = f.read(len(np.lib.format.MAGIC_PREFIX))
+        if start != np.lib.format.MAGIC_PREFIX:
+            found = ("is an .npz archive, not a NumPy .npy file" if start.startswith(b"PK\x03\x04")
+                     else "is not a NumPy .npy file (it does not start with the .npy header)")
+            raise ValueError(f"load_unified: {p} {found}; expected one array written by numpy.save(path, array)")
+        f.seek(0)
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        _, fortran_order, dtype = read_header(f)
+    if dtype not in _NUMPY_TO_TORCH:
+        supported = ", ".join(str(d) for d in _NUMPY_TO_TORCH)
+        raise TypeError(f"load_unified: {p} has unsupported dtype {dtype}; expected one of {supported}")
+    if fortran_order:
+        raise ValueError(f"load_unified: {p} is stored in Fortran order; save it C-contiguous")
+    src = np.load(p, mmap_mode="r")
     dst = empty_unified(src.shape, _NUMPY_TO_TORCH[src.dtype], device)
     host = dst.cpu().reshape(-1)
     flat = src.reshape(-1)
@@ -268,6 +288,36 @@ def require_host_memory(nbytes: int, what: str, hint: str = "") -> None:
     machine can still give (RAM and swap, within the memory cgroup) when ``nbytes`` exceed the
     latter: the check every unified allocation makes before allocating."""
     _C.require_host_memory(min(max(int(nbytes), 0), 2**64 - 1), what, hint)
+
+
+def available_host_memory() -> Optional[int]:
+    """Bytes of host memory a new allocation may still use (the figure
+    :func:`require_host_memory` checks against), or None where the machine does not say."""
+    nbytes, _ = _C.available_host_memory()
+    return None if nbytes >= 2**64 - 1 else int(nbytes)
+
+
+def free_shared_memory() -> Optional[int]:
+    """Free bytes of ``/dev/shm``, where shared tables live; None where there is no /dev/shm."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def require_shared_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Raises ``torch.OutOfMemoryError``, in one line naming ``what`` and both figures in GiB,
+    when ``nbytes`` exceed the free space of ``/dev/shm``; then checks host memory as
+    :func:`require_host_memory` does. The checks every shared-memory allocation makes, for a
+    caller that sizes all of its tables before allocating any of them."""
+    free = free_shared_memory()
+    if free is not None and nbytes > free:
+        raise torch.OutOfMemoryError(
+            f"{what} needs {format_bytes(nbytes, 'GiB')} of shared memory, but /dev/shm has "
+            f"{format_bytes(free, 'GiB')} free: enlarge it (mount -o remount,size=<N>G /dev/shm, or docker run "
+            f"--shm-size=<N>g)" + (f" or {hint}" if hint else ""))
+    require_host_memory(nbytes, what, hint)
 
 
 def registration_stats() -> dict:
@@ -309,25 +359,36 @@ def _install_reducer() -> None:
 _install_reducer()
 
 
-def format_bytes(n: float) -> str:
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(n: float, unit: Optional[str] = None) -> str:
+    """``n`` bytes in the largest binary unit below it (``'1.5 GiB'``), or in ``unit`` (one of
+    B, KiB, MiB, GiB, TiB) when given, so that the figures of one message compare at a glance
+    (``'1,200.0 GiB'``)."""
+    if unit is not None:
+        k = _BYTE_UNITS.index(unit)
+        return f"{n / 1024 ** k:,.1f} {unit}"
     if n <= 0:
         return "0 B"
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
-    k = min(len(units) - 1, int(math.log(n, 1024)))
-    return f"{n / 1024 ** k:.1f} {units[k]}"
+    k = min(len(_BYTE_UNITS) - 1, int(math.log(n, 1024)))
+    return f"{n / 1024 ** k:.1f} {_BYTE_UNITS[k]}"
 
 
 __all__ = [
     "DEVICE_TYPE",
     "UNIFIED_NAME",
+    "available_host_memory",
     "empty_shared",
     "empty_unified",
     "format_bytes",
+    "free_shared_memory",
     "gpu_backed",
     "is_unified",
     "load_unified",
     "registration_stats",
     "require_host_memory",
+    "require_shared_memory",
     "to_unified",
     "unified_device",
 ]

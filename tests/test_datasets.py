@@ -108,6 +108,34 @@ def test_papers_like_popularity_skew():
         papers_like(1000, num_classes=10, device="cpu", popularity_skew=0.5)
 
 
+def test_papers_like_checks_room_before_drawing_anything():
+    """A dataset larger than shared memory is refused at once (not after minutes of drawing),
+    in one line with both figures in GiB and the most nodes that do fit."""
+    import re
+    import time
+
+    from pytorch_zerocopy.unified import available_host_memory, free_shared_memory
+
+    start = time.perf_counter()
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        papers_like(10**12, device="cpu")
+    assert time.perf_counter() - start < 2.0
+    message = str(info.value)
+    assert message.startswith("papers_like: 1,000,000,000,000 nodes with 128 float32 features") and "\n" not in message
+    assert re.search(r"needs [\d,.]+ GiB of shared memory, but /dev/shm has [\d,.]+ GiB free", message), message
+    fits = int(re.search(r"at most ([\d,]+) nodes", message).group(1).replace(",", ""))
+    per_node = 128 * 4 + 8 * 15 + 3 * 8  # a feature row, its in-edges, offset, label and drawn degree
+    room = min(free_shared_memory(), available_host_memory())  # both move a little while others run
+    assert room / 2 < fits * per_node < room * 1.1, (fits, room)
+
+
+def test_shared_host_tensor_too_large_says_gib():
+    from pytorch_zerocopy.datasets import shared_host_tensor
+
+    with pytest.raises(torch.OutOfMemoryError, match=r"needs [\d,.]+ GiB of shared memory, but /dev/shm has"):
+        shared_host_tensor((1 << 40, 1 << 10), torch.float32)
+
+
 def test_bucketed_csr_build_matches_the_direct_one():
     from pytorch_zerocopy.datasets.synthetic import _csr_from_edges
 

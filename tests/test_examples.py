@@ -39,6 +39,22 @@ def test_readme_unified_tensor_snippet_runs_as_written():
     assert out.strip().splitlines()[-1] == ("cuda:0" if _cuda() else "cpu")
 
 
+def test_readme_describes_the_last_lines_of_a_test_run(tmp_path):
+    """The README says which line counts the skips: check it against a run with a skip."""
+    (tmp_path / "test_one.py").write_text("import pytest\n\ndef test_a():\n    pass\n\n"
+                                          "@pytest.mark.skip(reason='needs a CUDA GPU')\ndef test_b():\n    pass\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "skip_summary", "-p", "no:cacheprovider",
+                        str(tmp_path / "test_one.py")], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=env)
+    last_two = r.stdout.strip().splitlines()[-2:]
+    assert last_two[0] == "skipped: 1 needs a CUDA GPU  (pytest -rs lists them)", r.stdout
+    assert last_two[1].startswith("1 passed, 1 skipped in "), r.stdout
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Its second-to-last line counts the skipped tests by reason" in readme
+    assert "the last is pytest's own count" in readme
+
+
 def _cuda() -> bool:
     import torch
 
@@ -59,6 +75,10 @@ def test_unified_tensor():
 def test_graph_analytics_generated_and_snap(tmp_path):
     out = run([EXAMPLES / "graph_analytics.py", "--scale", "11"])
     assert re.search(r"BFS from \d+ reached [\d,]+ vertices", out)
+    # What it does is said before each slow step, and the generation shows a progress bar.
+    assert out.index("generating a Kronecker graph of 2^11 vertices") < out.index("ready in") \
+        < out.index("cpu: BFS, connected components and PageRank") < out.index("BFS from")
+    assert "kron11: fill" in out
     snap = tmp_path / "tiny.txt"
     snap.write_text("# a SNAP edge list\n0\t1\n1\t2\n3\t4\n")
     out = run([EXAMPLES / "graph_analytics.py", "--graph", snap, "--source", "0"])
@@ -76,6 +96,9 @@ def test_pyg_graphsage():
         pytest.importorskip("torch_geometric", reason="needs torch_geometric (pip install torch-geometric)")
     out = run([EXAMPLES / "pyg_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"])
     assert "pytorch_zerocopy.pyg" in out
+    assert out.index("generating the community dataset (3,000 nodes)") < out.index("training 2 epoch(s) of ") \
+        < out.index("epoch 1:")
+    assert "training: 100%" in out  # the progress bar over each epoch's minibatches (stderr)
     acc = float(re.findall(r"test acc ([\d.]+)", out)[-1])
     assert acc > 2 / 16, out
 
@@ -96,3 +119,28 @@ def test_large_table(tmp_path):
     # an existing file is loaded as it is, whatever --gib says
     out = run([EXAMPLES / "large_table.py", "--path", path, "--gib", "5", "--rows-per-batch", "100", "--reps", "1"])
     assert f"loaded ({rows}, 32)" in out and "write:" not in out
+
+
+def test_large_table_with_no_arguments_runs_here():
+    """The default size fits the machine the README's commands run on (1 GiB, less where the
+    disk or /dev/shm is short) and says that it is the default."""
+    out = run([EXAMPLES / "large_table.py", "--rows-per-batch", "1000", "--reps", "1"])
+    size = re.search(r"writing a table of ([\d,]+) x 128 float32 \(([\d.]+) GiB\) to .* \(the default size; "
+                     r"--gib sets another\)", out)
+    assert size and 0 < float(size.group(2)) <= 1.0, out
+    assert f"loaded ({size.group(1).replace(',', '')}, 128)" in out
+
+
+def test_large_table_checks_room_before_writing(tmp_path):
+    """A table larger than the disk or /dev/shm is refused in one line, in GiB, before a byte
+    is written."""
+    path = tmp_path / "features.npy"
+    r = subprocess.run([sys.executable, EXAMPLES / "large_table.py", "--gib", "1000000", "--path", path], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and not path.exists() and r.stdout == "", r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line and "write:" not in line, line
+    assert re.match(r"the table needs 1,000,000\.0 GiB (on disk in .*|of shared memory), .* [\d,.]+ GiB free",
+                    line), line
+    assert line.endswith("pass a smaller --gib") or "pass a smaller --gib or a --path elsewhere" in line, line
+

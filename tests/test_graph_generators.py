@@ -101,3 +101,32 @@ def test_generator_argument_errors():
         uniform_random_graph(4, weights="double", device="cpu")
     with pytest.raises(ValueError, match="rows"):
         grid_graph(0, 5)
+
+
+@pytest.mark.parametrize("make, name", [(kronecker_graph, "kronecker_graph"),
+                                        (uniform_random_graph, "uniform_random_graph")])
+def test_a_graph_too_large_for_host_memory_is_refused_first(make, name):
+    """scale 40 asks for hundreds of TiB: refused at once, in one line, with the figure in GiB and
+    the largest scale that fits, which then does fit by the same count."""
+    import re
+    import time
+
+    from pytorch_zerocopy.unified import available_host_memory
+
+    start = time.perf_counter()
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        make(40, device="cpu")
+    assert time.perf_counter() - start < 1.0
+    message = str(info.value)
+    assert message.startswith(f"{name}(scale=40): 2^40 vertices and 16 x 2^40 edges need ") and "\n" not in message
+    need = float(re.search(r"need ([\d,.]+) GiB of host memory", message).group(1).replace(",", ""))
+    per_vertex = 8 + 2 * 16 * 8 + 3 * 8  # offset, 32 int64 ids (2^40 vertices), degree, prefix sum, permutation
+    assert need == pytest.approx(per_vertex * 2**40 / 2**30, rel=1e-3)
+    fits = int(re.search(r"the largest scale that fits is (\d+)", message).group(1))
+
+    def need_at(scale):  # int32 ids from here on; a CPU segment sorts up to 2^24 entries at once
+        return (8 + 2 * 16 * 4 + 3 * 8) * 2**scale + 48 * min(2 * 16 * 2**scale, 2**24)
+
+    room = available_host_memory()  # it moves a little while other processes run
+    assert need_at(fits) <= 1.05 * room and room < 1.05 * need_at(fits + 1), (fits, room)
+

@@ -97,6 +97,40 @@ def test_snap_text_with_comments(tmp_path):
     assert sym.symmetric and sym.num_edges == 6
 
 
+def test_edge_list_errors_count_lines_and_columns_from_1_in_the_package_words(tmp_path):
+    """A bad line is named by its line and column as an editor counts them (comments and blank
+    lines included), in one line that says so, without numpy's wording."""
+    cases = {"# header\n\n0 1\n1 2 3\n": "line 4: 3 column(s), but line 3 has 2",
+             "0 1\n% comment\n1 x\n": "line 3, column 2: vertex id 'x' is not an integer",
+             "0 1 0.5\n1 2 heavy\n": "line 2, column 3: weight 'heavy' is not a number",
+             "# c\n0 1 2\n1 2 inf\n": "line 3: weight inf is not a finite number",
+             "0 1\n\n1 -2\n5 -9\n": "line 3: vertex ids must be >= 0, got -2"}
+    for i, (text, expected) in enumerate(cases.items()):
+        path = tmp_path / f"g{i}.el"
+        path.write_text(text)
+        with pytest.raises(ValueError) as info:
+            load_edge_list(path)
+        message = str(info.value).replace(str(path), "<path>")
+        assert message.startswith("<path>, line ") and expected in message, message
+        assert message.endswith("(lines and columns count from 1)"), message
+        assert "\n" not in message and "usecols" not in message and "row" not in message, message
+
+
+@pytest.mark.parametrize("name, text", [("empty.el", ""), ("comments.el", "# no edges yet\n\n"),
+                                        ("empty.wel", "")])
+def test_an_edge_list_without_edges_is_a_graph_without_edges(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    g = load_edge_list(path)
+    assert (g.num_nodes, g.num_edges, g.indptr.tolist()) == (0, 0, [0])
+    if name.endswith(".wel"):  # weighted by its name: float32, as nothing says the weights are integers
+        assert g.weights is not None and g.weights.dtype == torch.float32 and g.weights.numel() == 0
+    else:
+        assert g.weights is None and "weights=none" in repr(g)
+    sized = load_edge_list(path, num_nodes=4, weighted=True, weight_dtype=torch.int32)
+    assert sized.num_nodes == 4 and sized.indptr.tolist() == [0] * 5 and sized.weights.dtype == torch.int32
+
+
 @pytest.mark.parametrize("weights", [None, "float"])
 def test_npz_round_trip(tmp_path, seed, weights):
     g = random_graph(seed, weights)

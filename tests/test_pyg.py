@@ -405,6 +405,11 @@ def test_unsupported_options_raise_clearly(small):
         NeighborLoader(small, [2, -3])
     with pytest.raises(ValueError, match="num_neighbors"):
         NeighborLoader(small, [])
+    for not_a_list in (10, None, "ten", "10,10"):  # an int is not iterable, and a string's characters are no fanouts
+        with pytest.raises(TypeError) as info:
+            NeighborLoader(small, num_neighbors=not_a_list)
+        assert str(info.value) == ("num_neighbors must be a list of fanouts, one per hop (e.g. [10, 10]), "
+                                   f"got {not_a_list!r}")
     with pytest.raises(TypeError, match="Data"):
         NeighborLoader(torch.zeros(3), [2])
     with pytest.raises(IndexError):

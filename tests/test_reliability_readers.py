@@ -25,20 +25,20 @@ def write(path, text):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("0.7 1.9\n", "integer vertex ids"),
-    ("0 1\n1 2.0\n", "integer vertex ids"),
-    ("0 1\nx y\n", "integer vertex ids"),
-    ("0 1\n2\n", "columns"),
-    ("0 1\n1 2 3\n", "columns"),
-    ("7\n", "column"),
-    ("0 1\n-1 2\n", ">= 0"),
-    ("0 99999999999999999999\n", "integer vertex ids"),
+    ("0.7 1.9\n", "line 1, column 1: vertex id '0.7' is not an integer"),
+    ("0 1\n1 2.0\n", "line 2, column 2: vertex id '2.0' is not an integer"),
+    ("0 1\nx y\n", "line 2, column 1: vertex id 'x' is not an integer"),
+    ("0 1\n2\n", "line 2: 1 column"),
+    ("0 1\n1 2 3\n", "line 2: 3 column"),
+    ("7\n", "line 1: lines must hold 'src dst'"),
+    ("0 1\n-1 2\n", "line 2: vertex ids must be >= 0"),
+    ("0 99999999999999999999\n", "line 1, column 2: vertex id 99999999999999999999 does not fit int64"),
 ])
 def test_malformed_edge_lists_are_refused(tmp_path, text, match):
     path = write(tmp_path / "g.el", text)
     with pytest.raises(ValueError, match=match) as info:
         load_edge_list(path)
-    assert str(path) in str(info.value)
+    assert str(path) in str(info.value) and "count from 1" in str(info.value)
 
 
 def test_weights_that_do_not_fit_int32_are_not_wrapped(tmp_path):

@@ -197,6 +197,28 @@ def test_load_unified_rejects_unsupported_dtype(tmp_path):
         zc.load_unified(path)
 
 
+@pytest.mark.parametrize("name, content, says", [
+    ("table.csv", b"a,b\n1,2\n", "is not a NumPy .npy file (it does not start with the .npy header)"),
+    ("table.npy", b"\x00" * 64, "is not a NumPy .npy file"),
+    ("table.npz", None, "is an .npz archive, not a NumPy .npy file"),
+    ("objects.npy", None, "unsupported dtype object"),
+])
+def test_load_unified_says_what_a_file_is_not_and_what_it_expects(tmp_path, name, content, says):
+    np = pytest.importorskip("numpy")
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    elif name.endswith(".npz"):
+        np.savez(path, features=np.ones((2, 3), dtype=np.float32))
+    else:
+        np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises((ValueError, TypeError)) as info:
+        zc.load_unified(path)
+    message = str(info.value)
+    assert message.startswith(f"load_unified: {path}") and says in message, message
+    assert "expected" in message and "pickle" not in message and "\n" not in message, message
+
+
 def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="negative dimension"):
         zc.empty_unified((3, -1))
@@ -216,11 +238,51 @@ def test_too_large_for_dev_shm_is_an_error_not_a_crash():
         zc.empty_unified(too_big, torch.uint8)
 
 
-def test_bad_unified_index_is_an_error():
-    if not zc.gpu_backed():
-        pytest.skip("device indices are GPU indices only where a GPU serves unified tensors")
-    with pytest.raises(ValueError, match="does not exist"):
-        torch.randn(3).to(f"unified:{torch.cuda.device_count() + 3}")
+def test_a_unified_index_past_the_devices_is_an_error_on_every_path():
+    """'unified:N' names GPU N; without a GPU serving unified tensors the one unified device is
+    unified:0. Any other index is refused, naming the index and how many devices there are,
+    however the tensor is made (not made silently as privateuseone:N)."""
+    count = torch.cuda.device_count() if zc.gpu_backed() else 1
+    bad = count + 4
+    makers = {"Tensor.to('unified:N')": lambda: torch.randn(3).to(f"unified:{bad}"),
+              "Tensor.to(device)": lambda: torch.randn(3).to(zc.unified_device(bad)),
+              "torch.empty": lambda: torch.empty(3, device=zc.unified_device(bad)),
+              "to_unified": lambda: zc.to_unified(torch.randn(3), bad),
+              "empty_unified": lambda: zc.empty_unified(3, device=bad),
+              "unified -> unified:N": lambda: torch.randn(3).to("unified").to(f"unified:{bad}")}
+    if zc.gpu_backed():  # a factory on a missing GPU may meet CUDA's own device check first
+        del makers["torch.empty"], makers["unified -> unified:N"]
+    for name, make in makers.items():
+        with pytest.raises(ValueError) as info:
+            make()
+        message = str(info.value).splitlines()[0]
+        if zc.gpu_backed():
+            assert message == f"unified:{bad} names a GPU that does not exist: this machine has {count} GPU(s)", name
+        else:
+            assert message == (f"unified:{bad} does not exist: no GPU serves unified tensors here, so there is 1 "
+                               "unified device, unified:0 ('unified')"), (name, message)
+    for good in ("unified", "unified:0", f"unified:{count - 1}"):
+        assert torch.randn(3).to(good).is_unified
+
+
+def test_negative_indices_count_from_the_end_in_u_idx_only(gen):
+    """One rule, torch's: tensor indexing ``u[idx]`` counts a negative index from the end;
+    gather_rows (the raw op), index_select and embedding take indices in [0, rows) only."""
+    table = torch.randn(6, 4, generator=gen)
+    u = table.to("unified")
+    idx = torch.tensor([-1, 2, -6])
+    assert torch.equal(u[idx].cpu(), table[idx]) and torch.equal(u[idx].cpu()[0], table[5])
+    with pytest.raises(IndexError, match="-7"):
+        u[torch.tensor([-7])]
+    refusals = {"gather_rows(unified)": lambda: zc.gather_rows(u, idx),
+                "gather_rows(cpu)": lambda: zc.gather_rows(table, idx),
+                "index_select": lambda: torch.index_select(u, 0, idx),
+                "embedding": lambda: F.embedding(idx, u)}
+    for name, op in refusals.items():
+        with pytest.raises(IndexError, match=r"index -1 at position 0 is out of bounds for a table with 6 rows"):
+            op()
+    with pytest.raises(IndexError):  # torch's own CPU index_select: the same rule
+        torch.index_select(table, 0, idx)
 
 
 def test_registration_released_and_reacquired_100_times(gen):

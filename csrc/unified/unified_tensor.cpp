@@ -68,16 +68,21 @@ at::Tensor wrap_storage(c10::Storage storage, const caffe2::TypeMeta dtype, c10:
   return t;
 }
 
+// A unified device index is a GPU index where a GPU serves unified tensors; without one there
+// is a single unified device, index 0. Every path that makes a unified tensor on a named
+// index (Tensor.to, factories, to_unified, empty_unified) passes here.
 c10::DeviceIndex resolve_index(c10::DeviceIndex index) {
-  if (index >= 0) {
-    if (gpu_backed()) {
-      TORCH_CHECK_VALUE(index < host_mapper()->device_count(), "unified:", int(index),
-                        " names a GPU that does not exist: this machine has ",
-                        host_mapper()->device_count(), " GPU(s)");
-    }
-    return index;
+  if (index < 0) return default_unified_index();
+  if (gpu_backed()) {
+    TORCH_CHECK_VALUE(index < host_mapper()->device_count(), "unified:", int(index),
+                      " names a GPU that does not exist: this machine has ",
+                      host_mapper()->device_count(), " GPU(s)");
+  } else {
+    TORCH_CHECK_VALUE(index == 0, "unified:", int(index),
+                      " does not exist: no GPU serves unified tensors here, so there is 1 unified device, "
+                      "unified:0 ('unified')");
   }
-  return default_unified_index();
+  return index;
 }
 
 }  // namespace

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence, Tuple, Union
 
 import torch
 
 from ..graph import CSRGraph
+from ..unified import require_shared_memory
 
 if TYPE_CHECKING:
     from .features import FeatureSource
@@ -27,15 +27,8 @@ def shared_host_tensor(shape: Union[int, Sequence[int]], dtype: torch.dtype) -> 
     if any(d < 0 for d in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-    try:
-        fs = os.statvfs("/dev/shm")
-        free = fs.f_bavail * fs.f_frsize
-    except OSError:
-        free = None
-    if free is not None and nbytes > free:
-        raise RuntimeError(f"cannot allocate {nbytes} bytes of shared memory: /dev/shm has only {free} bytes "
-                           "free. Enlarge it (mount -o remount,size=<N>G /dev/shm, or docker run "
-                           "--shm-size=<N>g) or free space in it.")
+    require_shared_memory(nbytes, f"a shared {tuple(shape)} {str(dtype).replace('torch.', '')} tensor",
+                          "free space in it")
     storage = torch.UntypedStorage._new_shared(max(1, nbytes))
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 

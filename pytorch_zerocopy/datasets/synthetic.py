@@ -11,7 +11,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 
-from ..unified import to_unified
+from ..unified import available_host_memory, free_shared_memory, require_shared_memory, to_unified
 from .base import NodeDataset, in_neighbour_graph, shared_host_tensor
 from .features import GeneratedFeatures
 
@@ -181,6 +181,20 @@ def _fill_papers(indptr: torch.Tensor, indices: torch.Tensor, num_classes: int, 
 _FEATURE_SEED_OFFSET = 0x5EED
 
 
+def _require_room_for_papers(num_nodes: int, avg_degree: int, feature_dim: int, dtype: torch.dtype) -> None:
+    """Raises ``torch.OutOfMemoryError`` (one line, in GiB, with the most nodes that fit) before
+    anything is drawn when :func:`papers_like`'s tables would not fit shared memory. Per node
+    they hold the feature row, ``avg_degree`` int64 in-neighbours on average, and an int64
+    offset, label and drawn degree."""
+    per_node = feature_dim * torch.empty(0, dtype=dtype).element_size() + 8 * avg_degree + 3 * 8
+    room = [r for r in (free_shared_memory(), available_host_memory()) if r is not None]
+    fits = min(room) // per_node if room else num_nodes
+    require_shared_memory(num_nodes * per_node,
+                          f"papers_like: {num_nodes:,} nodes with {feature_dim} {str(dtype).replace('torch.', '')} "
+                          f"features and {avg_degree} in-edges each on average",
+                          f"generate at most {fits:,} nodes")
+
+
 def papers_like(
     num_nodes: int,
     avg_degree: int = 15,
@@ -217,7 +231,8 @@ def papers_like(
     faster for tables of tens of GiB). With ``cuda`` the tables are filled by a short-lived
     child process, so this process never creates a CUDA context (a later MPS partition then
     has the GPU to itself). The content is deterministic for a given seed and device. Splits:
-    ``train_fraction`` / 0.1% / 0.2% of the nodes.
+    ``train_fraction`` / 0.1% / 0.2% of the nodes. A dataset that would not fit shared memory
+    raises ``torch.OutOfMemoryError`` before anything is drawn, naming the most nodes that fit.
     """
     if num_nodes < num_classes:
         raise ValueError(f"papers_like: num_nodes ({num_nodes}) must be >= num_classes ({num_classes})")
@@ -225,6 +240,7 @@ def papers_like(
         raise ValueError(f"papers_like: avg_degree and feature_dim must be positive, got {avg_degree}, {feature_dim}")
     if not popularity_skew >= 1.0:
         raise ValueError(f"papers_like: popularity_skew must be >= 1 (1: uniform), got {popularity_skew}")
+    _require_room_for_papers(num_nodes, avg_degree, feature_dim, dtype)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)

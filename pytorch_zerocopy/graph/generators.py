@@ -54,6 +54,10 @@ def _pair_weights(src: torch.Tensor, dst: torch.Tensor, kind: str) -> torch.Tens
     return (w.to(torch.float32) / 255.0)
 
 
+# Edges sorted at once when a graph is built on the CPU (build_from_chunks' default).
+_CPU_SEGMENT_EDGES = 1 << 24
+
+
 def _check_weights_kind(weights: Optional[str]) -> None:
     if weights not in (None, "int", "float"):
         raise ValueError(f"weights must be None, 'int' or 'float', got {weights!r}")
@@ -102,7 +106,7 @@ def build_from_chunks(
     _check_weights_kind(weights)
     idx_dtype = _index_dtype(num_nodes, index_dtype)
     if segment_edges is None:
-        segment_edges = (1 << 29) if device.type == "cuda" else (1 << 24)
+        segment_edges = (1 << 29) if device.type == "cuda" else _CPU_SEGMENT_EDGES
     bar = None
     if progress:
         from tqdm import tqdm
@@ -189,6 +193,34 @@ def _check_size(scale: int, edge_factor: int) -> None:
         raise ValueError(f"edge_factor must be >= 1, got {edge_factor}")
 
 
+def _require_room(name: str, scale: int, edge_factor: int, symmetrize: bool, weights: Optional[str],
+                  index_dtype: Optional[torch.dtype], device: torch.device) -> None:
+    """Raises ``torch.OutOfMemoryError`` before anything is generated when a graph of
+    ``2**scale`` vertices would not fit host memory (and, generated on a GPU, whose arrays are
+    then shared memory, /dev/shm): one line with the size in GiB and the largest scale that fits.
+    Counted: the int64 offsets, every CSR entry's id (and weight), the three int64 arrays per
+    vertex built on the way (degrees, their prefix sums, the vertex permutation) and, generated
+    on the CPU, a segment's sort keys and their by-products (six int64 per entry)."""
+    def need(s: int) -> int:
+        n = 1 << s
+        entries = edge_factor * n * (2 if symmetrize else 1)
+        per_entry = torch.empty(0, dtype=_index_dtype(n, index_dtype)).element_size() + (4 if weights else 0)
+        segment = 6 * 8 * min(entries, _CPU_SEGMENT_EDGES) if device.type == "cpu" else 0
+        return 8 * (n + 1) + entries * per_entry + 3 * 8 * n + segment
+
+    room = [_unified.available_host_memory()]
+    if device.type == "cuda" and _unified.gpu_backed():
+        room.append(_unified.free_shared_memory())
+    room = [r for r in room if r is not None]
+    if not room or need(scale) <= min(room):
+        return
+    fits = [s for s in range(scale - 1, 0, -1) if need(s) <= min(room)]
+    raise torch.OutOfMemoryError(
+        f"{name}(scale={scale}): 2^{scale} vertices and {edge_factor} x 2^{scale} edges need "
+        f"{_unified.format_bytes(need(scale), 'GiB')} of host memory, but {_unified.format_bytes(min(room), 'GiB')} "
+        "are available; " + (f"the largest scale that fits is {fits[0]}" if fits else "no scale fits"))
+
+
 def kronecker_graph(
     scale: int,
     edge_factor: int = 16,
@@ -212,12 +244,15 @@ def kronecker_graph(
 
     Each edge picks, at each of ``scale`` levels, a quadrant with probabilities a, b, c and
     ``1 - a - b - c``. Generated on ``device`` (default: the GPU when there is one), in chunks;
-    the result is a CPU graph (see the module docstring for memory and determinism).
+    the result is a CPU graph (see the module docstring for memory and determinism). A graph
+    whose arrays would not fit the host memory available raises ``torch.OutOfMemoryError``
+    before anything is generated, naming the largest scale that fits.
     """
     _check_size(scale, edge_factor)
     if min(a, b, c) < 0 or a + b + c > 1:
         raise ValueError(f"a, b, c must be >= 0 with a + b + c <= 1, got {a}, {b}, {c}")
     dev = _generation_device(device)
+    _require_room("kronecker_graph", scale, edge_factor, symmetrize, weights, index_dtype, dev)
     n = 1 << scale
     m = edge_factor * n
     num_chunks, step = _chunking(m, dev, chunk_edges)
@@ -261,6 +296,7 @@ def uniform_random_graph(
     uniformly from ``2**scale`` vertices. Same chunked construction as :func:`kronecker_graph`."""
     _check_size(scale, edge_factor)
     dev = _generation_device(device)
+    _require_room("uniform_random_graph", scale, edge_factor, symmetrize, weights, index_dtype, dev)
     n = 1 << scale
     m = edge_factor * n
     num_chunks, step = _chunking(m, dev, chunk_edges)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
-from typing import Optional, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -164,15 +164,62 @@ _IMPLIED_NODES_PER_EDGE = 1024
 _INT32_RANGE = (-(2**31), 2**31 - 1)
 
 
+_COMMENTS = (b"#", b"%")
+_COUNTING = "(lines and columns count from 1)"
+
+
+def _data_lines(path: str) -> Iterator[Tuple[int, List[bytes]]]:
+    """``(line number counting from 1, fields)`` of each line of a text edge list that holds
+    data: comments (from ``#`` or ``%`` to the end of the line) and blank lines are skipped."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            for mark in _COMMENTS:
+                line = line.split(mark, 1)[0]
+            fields = line.split()
+            if fields:
+                yield number, fields
+
+
+def _line_of_edge(path: str, edge: int) -> int:
+    """The line (counting from 1) that holds edge ``edge`` (counting from 0) of a text edge list."""
+    for i, (number, _) in enumerate(_data_lines(path)):
+        if i == edge:
+            return number
+    raise IndexError(f"{path} has fewer than {edge + 1} edges")
+
+
+def _describe_bad_line(path: str, ncols: int) -> str:
+    """Why ``path`` is not a text edge list of ``ncols`` columns: where its first wrong line is
+    (``"line 7, column 2: ..."``) and what is wrong with it."""
+    first = None
+    for number, fields in _data_lines(path):
+        if first is None:
+            first = number
+        if len(fields) != ncols:
+            return (f"line {number}: {len(fields)} column(s), but line {first} has {ncols}; every line must hold "
+                    f"the same columns, 'src dst' or 'src dst weight' {_COUNTING}")
+        for column, text in enumerate(fields, 1):
+            token = text.decode(errors="replace")
+            try:
+                value = int(token) if column <= 2 else float(token)
+            except ValueError:
+                what = "vertex id" if column <= 2 else "weight"
+                kind = "an integer" if column <= 2 else "a number"
+                return f"line {number}, column {column}: {what} {token!r} is not {kind} {_COUNTING}"
+            if column <= 2 and not -(2**63) <= value < 2**63:
+                return f"line {number}, column {column}: vertex id {token} does not fit int64 {_COUNTING}"
+    return f"not a text edge list of {ncols}-column lines 'src dst{' weight' if ncols > 2 else ''}'"
+
+
 def _read_text_columns(path: str, ncols: int) -> np.ndarray:
     """The rows of a whitespace-separated text file as a structured array: two int64 id columns,
-    then float64 columns. Every row must have ``ncols`` columns and integer ids."""
+    then float64 columns. Every row must have ``ncols`` columns and integer ids; a file that
+    breaks this raises ``ValueError`` naming its first wrong line and column."""
     fields = [("src", np.int64), ("dst", np.int64)] + [(f"c{i}", np.float64) for i in range(2, ncols)]
     try:
         return np.loadtxt(path, comments=("#", "%"), dtype=fields, ndmin=1)
-    except ValueError as e:
-        raise ValueError(f"{path}: not an edge list of {ncols}-column lines 'src dst"
-                         f"{' weight' if ncols > 2 else ''}' with integer vertex ids: {e}") from None
+    except ValueError:
+        raise ValueError(f"{path}, {_describe_bad_line(path, ncols)}") from None
 
 
 def _edge_weights(path: str, raw: np.ndarray, weight_dtype: Optional[torch.dtype]) -> torch.Tensor:
@@ -182,7 +229,8 @@ def _edge_weights(path: str, raw: np.ndarray, weight_dtype: Optional[torch.dtype
     finite = np.isfinite(raw)
     if not finite.all():
         row = int(np.flatnonzero(~finite)[0])
-        raise ValueError(f"{path}: weight {raw[row]} of edge {row} is not a finite number")
+        raise ValueError(f"{path}, line {_line_of_edge(path, row)}: weight {raw[row]} is not a finite number "
+                         f"{_COUNTING}")
     integral = bool(np.all(np.floor(raw) == raw))
     in_int32 = raw.size == 0 or (raw.min() >= _INT32_RANGE[0] and raw.max() <= _INT32_RANGE[1])
     if weight_dtype is None:
@@ -222,28 +270,31 @@ def load_edge_list(
     unless ``num_nodes`` is given, with what its offsets would cost; either way a graph larger
     than the memory available raises ``torch.OutOfMemoryError`` before anything is allocated.
     Malformed lines (fractional, non-numeric or missing ids, a changing column count) raise
-    ``ValueError`` naming the file and the row. The remaining options are those of
+    ``ValueError`` naming the file, the line and the column, both counted from 1 as an editor
+    counts them. A file without edges (empty, or only comments) gives a graph of ``num_nodes``
+    (default 0) vertices and no edges, without weights unless ``weighted`` is True or the file is
+    a ``.wel`` (float32 then, or ``weight_dtype``). The remaining options are those of
     :meth:`CSRGraph.from_coo`.
     """
     p = os.fspath(path)
-    with open(p, "rb") as f:
-        first = None
-        for line in f:
-            s = line.strip()
-            if s and s[:1] not in (b"#", b"%"):
-                first = s
-                break
-    ncols = len(first.split()) if first is not None else 2
-    if ncols < 2:
-        raise ValueError(f"{p}: lines must hold 'src dst' or 'src dst weight', got {ncols} column(s)")
-    if weighted is None:
-        weighted = p.endswith(".wel") or ncols >= 3
-    if weighted and ncols < 3:
-        raise ValueError(f"{p}: weighted=True, but lines have {ncols} columns")
-    if first is None:
+    first = next(_data_lines(p), None)
+    if first is None:  # no edges: nothing to infer weights or columns from
+        if weighted is None:
+            weighted = p.endswith(".wel")
         src = dst = np.zeros(0, dtype=np.int64)
-        raw = np.zeros(0, dtype=np.float64)
+        raw = np.zeros(0, dtype=np.float64) if weighted else None
+        if weighted and weight_dtype is None:
+            weight_dtype = torch.float32
     else:
+        number, fields = first
+        ncols = len(fields)
+        if ncols < 2:
+            raise ValueError(f"{p}, line {number}: lines must hold 'src dst' or 'src dst weight', got {ncols} "
+                             f"column(s) {_COUNTING}")
+        if weighted is None:
+            weighted = p.endswith(".wel") or ncols >= 3
+        if weighted and ncols < 3:
+            raise ValueError(f"{p}: weighted=True, but line {number} has {ncols} columns, no weight {_COUNTING}")
         data = _read_text_columns(p, ncols)
         src, dst = data["src"], data["dst"]
         raw = data["c2"] if weighted else None
@@ -251,7 +302,8 @@ def load_edge_list(
         lo = min(int(src.min()), int(dst.min()))
         if lo < 0:
             row = int(np.flatnonzero((src < 0) | (dst < 0))[0])
-            raise ValueError(f"{p}: vertex ids must be >= 0, got {lo} on edge {row}")
+            bad = int(src[row]) if src[row] < 0 else int(dst[row])
+            raise ValueError(f"{p}, line {_line_of_edge(p, row)}: vertex ids must be >= 0, got {bad} {_COUNTING}")
     if num_nodes is None and src.size:
         implied = max(int(src.max()), int(dst.max())) + 1
         if implied > _IMPLIED_NODES_FREE and implied > _IMPLIED_NODES_PER_EDGE * src.size:

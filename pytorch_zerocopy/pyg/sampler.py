@@ -53,6 +53,8 @@ class SampledHops:
 
 
 def _check_fanouts(fanouts: Sequence[int]) -> List[int]:
+    if not isinstance(fanouts, (list, tuple)):
+        raise TypeError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 10]), got {fanouts!r}")
     values = list(fanouts)
     if not values:
         raise ValueError("num_neighbors must hold one fanout per hop, got an empty list")
