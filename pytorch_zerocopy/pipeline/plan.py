@@ -105,12 +105,16 @@ def _enum(kind: Type[E], value, setting: str) -> E:
 class InjectedFailure:
     """Makes ``role`` (``"sampler"``, ``"producer"`` or ``"consumer"``) fail at its minibatch
     ``at`` (of rank ``rank`` only, when given): ``how`` is ``"raise"``, ``"kill"`` (SIGKILL)
-    or ``"exit"`` (``os._exit(3)``). It exists to test failure handling."""
+    or ``"exit"`` (``os._exit(3)``). ``attempt``: only in that attempt of an elastic job
+    (``TORCHELASTIC_RESTART_COUNT``; 0, the first, is also every run outside a launcher), so a
+    restarted job does not fail again; None: in every attempt. It exists to test failure
+    handling."""
 
     role: str
     how: str
     at: int
     rank: Optional[int] = None
+    attempt: Optional[int] = 0
 
 
 def available_cores() -> int:
@@ -323,8 +327,10 @@ class Plan:
             if not ok:
                 self._fail(name, want)
         f = self.inject_failure
-        if f is not None and (f.role not in _FAILING_ROLES or f.how not in _FAILURE_KINDS or f.at < 0):
-            self._fail("inject_failure", f"a role of {_FAILING_ROLES}, a way of {_FAILURE_KINDS} and a minibatch >= 0")
+        if f is not None and (f.role not in _FAILING_ROLES or f.how not in _FAILURE_KINDS or f.at < 0
+                              or not (f.attempt is None or (isinstance(f.attempt, int) and f.attempt >= 0))):
+            self._fail("inject_failure", f"a role of {_FAILING_ROLES}, a way of {_FAILURE_KINDS}, a minibatch >= 0 "
+                                         "and an attempt >= 0 or None")
 
     def _check_placement(self) -> None:
         device = self.device
