@@ -203,6 +203,11 @@ class Plan:
     it must say so); ``trace`` records per-minibatch timings (:mod:`.trace`);
     ``inject_failure`` (:class:`InjectedFailure`) tests failure handling.
 
+    Checkpoints (:mod:`.checkpoint`): with ``checkpoint_dir``, the rank-0 trainer writes the
+    run's state there after every epoch; ``resume`` continues the run whose checkpoint it
+    holds. ``first_epoch`` is the epoch this run starts at: 0, or, resuming, the one after the
+    checkpoint's (:func:`.checkpoint.resolve` sets it when the run starts).
+
     Data parallel: this pipeline is rank ``rank`` of ``world_size``; each trains its own shard
     of every epoch's training ids (:meth:`for_rank`).
     """
@@ -239,6 +244,9 @@ class Plan:
     replay: Optional[int] = None
     trace: bool = False
     inject_failure: Optional[InjectedFailure] = None
+    checkpoint_dir: Optional[str] = None
+    resume: bool = False
+    first_epoch: int = 0
     rank: int = 0
     world_size: int = 1
 
@@ -257,6 +265,7 @@ class Plan:
         self._check_types()
         self._check_ranges()
         self._check_placement()
+        self._check_checkpoint()
         if self.cache is not None:
             # The pre-sampling pass samples as the run does: the dataset's in-neighbour rows as
             # stored, the run's fanouts, batch size and seed.
@@ -384,6 +393,25 @@ class Plan:
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
+
+    def _check_checkpoint(self) -> None:
+        d = self.checkpoint_dir
+        if d is not None and (not isinstance(d, str) or not d):
+            self._fail("checkpoint_dir", "a directory (a non-empty str) or None")
+        if not isinstance(self.resume, bool):
+            self._fail("resume", "True or False")
+        if isinstance(self.first_epoch, bool) or not isinstance(self.first_epoch, int):
+            self._fail("first_epoch", "an int")
+        if self.resume and d is None:
+            raise PlanError("resume", "resume continues from the last checkpoint in checkpoint_dir: give "
+                                      "checkpoint_dir (--checkpoint DIR) too")
+        if self.resume and self.replay is not None:
+            raise PlanError("resume", "resume cannot continue a replay run (a diagnostic that replays the run's "
+                                      "first minibatches)")
+        if not 0 <= self.first_epoch < self.epochs:
+            self._fail("first_epoch", f"in [0, epochs = {self.epochs})")
+        if self.first_epoch and not self.resume:
+            self._fail("first_epoch", "0 unless the run resumes from a checkpoint (resume)")
 
     # --- derived facts -------------------------------------------------------------------
 
