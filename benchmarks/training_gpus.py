@@ -10,6 +10,9 @@ the slowest rank's. With ``--repeats N`` every (GPU count, mode) runs N times, i
 each visit every GPU count, so a slow spell of the machine hits both sides of a ratio; the bars
 and the vs columns then use the median epoch time of each (GPU count, mode). Results:
 ``training_gpus.{json,md,png}``.
+
+A run's record (:func:`run_record`) holds plain values only (the GPU partition by its name), so
+the report (:func:`summarise`, :func:`report_lines`) and the JSON need no conversions.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from dataclasses import asdict
-from typing import Dict, List
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -45,7 +48,18 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
                                   fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
                                   epochs=args.epochs, quiet=True, max_batches=per_rank, replay=args.replay,
                                   val_batches=1, hidden=args.hidden, **extra)
-    wall = time.perf_counter() - start
+    return run_record(gpus, mode, results, time.perf_counter() - start)
+
+
+def _partition(info) -> Dict[str, Any]:
+    """A :class:`~pytorch_zerocopy.pipeline.PartitionInfo` as plain values (its kind by name)."""
+    return {**asdict(info), "kind": info.kind.value}
+
+
+def run_record(gpus: int, mode: str, results: Dict[int, List], wall: float) -> Dict[str, Any]:
+    """One (GPU count, mode) run as the report keeps it, from each rank's epoch statistics
+    (:class:`~pytorch_zerocopy.pipeline.EpochStats`; the last epoch is the timed one) and the
+    run's wall time; plain values only."""
     ranks = []
     for rank, epochs in sorted(results.items()):
         last = epochs[-1]
@@ -54,7 +68,7 @@ def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
                       "minibatches": last.train_batches, "ms_per_minibatch": per_mb * 1e3,
                       "feature_bytes_per_s": last.steady_bytes / last.steady_seconds,
                       "input_wait_share": last.input_wait_share,
-                      "val_acc": last.val_acc, "loss": last.loss, "partition": asdict(last.partition),
+                      "val_acc": last.val_acc, "loss": last.loss, "partition": _partition(last.partition),
                       "param_checksum": last.param_checksum, "trace": asdict(last.trace) if last.trace else None,
                       "train_step": last.train_step})
     epoch = max(r["epoch_seconds"] for r in ranks)
@@ -72,6 +86,82 @@ def _step_label(run: Dict) -> str:
     if not steps or steps[0].get("kind") != "cuda-graph":
         return steps[0].get("kind", "-") if steps else "-"
     return f"graph, {sum(s.get('fallbacks', 0) for s in steps)} eager"
+
+
+@dataclass
+class ScalingSummary:
+    """Per (GPU count, mode): the epoch time of each round (``per_round``) and their median
+    (``medians``, what the bars and the vs columns use); the bars."""
+
+    per_round: Dict[Tuple[int, str], List[float]]
+    medians: Dict[Tuple[int, str], float]
+    bars: Dict[str, Any]
+
+
+def summarise(runs: List[Dict[str, Any]], gpu_counts: List[int], modes: List[str]) -> ScalingSummary:
+    """The medians and bars of ``runs`` (:func:`run_record` records, or ``{"gpus", "mode",
+    "error"}`` for a run that failed, which counts nowhere)."""
+    wanted = max(gpu_counts)
+    per_round: Dict[Tuple[int, str], List[float]] = {}
+    for r in runs:
+        if "error" not in r:
+            per_round.setdefault((r["gpus"], r["mode"]), []).append(r["epoch_seconds"])
+    ok = {key: statistics.median(times) for key, times in per_round.items()}
+    bars: Dict[str, Any] = {}
+    for g in gpu_counts:
+        if (g, "zerocopy") in ok and (g, "dma") in ok:
+            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")] / ok[(g, "zerocopy")]
+    if (wanted, "zerocopy") in ok and (wanted, "dma") in ok:
+        bars[f"zerocopy_at_least_{BAR_OVER_DMA}x_dma_on_{wanted}gpu"] = bars[f"zerocopy_over_dma_{wanted}gpu"] >= BAR_OVER_DMA
+    for mode in modes:
+        if (1, mode) in ok and (wanted, mode) in ok and wanted > 1:
+            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)] / ok[(wanted, mode)]
+    if wanted == 2 and "zerocopy_2gpu_over_1gpu" in bars:
+        bars[f"zerocopy_2gpu_at_least_{BAR_SCALING}x_1gpu"] = bars["zerocopy_2gpu_over_1gpu"] >= BAR_SCALING
+    return ScalingSummary(per_round, ok, bars)
+
+
+def report_lines(runs: List[Dict[str, Any]], summary: ScalingSummary, repeats: int, trace: bool) -> List[str]:
+    """The report's tables (medians when ``repeats`` > 1, then every run), its per-rank traces
+    (``trace``) and its bars, as Markdown lines."""
+    ok, per_round, bars = summary.medians, summary.per_round, summary.bars
+    md: List[str] = []
+    if repeats > 1:
+        md += [f"Median of {repeats} rounds (each round runs every GPU count and mode once, in this order); "
+               "the vs columns and the bars divide medians.", "",
+               "| GPUs | mode | median epoch s | epoch s per round | vs dma | vs 1 GPU |", "|---|---|---|---|---|---|"]
+        for (g, mode), median in ok.items():
+            dma, one = ok.get((g, "dma")), ok.get((1, mode))
+            rounds = " / ".join(f"{x:.3f}" for x in per_round[(g, mode)])
+            md.append(f"| {g} | {mode} | {median:.3f} | {rounds} | "
+                      + (f"{dma / median:.2f}x" if dma else "-") + " | "
+                      + (f"{one / median:.2f}x" if one else "-") + " |")
+        md += ["", "Every run:", ""]
+    md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
+           "partition | input wait | step | val acc |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "error" in r:
+            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | | |")
+            continue
+        dma = ok.get((r["gpus"], "dma"))
+        one = ok.get((1, r["mode"]))
+        vs_dma = f"{dma / r['epoch_seconds']:.2f}x" if dma else "-"
+        vs_one = f"{one / r['epoch_seconds']:.2f}x" if one else "-"
+        part = r["partition"] or {}
+        part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
+        md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
+                  f"{r['minibatches_per_s']:.1f} | "
+                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
+                  f"{_step_label(r)} | {r['val_acc']:.3f} |")
+    if trace:
+        def label(r, k):
+            prefix = f"round {r['repeat']} " if repeats > 1 else ""
+            return f"{prefix}{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}"
+
+        md += [""] + trace_lines([(label(r, k), k.get("trace")) for r in runs if "error" not in r for k in r["ranks"]])
+    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items())]
+    return md
 
 
 def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> int:
@@ -120,71 +210,21 @@ def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> in
                          if "error" not in r else f"FAILED {r['error']}"), flush=True)
                 runs.append(r)
                 gc.collect()
-    table_bytes = ds.features.numel() * ds.features.element_size()
+    table_bytes = ds.feature_source.nbytes
     described = ds.describe()
     del ds
     gc.collect()
 
-    # Per (GPU count, mode): its epoch times, one per round, and their median (what bars use).
-    per_round: Dict[tuple, List[float]] = {}
-    for r in runs:
-        if "error" not in r:
-            per_round.setdefault((r["gpus"], r["mode"]), []).append(r["epoch_seconds"])
-    ok = {key: statistics.median(times) for key, times in per_round.items()}
-    bars = {}
-    for g in gpu_counts:
-        if (g, "zerocopy") in ok and (g, "dma") in ok:
-            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")] / ok[(g, "zerocopy")]
-    if (wanted, "zerocopy") in ok and (wanted, "dma") in ok:
-        bars[f"zerocopy_at_least_{BAR_OVER_DMA}x_dma_on_{wanted}gpu"] = bars[f"zerocopy_over_dma_{wanted}gpu"] >= BAR_OVER_DMA
-    for mode in modes:
-        if (1, mode) in ok and (wanted, mode) in ok and wanted > 1:
-            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)] / ok[(wanted, mode)]
-    if wanted == 2 and "zerocopy_2gpu_over_1gpu" in bars:
-        bars[f"zerocopy_2gpu_at_least_{BAR_SCALING}x_1gpu"] = bars["zerocopy_2gpu_over_1gpu"] >= BAR_SCALING
-
+    summary = summarise(runs, gpu_counts, modes)
+    ok, bars = summary.medians, summary.bars
     result = {"machine": info, "notes": notes, "ceilings": ceilings,
               "dataset": described, "table_bytes": table_bytes, "generation_seconds": gen_s,
               "global_minibatches": global_batches, "runs": runs, "bars": bars, "config": vars(args),
               "wall_seconds": time.perf_counter() - t_start}
     md = header_lines("GraphSAGE data-parallel training: epoch time per mode and GPU count", info, ceilings)
     md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", ""]
-    if repeats > 1:
-        md += [f"Median of {repeats} rounds (each round runs every GPU count and mode once, in this order); "
-               "the vs columns and the bars divide medians.", "",
-               "| GPUs | mode | median epoch s | epoch s per round | vs dma | vs 1 GPU |", "|---|---|---|---|---|---|"]
-        for (g, mode), median in ok.items():
-            dma, one = ok.get((g, "dma")), ok.get((1, mode))
-            rounds = " / ".join(f"{x:.3f}" for x in per_round[(g, mode)])
-            md.append(f"| {g} | {mode} | {median:.3f} | {rounds} | "
-                      + (f"{dma / median:.2f}x" if dma else "-") + " | "
-                      + (f"{one / median:.2f}x" if one else "-") + " |")
-        md += ["", "Every run:", ""]
-    md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
-           "partition | input wait | step | val acc |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        if "error" in r:
-            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | | |")
-            continue
-        dma = ok.get((r["gpus"], "dma"))
-        one = ok.get((1, r["mode"]))
-        vs_dma = f"{dma / r['epoch_seconds']:.2f}x" if dma else "-"
-        vs_one = f"{one / r['epoch_seconds']:.2f}x" if one else "-"
-        part = r["partition"] or {}
-        part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
-        md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
-                  f"{r['minibatches_per_s']:.1f} | "
-                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
-                  f"{_step_label(r)} | {r['val_acc']:.3f} |")
-    if args.trace:
-        def label(r, k):
-            prefix = f"round {r['repeat']} " if repeats > 1 else ""
-            return f"{prefix}{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}"
-
-        md += [""] + trace_lines([(label(r, k), k.get("trace")) for r in runs if "error" not in r for k in r["ranks"]])
-    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items()), "",
-           f"Wall time {result['wall_seconds']:.0f} s."]
+    md += report_lines(runs, summary, repeats, args.trace)
+    md += ["", f"Wall time {result['wall_seconds']:.0f} s."]
 
     def plot(plt):
         fig, ax = plt.subplots(figsize=(8, 4.5))

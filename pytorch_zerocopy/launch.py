@@ -9,10 +9,14 @@ machine holds one copy whatever the number of workers (paper §3.4, Listing 3).
 Rendezvous is torchrun's: a single machine uses a private c10d store on localhost; several
 machines pass torchrun's standard ``--nnodes``, ``--node-rank``, ``--rdzv-backend``,
 ``--rdzv-endpoint`` and ``--rdzv-id``. A worker that fails ends the job: elastic stops the
-others and :func:`launch` raises with the failing worker's traceback. Ctrl-C (SIGINT) or SIGTERM
-to the launcher stops every worker and raises ``KeyboardInterrupt``, as a single pipeline does.
+others and :func:`launch` raises with the failing worker's traceback; with
+``LaunchOptions.max_restarts`` it instead restarts every worker of the job, up to that many
+times (the workers see :func:`restart_count`; :func:`launch` returns the last attempt's
+results). Ctrl-C (SIGINT) or SIGTERM to the launcher stops every worker and raises
+``KeyboardInterrupt``, as a single pipeline does.
 Workers die with the launcher (even one killed by SIGKILL) and keep their temp files (and
-elastic's logs, unless ``log_dir`` is given) in a directory removed when the job ends. Shared
+elastic's logs, unless ``log_dir`` is given) in a directory removed when the job ends, where
+the launcher keeps its own while the job runs (``tempfile.tempdir``, restored after). Shared
 memory is released when the last process holding it exits (its segment is unlinked at
 creation), so a crash leaks nothing.
 
@@ -95,6 +99,7 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
         rdzv_configs["is_host"] = True
     tempdir = tempfile.mkdtemp(prefix="zc-")
     env_before = dict(os.environ)
+    tempdir_before = tempfile.tempdir
     try:
         config = LaunchConfig(
             min_nodes=min_nodes,
@@ -110,6 +115,9 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
             logs_specs=_logs_specs(options.log_dir or os.path.join(tempdir, "logs")),
         )
         os.environ.update(options.extra_env)
+        # This process's temp files during the job go to the job's directory: torch.multiprocessing
+        # leaves a failed worker's error file (pytorch-errorfile-*.pickle) in the temp directory.
+        tempfile.tempdir = tempdir
         with _signal_handlers_restored():
             return elastic_launch(config, _worker_entry)(entrypoint, os.getpid(), tempdir, *args)
     except ChildFailedError as e:
@@ -118,16 +126,33 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
         # elastic has stopped every worker (the signal, then SIGKILL after its timeout).
         raise KeyboardInterrupt(f"interrupted by {e.sigval.name}: all workers stopped") from None
     finally:
+        tempfile.tempdir = tempdir_before
         os.environ.clear()
         os.environ.update(env_before)
         shutil.rmtree(tempdir, ignore_errors=True)
 
 
+def restart_count() -> int:
+    """How many times elastic has restarted this worker's job (``TORCHELASTIC_RESTART_COUNT``,
+    which the processes a worker starts inherit): 0 in its first attempt, and outside a launcher."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+
+
 def _worker_entry(entrypoint: Callable[..., Any], launcher_pid: int, tempdir: str, *args: Any) -> Any:
     """A worker's first frame: it dies with the launcher and keeps its temp files in the job's
-    directory (:func:`pytorch_zerocopy._process.enter_child`), then runs ``entrypoint``."""
+    directory (:func:`pytorch_zerocopy._process.enter_child`), then runs ``entrypoint``.
+
+    SIGTERM (elastic stopping the workers, as before a restart) ends the worker by an exception,
+    so the interpreter's exit handlers still run: multiprocessing unlinks the named semaphores
+    of the worker's queues (``/dev/shm/sem.mp-*``), which a worker ended by the signal's default
+    action would leave to the launcher's resource tracker, that is until the launcher exits."""
     enter_child(launcher_pid, tempdir)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     return entrypoint(*args)
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 _ELASTIC_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
@@ -206,8 +231,30 @@ def init_worker(backend: Optional[str] = None, use_gpu: Optional[bool] = None) -
     if not dist.is_initialized():
         # No device_id: with the unified device registered, torch takes it for the process's
         # accelerator and rejects a CUDA device_id. NCCL binds to the current device instead.
-        dist.init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"))
+        init_process_group(backend or ("nccl" if device.type == "cuda" else "gloo"), rank, world_size)
     return WorkerInfo(rank, local_rank, world_size, device)
+
+
+def init_process_group(backend: str, rank: int, world_size: int) -> None:
+    """Joins the default process group through torchrun's environment (``env://``), in a
+    launched worker or a process it started (which inherits the environment).
+
+    Elastic's agent keeps one store for the whole job (``TORCHELASTIC_USE_AGENT_STORE``), and
+    torch does not separate a restarted attempt's keys from the previous attempt's (pytorch
+    issue 135712; torch 2.13 still reuses the agent's store server across rendezvous rounds):
+    a restarted rank could read a dead peer's gloo address or NCCL id and wait forever. Here
+    each attempt's keys live under their own prefix (:func:`restart_count`). Every agent counts
+    its own restarts, so this holds for a job on one machine; with several machines, restarts
+    need torch to keep attempts apart itself.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        return
+    store, _, _ = next(dist.rendezvous("env://", rank, world_size))
+    dist.init_process_group(backend, store=dist.PrefixStore(f"zerocopy/attempt_{restart_count()}", store),
+                            rank=rank, world_size=world_size)
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:

@@ -143,10 +143,14 @@ def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = F
              cached_rows: Optional[torch.Tensor] = None) -> List:
     """Runs ``plan`` on ``dataset`` with a progress display. ``mps_fallback``: the MPS partition
     was the package's choice, not the user's; where its daemon cannot start, run unpartitioned.
-    ``cached_rows``: the rows of ``plan.cache`` when already chosen (else chosen here)."""
-    from .pipeline import run_pipeline
+    ``cached_rows``: the rows of ``plan.cache`` when already chosen (else chosen here). A plan
+    that resumes starts from the epoch after its checkpoint's (:func:`.pipeline.checkpoint.resolve`)."""
+    from .pipeline import checkpoint, run_pipeline
     from .pipeline.partition import MpsError
 
+    plan = checkpoint.resolve(plan, dataset)
+    if plan.first_epoch and not quiet:
+        print(f"resuming after epoch {plan.first_epoch - 1} from the checkpoint in {plan.checkpoint_dir}", flush=True)
     printer = _printer(plan, dataset, quiet)
     try:
         return run_pipeline(plan, dataset, printer, cached_rows=cached_rows)
@@ -190,14 +194,21 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) 
     worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
 
     The worker only supervises its pipeline's processes and never opens a CUDA context itself
-    (so under a shared MPS daemon every GPU client is a role with its thread share)."""
+    (so under a shared MPS daemon every GPU client is a role with its thread share). A worker
+    that elastic restarted resumes from the job's checkpoint (:func:`.pipeline.checkpoint.after_restart`);
+    it returns no epochs when the job had finished training before the restart."""
+    from .launch import restart_count
+    from .pipeline import PipelineError, checkpoint
+
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     plan = plan.for_rank(rank, int(os.environ["WORLD_SIZE"]), local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if restart_count():
+        plan = checkpoint.after_restart(plan)
+        if plan is None:
+            return []
     if plan.on_gpu and local_rank >= torch.cuda.device_count():
         raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
                            f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
-    from .pipeline import PipelineError
-
     try:
         return run_plan(plan, dataset, quiet=rank != 0, cached_rows=cached_rows)
     except PipelineError as e:
@@ -206,6 +217,16 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) 
             # exit first, so the launcher reports its traceback (the agent ends this worker then).
             time.sleep(PEER_FAILURE_GRACE_S)
         raise
+
+
+def check_restarts(max_restarts: int, plan: Plan) -> None:
+    """Raises :class:`PlanError` unless ``max_restarts`` (elastic restarts of a job) can work
+    with ``plan``: restarted workers resume from its checkpoints, so it needs ``checkpoint_dir``."""
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise PlanError("max_restarts", f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    if max_restarts and plan.checkpoint_dir is None:
+        raise PlanError("max_restarts", "max_restarts resumes restarted workers from the last checkpoint: it needs "
+                                        "checkpoint_dir (--checkpoint DIR)")
 
 
 def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: str = "auto", *,
@@ -227,8 +248,15 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     worker fails. ``cached_rows``: the rows of a ``cache`` setting, when already chosen
     (:func:`~pytorch_zerocopy.pipeline.gather.choose_cached_rows`); else chosen here, once for
     every rank. Returns each rank's epoch statistics.
+
+    Checkpoints (``checkpoint_dir``, ``resume``: :mod:`pytorch_zerocopy.pipeline.checkpoint`):
+    on one machine the checkpoint is checked here, before any worker starts. With
+    ``launch_options.max_restarts`` (which needs ``checkpoint_dir``), elastic restarts every
+    worker when one dies, and they resume from the last checkpoint: the job loses at most the
+    epoch in flight, and the statistics returned are those of the last attempt's epochs.
     """
     from .launch import LaunchOptions, launch
+    from .pipeline import checkpoint
     from .pipeline.gather import choose_cached_rows
     from .pipeline.partition import MpsDaemon, MpsError
 
@@ -239,6 +267,9 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
                          gpu=use_gpu, local_processes=nproc, quiet=quiet, **settings)
     options = launch_options or LaunchOptions()
     options.nproc_per_node = nproc
+    check_restarts(options.max_restarts, plan)
+    if plan.checkpoint_dir is not None and options.single_machine():
+        checkpoint.resolve(replace(plan, world_size=nproc), dataset)  # the workers resolve it again, as they start
     dataset.share_memory_()
     if plan.table_in.shareable:
         dataset.features  # one shared copy, made here, that every worker maps
@@ -328,6 +359,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rdzv-endpoint", default="", help="host:port of the rendezvous (several machines)")
     p.add_argument("--rdzv-id", default="", help="job id shared by the machines' launchers")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters, minibatch order and sampling")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="write the model, the optimiser and the epoch to DIR/checkpoint.pt after every epoch "
+                        "(atomically; one directory every rank sees)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run whose checkpoint --checkpoint DIR holds, from the epoch after it, with "
+                        "the minibatches an uninterrupted run would have trained on")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="restart the job up to N times when a worker dies (torch elastic), resuming from the "
+                        "last checkpoint (needs --checkpoint)")
 
 
 # The command-line flag of each setting a bad value of which the plan reports.
@@ -336,7 +376,8 @@ _FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--
           "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
           "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
           "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy",
-          "feature_placement": "--host-memory"}
+          "feature_placement": "--host-memory", "checkpoint_dir": "--checkpoint", "resume": "--resume",
+          "max_restarts": "--max-restarts"}
 
 
 def _one_line(error: Exception) -> str:
@@ -396,7 +437,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     settings = dict(batch_size=args.batch_size, epochs=args.epochs, max_batches=args.max_batches,
                     producer_share=args.producer_share, producer_sms=args.producer_sms, hidden=args.hidden,
-                    seed=args.seed, feature_placement=None if args.host_memory == "auto" else args.host_memory)
+                    seed=args.seed, feature_placement=None if args.host_memory == "auto" else args.host_memory,
+                    checkpoint_dir=args.checkpoint, resume=args.resume)
     if args.samplers is not None:
         settings["num_samplers"] = args.samplers
     if args.gather_batches is not None:
@@ -407,7 +449,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         settings["sample_on"] = args.sample_on
     if args.trace:
         settings["trace"] = True
-    distributed = args.gpus != 1 or args.nnodes not in ("1", "1:1")
+    # Restarts are elastic's: a job that may restart runs its one pipeline as a launched worker.
+    distributed = args.gpus != 1 or args.nnodes not in ("1", "1:1") or args.max_restarts != 0
     try:
         if args.gpus < 1:
             raise PlanError("nproc", f"nproc must be >= 1, got {args.gpus}")
@@ -419,6 +462,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         spec = parse_dataset(args.dataset, feature_dim=args.feature_dim, seed=args.seed)
         plan = make_plan(args.mode, args.partition, row_bytes=spec.row_bytes, table_bytes=spec.table_bytes,
                          local_processes=args.gpus, quiet=False, **settings)
+        check_restarts(args.max_restarts, plan)
     except ValueError as e:
         print(f"zerocopy train: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -438,7 +482,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             where = f"{args.gpus} GPU(s)" if plan.on_gpu else f"{args.gpus} CPU worker(s) over gloo"
             print(f"data-parallel: {where} per machine, {args.nnodes} machine(s)")
             options = LaunchOptions(nnodes=args.nnodes, node_rank=args.node_rank, rdzv_backend=args.rdzv_backend,
-                                    rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id)
+                                    rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
+                                    max_restarts=args.max_restarts)
             train_data_parallel(ds, args.gpus, args.mode, args.partition, launch_options=options, quiet=False,
                                 plan=plan)
         else:

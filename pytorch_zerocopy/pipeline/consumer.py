@@ -19,9 +19,10 @@ from ..datasets.base import NodeDataset
 from ..nn import GraphSAGE
 from ..feature_table import CachedTable
 from ..placement import to_device_async
+from . import checkpoint
 from .gather import CacheHits, feature_reader
 from .messages import EpochMark, SlotReady, StepDone
-from .minibatches import GpuSampler, Sampled, from_samplers, run_phases
+from .minibatches import GpuSampler, Sampled, from_samplers, run_phases, trainer_seed
 from .plan import GatherIn, Partition, Phase, Plan, SampleOn
 from .process import maybe_fail, set_threads, trainer_device
 from .ring import RingReader
@@ -139,7 +140,16 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     """Trains on every minibatch of the run; ``report(("progress", message))`` sends a
     :class:`~.messages.StepDone` per minibatch, a :class:`~.messages.PartitionInfo` (green
     partition) and an :class:`~.stats.EpochStats` per epoch, in epoch order. ``cached_rows``:
-    the rows of the feature cache when this process gathers (``Plan.gather_in`` trainer)."""
+    the rows of the feature cache when this process gathers (``Plan.gather_in`` trainer).
+
+    Randomness: the model starts from ``plan.seed``; the random stream dropout draws from is
+    reseeded when each epoch's training begins (:func:`~.minibatches.trainer_seed`), so an
+    epoch trains the same whether the run began with it or before it.
+
+    Checkpoints (:mod:`.checkpoint`): a resumed run loads its checkpoint before its first step
+    (so before any CUDA graph is captured). With ``plan.checkpoint_dir``, rank 0 copies the
+    training state when an epoch's training ends and writes it once the epoch is complete,
+    before reporting the epoch: a reported epoch is a checkpointed one."""
     set_threads(plan.consumer_threads)
     device = trainer_device(plan)
 
@@ -161,6 +171,12 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     torch.manual_seed(plan.seed)
     model = GraphSAGE(ds.feature_dim, plan.hidden, ds.num_classes, len(plan.fanouts), plan.dropout).to(device)
     train_step = make_train_step(model, plan, device)  # joins the process group with several ranks
+    if plan.first_epoch:
+        checkpoint.restore_for(plan, ds, model, train_step.opt)
+    run = checkpoint.RunIdentity.of(plan, ds)
+    writes_checkpoints = plan.checkpoint_dir is not None and plan.rank == 0
+    ended_training: Dict[int, checkpoint.TrainingState] = {}  # per epoch, until it is written
+    seeded_epoch = -1  # the latest epoch whose training the random stream was seeded for
     row_bytes = ds.row_bytes
     on_gpu = device.type == "cuda"
     marks: Counter = Counter()
@@ -171,7 +187,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     traces = defaultdict(lambda: ConsumerTrace(on_gpu))  # per epoch, with plan.trace
     producer_timings = ProducerTimings()
     complete: set = set()
-    next_report = 0
+    next_report = plan.first_epoch
     train_clock = None  # when the current training phase began
     step = 0
 
@@ -206,6 +222,8 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
                 now = time.perf_counter()
                 acc.end_training(train_clock if train_clock is not None else now, now)
                 train_clock = now
+                if writes_checkpoints:
+                    ended_training[item.epoch] = checkpoint.TrainingState.capture(model, train_step.opt)
                 if plan.trace:
                     trace = traces.pop(item.epoch, None) or ConsumerTrace(False)
                     acc.stats.trace = trace.summary(producer_timings)
@@ -220,6 +238,9 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
                 stats = epochs.pop(next_report).stats
                 stats.train_step = train_step.summary()
                 stats.param_checksum = float(sum(p.detach().double().abs().sum() for p in model.parameters()))
+                if writes_checkpoints:
+                    checkpoint.save(plan.checkpoint_dir,
+                                    checkpoint.Checkpoint(next_report, run, ended_training.pop(next_report)))
                 send(stats)
                 next_report += 1
             continue
@@ -243,6 +264,9 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
             feats = feats.float()
         feature_bytes = item.rows * row_bytes
         if batch.phase is Phase.TRAIN:
+            if batch.epoch > seeded_epoch:
+                torch.manual_seed(trainer_seed(plan.seed, batch.epoch, plan.rank))
+                seeded_epoch = batch.epoch
             model.train()
             loss = train_step(blocks, feats, labels)
             if tracing:

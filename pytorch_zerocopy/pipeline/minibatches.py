@@ -71,6 +71,13 @@ def minibatch_seed(seed: int, epoch: int, phase: Phase, index: int) -> int:
     return (((seed * 1_000_003 + epoch) * 3 + _PHASE_CODE[phase]) * 10_000_019 + index) & ((1 << 63) - 1)
 
 
+def trainer_seed(seed: int, epoch: int, rank: int) -> int:
+    """The seed of the trainer's random stream (dropout) when ``epoch``'s training begins on
+    ``rank``: what the trainer draws is then a function of ``(seed, epoch, rank)`` and the
+    minibatches, so a run resumed at an epoch draws what an uninterrupted run draws there."""
+    return (((seed * 1_000_003 + epoch) * 1_000_033 + rank) * 10_000_019 + 7) & ((1 << 63) - 1)
+
+
 def run_phases(plan: Plan, epoch: int) -> Tuple[Phase, ...]:
     """The phases of ``epoch``, in order: training, validation, and after the last epoch test."""
     return (Phase.TRAIN, Phase.VAL) + ((Phase.TEST,) if epoch == plan.epochs - 1 else ())
@@ -78,8 +85,8 @@ def run_phases(plan: Plan, epoch: int) -> Tuple[Phase, ...]:
 
 def schedule(plan: Plan, ds: NodeDataset, worker: int = 0, workers: int = 1) -> Iterator[Union[SeedBatch, EpochMark]]:
     """Every ``workers``-th minibatch of the run from ``worker`` on, in order, each phase followed
-    by its :class:`EpochMark`."""
-    for epoch in range(plan.epochs):
+    by its :class:`EpochMark`; the run's epochs are ``plan.first_epoch`` to the last."""
+    for epoch in range(plan.first_epoch, plan.epochs):
         for phase in run_phases(plan, epoch):
             for i, seeds in enumerate(epoch_batches(plan, ds, epoch, phase)):
                 if i % workers == worker:

@@ -116,12 +116,16 @@ def _enum(kind: Type[E], value, setting: str) -> E:
 class InjectedFailure:
     """Makes ``role`` (``"sampler"``, ``"producer"`` or ``"consumer"``) fail at its minibatch
     ``at`` (of rank ``rank`` only, when given): ``how`` is ``"raise"``, ``"kill"`` (SIGKILL)
-    or ``"exit"`` (``os._exit(3)``). It exists to test failure handling."""
+    or ``"exit"`` (``os._exit(3)``). ``attempt``: only in that attempt of an elastic job
+    (``TORCHELASTIC_RESTART_COUNT``; 0, the first, is also every run outside a launcher), so a
+    restarted job does not fail again; None: in every attempt. It exists to test failure
+    handling."""
 
     role: str
     how: str
     at: int
     rank: Optional[int] = None
+    attempt: Optional[int] = 0
 
 
 def available_cores() -> int:
@@ -216,6 +220,11 @@ class Plan:
     it must say so); ``trace`` records per-minibatch timings (:mod:`.trace`);
     ``inject_failure`` (:class:`InjectedFailure`) tests failure handling.
 
+    Checkpoints (:mod:`.checkpoint`): with ``checkpoint_dir``, the rank-0 trainer writes the
+    run's state there after every epoch; ``resume`` continues the run whose checkpoint it
+    holds. ``first_epoch`` is the epoch this run starts at: 0, or, resuming, the one after the
+    checkpoint's (:func:`.checkpoint.resolve` sets it when the run starts).
+
     Data parallel: this pipeline is rank ``rank`` of ``world_size``; each trains its own shard
     of every epoch's training ids (:meth:`for_rank`).
     """
@@ -252,6 +261,9 @@ class Plan:
     replay: Optional[int] = None
     trace: bool = False
     inject_failure: Optional[InjectedFailure] = None
+    checkpoint_dir: Optional[str] = None
+    resume: bool = False
+    first_epoch: int = 0
     rank: int = 0
     world_size: int = 1
 
@@ -278,6 +290,7 @@ class Plan:
         self._check_ranges()
         self._check_placement()
         self._check_data_placement()
+        self._check_checkpoint()
         if self.cache is not None:
             # The pre-sampling pass samples as the run does: the dataset's in-neighbour rows as
             # stored, the run's fanouts, batch size and seed.
@@ -349,8 +362,10 @@ class Plan:
             if not ok:
                 self._fail(name, want)
         f = self.inject_failure
-        if f is not None and (f.role not in _FAILING_ROLES or f.how not in _FAILURE_KINDS or f.at < 0):
-            self._fail("inject_failure", f"a role of {_FAILING_ROLES}, a way of {_FAILURE_KINDS} and a minibatch >= 0")
+        if f is not None and (f.role not in _FAILING_ROLES or f.how not in _FAILURE_KINDS or f.at < 0
+                              or not (f.attempt is None or (isinstance(f.attempt, int) and f.attempt >= 0))):
+            self._fail("inject_failure", f"a role of {_FAILING_ROLES}, a way of {_FAILURE_KINDS}, a minibatch >= 0 "
+                                         "and an attempt >= 0 or None")
 
     def _check_placement(self) -> None:
         device = self.device
@@ -434,6 +449,25 @@ class Plan:
             words = " or ".join(repr(p.value) for p in lists)
             raise PlanError("graph_placement", f"graph_placement must be {words} when sampling on "
                                                f"{self.sample_on.value!r}, got {self.lists_in.value!r}")
+
+    def _check_checkpoint(self) -> None:
+        d = self.checkpoint_dir
+        if d is not None and (not isinstance(d, str) or not d):
+            self._fail("checkpoint_dir", "a directory (a non-empty str) or None")
+        if not isinstance(self.resume, bool):
+            self._fail("resume", "True or False")
+        if isinstance(self.first_epoch, bool) or not isinstance(self.first_epoch, int):
+            self._fail("first_epoch", "an int")
+        if self.resume and d is None:
+            raise PlanError("resume", "resume continues from the last checkpoint in checkpoint_dir: give "
+                                      "checkpoint_dir (--checkpoint DIR) too")
+        if self.resume and self.replay is not None:
+            raise PlanError("resume", "resume cannot continue a replay run (a diagnostic that replays the run's "
+                                      "first minibatches)")
+        if not 0 <= self.first_epoch < self.epochs:
+            self._fail("first_epoch", f"in [0, epochs = {self.epochs})")
+        if self.first_epoch and not self.resume:
+            self._fail("first_epoch", "0 unless the run resumes from a checkpoint (resume)")
 
     # --- derived facts -------------------------------------------------------------------
 

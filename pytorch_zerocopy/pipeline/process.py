@@ -26,9 +26,13 @@ def trainer_device(plan: Plan) -> torch.device:
 
 def maybe_fail(plan: Plan, role: str, step: int) -> None:
     """Fails the way ``plan.inject_failure`` asks, if it names this role and minibatch (and
-    this rank, when it names one)."""
+    this rank and this attempt of an elastic job, when it names them)."""
+    from ..launch import restart_count
+
     f = plan.inject_failure
     if f is None or f.role != role or f.at != step or (f.rank is not None and f.rank != plan.rank):
+        return
+    if f.attempt is not None and f.attempt != restart_count():
         return
     if f.how == "raise":
         raise RuntimeError(f"injected failure in the {role} at minibatch {step}")

@@ -35,6 +35,7 @@ import torch.multiprocessing as mp
 
 from .._process import enter_child
 from ..datasets.base import NodeDataset
+from . import checkpoint
 from .consumer import consumer_main
 from .gather import choose_cached_rows
 from .messages import CacheChoice, PartitionInfo
@@ -257,10 +258,12 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     :class:`~.stats.EpochStats`) as it arrives; ``on_start`` the role processes' pids.
     ``cached_rows``: the rows of ``plan.cache``, when already chosen
     (:func:`~.gather.choose_cached_rows`; data-parallel ranks share one choice); else they are
-    chosen here, before any role starts.
+    chosen here, before any role starts. With ``plan.checkpoint_dir`` the run resumes, or
+    refuses to start, as :func:`.checkpoint.resolve` decides, before any role starts.
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"run_pipeline needs a Plan (pytorch_zerocopy.pipeline.make_plan), got {type(plan).__name__}")
+    plan = checkpoint.resolve(plan, ds)
     ds.share_memory_()
     if plan.cache is None:
         cached_rows = None

@@ -302,12 +302,11 @@ def make_train_step(model: torch.nn.Module, plan, device: torch.device):
     ``plan.world_size > 1``. Joins the default process group first when there are several ranks."""
     distributed = plan.world_size > 1
     if distributed:
-        import torch.distributed as dist
+        from ..launch import init_process_group
 
         # The trainer is a child of the launched worker and inherits its torchrun environment
         # (MASTER_ADDR, MASTER_PORT and the agent's store): env:// reaches the launcher's store.
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=plan.rank,
-                                world_size=plan.world_size)
+        init_process_group("nccl" if device.type == "cuda" else "gloo", plan.rank, plan.world_size)
     if device.type == "cuda" and plan.cuda_graph:
         return GraphedTrainStep(model, plan.lr, device, world_size=plan.world_size, warmup=plan.graph_warmup)
     if distributed:
