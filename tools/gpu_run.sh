@@ -19,7 +19,7 @@ status=0
 # Files whose tests start processes (pipelines, launchers, MPS daemons) or time the machine.
 SERIAL="tests/test_launch.py tests/test_pipeline.py tests/test_pipeline_failures.py tests/test_pipeline_gpu.py
 tests/test_train.py tests/test_train_data_parallel.py tests/test_train_step.py tests/test_examples.py
-tests/test_unified_sharing.py tests/test_reliability_host.py"
+tests/test_unified_sharing.py tests/test_reliability_host.py tests/test_checkpoint.py"
 
 pack() {
   if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-results.tgz" "$RESULTS" 2>/dev/null; fi
