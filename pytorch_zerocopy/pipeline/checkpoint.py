@@ -10,7 +10,9 @@ phase, index)`` (:mod:`.minibatches`), and the trainer reseeds its random stream
 ``(plan.seed, epoch, rank)`` when each epoch's training begins
 (:func:`~.minibatches.trainer_seed`). A run resumed after epoch ``e`` therefore shuffles,
 samples and drops out exactly what an uninterrupted run does from epoch ``e + 1`` on; on the
-CPU its losses, accuracies and parameters are bit for bit the same. On a GPU with CUDA graphs
+CPU its losses, accuracies and parameters are bit for bit the same. (The trainer trains
+minibatches in the order they arrive: with several sampler processes that order, and so the
+run's trajectory, varies from run to run, resumed or not.) On a GPU with CUDA graphs
 the resumed run makes its graphs again, with eager warm-up steps and padded capacities taken
 from its own first minibatches, so it trains on the same minibatches but its parameters agree
 with an uninterrupted run's only statistically (other dropout masks, other summation orders).
