@@ -7,7 +7,7 @@ import pytest
 import torch  # noqa: F401 - used by the skipif condition strings
 
 from pytorch_zerocopy.cli import main
-from pytorch_zerocopy.pipeline import GatherIn, Mode, Partition, PlanError, SampleOn, make_plan
+from pytorch_zerocopy.pipeline import GatherIn, Mode, PlanError, SampleOn, make_plan
 from pytorch_zerocopy.pipeline.plan import gpu_available
 from pytorch_zerocopy.train import MODES
 

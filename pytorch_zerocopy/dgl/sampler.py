@@ -28,7 +28,7 @@ import torch
 
 from .. import sampling as _sampling
 from .. import unified as _unified
-from ..block import EID, NID, Block
+from ..block import EID, Block
 from ..feature_table import CacheConfig, CachedTable, FeatureReader, FeatureTable, cached_rows_for
 from ..graph import CSRGraph
 from ..placement import Placement, op_device

@@ -47,7 +47,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any, Dict, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Optional, Tuple, Type, TypeVar, Union
 
 from ..feature_table import CacheConfig, CachePolicy
 from ..ops import GatherTuning
