@@ -98,7 +98,7 @@ def test_pyg_graphsage():
     assert "pytorch_zerocopy.pyg" in out
     assert out.index("generating the community dataset (3,000 nodes)") < out.index("training 2 epoch(s) of ") \
         < out.index("epoch 1:")
-    assert "training: 100%" in out  # the progress bar over each epoch's minibatches (stderr)
+    assert "training:" in out and "minibatch" in out  # a progress bar over each epoch's minibatches (stderr)
     acc = float(re.findall(r"test acc ([\d.]+)", out)[-1])
     assert acc > 2 / 16, out
 
