@@ -171,24 +171,12 @@ def _gather_rows_cached_out_fake(table, cache, slot_of, index, *, check_bounds=T
     torch._check(table.dim() == 2, lambda: f"gather_rows_cached: table must be 2-D, got {table.dim()}-D")
 
 
-class _TableLike:
-    """Tensor-like members shared by the readers: shape and size queries, ``reader[ids]`` and the
-    torch functions that gather rows (``index_select`` on dim 0, ``embedding``,
-    :func:`pytorch_zerocopy.gather_rows`), each routed to :meth:`read`."""
+class RowShape:
+    """The size queries of anything that holds a ``[rows, width]`` table of one dtype (readers,
+    feature sources), from its ``shape`` and ``dtype``."""
 
-    device: torch.device
-
-    def read(self, ids: torch.Tensor, out: Optional[torch.Tensor] = None, *,
-             check_bounds: bool = True) -> torch.Tensor:
-        raise NotImplementedError
-
-    @property
-    def shape(self) -> torch.Size:
-        raise NotImplementedError
-
-    @property
-    def dtype(self) -> torch.dtype:
-        raise NotImplementedError
+    shape: Any
+    dtype: torch.dtype
 
     @property
     def num_rows(self) -> int:
@@ -202,8 +190,24 @@ class _TableLike:
     def row_bytes(self) -> int:
         return self.width * self.element_size()
 
+    @property
+    def nbytes(self) -> int:
+        return self.num_rows * self.row_bytes
+
     def element_size(self) -> int:
         return torch.empty(0, dtype=self.dtype).element_size()
+
+
+class _TableLike(RowShape):
+    """Tensor-like members shared by the readers: shape and size queries, ``reader[ids]`` and the
+    torch functions that gather rows (``index_select`` on dim 0, ``embedding``,
+    :func:`pytorch_zerocopy.gather_rows`), each routed to :meth:`read`."""
+
+    device: torch.device
+
+    def read(self, ids: torch.Tensor, out: Optional[torch.Tensor] = None, *,
+             check_bounds: bool = True) -> torch.Tensor:
+        raise NotImplementedError
 
     def size(self, dim: Optional[int] = None):
         return self.shape if dim is None else self.shape[dim]

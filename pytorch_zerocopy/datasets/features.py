@@ -25,6 +25,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
+from ..feature_table import RowShape
 from ..placement import Placement
 from ..placement import empty as _empty
 from ..placement import place as _place
@@ -32,27 +33,11 @@ from ..placement import place as _place
 __all__ = ["FeatureSource", "GeneratedFeatures", "NpyFeatures", "TensorFeatures", "load_table"]
 
 
-class FeatureSource(abc.ABC):
+class FeatureSource(RowShape, abc.ABC):
     """The rows of a ``[rows, width]`` feature table (see the module docstring)."""
 
     shape: Tuple[int, int]
     dtype: torch.dtype
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.shape[0])
-
-    @property
-    def width(self) -> int:
-        return int(self.shape[1])
-
-    @property
-    def row_bytes(self) -> int:
-        return self.width * torch.empty(0, dtype=self.dtype).element_size()
-
-    @property
-    def nbytes(self) -> int:
-        return self.num_rows * self.row_bytes
 
     @property
     def needs_gpu(self) -> bool:
