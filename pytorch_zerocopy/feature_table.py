@@ -256,7 +256,7 @@ def _read_device(placement: Placement, device: DeviceLike) -> torch.device:
     """Where reads of a table in ``placement`` run: the CPU for ``CPU`` (and for ``MAPPED``
     without a GPU-backed build), else ``device``'s GPU (default: the current one)."""
     if placement is Placement.CPU or (placement is Placement.MAPPED and not _unified.gpu_backed()):
-        if device is not None and torch.device(device if not isinstance(device, int) else "cuda").type == "cuda":
+        if device is not None and (isinstance(device, int) or torch.device(device).type == "cuda"):
             raise PlacementError(f"a {placement.value!r} table is read on the CPU here, but device {device} was "
                                  "asked for")
         return torch.device("cpu")

@@ -35,11 +35,6 @@ class GatherTuning:
 DEFAULT_TUNING = GatherTuning()
 
 
-def _gather_device(table: torch.Tensor, index: torch.Tensor) -> torch.device:
-    """Where gather_rows runs and its output lives."""
-    return op_device(index, table)
-
-
 def _check_gather_args(table: torch.Tensor, index: torch.Tensor, out: Optional[torch.Tensor]) -> None:
     if not isinstance(table, torch.Tensor):
         raise TypeError(f"gather_rows: table must be a tensor, got {type(table).__name__}")
@@ -71,7 +66,7 @@ def _check_gather_args(table: torch.Tensor, index: torch.Tensor, out: Optional[t
         raise TypeError(f"gather_rows: out must have the table's dtype {table.dtype}, got {out.dtype}")
     if not out.is_contiguous():
         raise ValueError(f"gather_rows: out must be contiguous, got strides {out.stride()}")
-    want_device = _gather_device(table, index)
+    want_device = op_device(index, table)
     if out.device != want_device and out.device.type != _unified.DEVICE_TYPE:
         raise ValueError(f"gather_rows: out must be on {want_device}, got a tensor on {out.device}")
 
@@ -132,7 +127,7 @@ def gather_rows(
 def _gather_rows_fake(table, index, *, index_sorted=False, check_bounds=True, blocks_per_sm=0, unroll=0):
     torch._check(table.dim() == 2, lambda: f"gather_rows: table must be 2-D, got {table.dim()}-D")
     torch._check(index.dim() == 1, lambda: f"gather_rows: index must be 1-D, got {index.dim()}-D")
-    return table.new_empty((index.shape[0], table.shape[1]), device=_gather_device(table, index))
+    return table.new_empty((index.shape[0], table.shape[1]), device=op_device(index, table))
 
 
 @register_fake("zerocopy::gather_rows.out")

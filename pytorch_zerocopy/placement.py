@@ -64,16 +64,6 @@ class Placement(str, enum.Enum):
         raise PlacementError(f"{setting} must be one of {words}, got {value!r}")
 
     @property
-    def in_host_memory(self) -> bool:
-        """Bytes in host memory (read in place by GPUs, for MAPPED and MANAGED)."""
-        return self in (Placement.CPU, Placement.MAPPED, Placement.MANAGED)
-
-    @property
-    def needs_gpu(self) -> bool:
-        """Only a CUDA build with a GPU can hold this placement."""
-        return self in (Placement.MANAGED, Placement.UVM, Placement.GPU)
-
-    @property
     def shareable(self) -> bool:
         """Other processes can map the same bytes (shared host memory)."""
         return self in (Placement.CPU, Placement.MAPPED)
