@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -32,6 +33,67 @@ def _child_entry(conn, fn, args, env):
         conn.send(("error", traceback.format_exc()))
     finally:
         conn.close()
+
+
+# The training benchmarks' rows: label -> (mode, Plan settings).
+CORE_ROWS = {
+    "default": ("zerocopy", {}),
+    "gpu": ("gpu", {}),
+    "dma": ("dma", {}),
+    "gpu_sampling_dma": ("dma", {"sample_on": "gpu"}),
+    "uva_naive": ("zerocopy-naive", {}),
+}
+BASELINES = ("dma", "gpu_sampling_dma", "uva_naive")
+
+
+def used_host_bytes() -> int:
+    """``MemTotal - MemAvailable``: host memory in use by everything (shared memory included)."""
+    values = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            name, value = line.split(":", 1)
+            values[name] = int(value.split()[0]) * 1024
+    return values["MemTotal"] - values["MemAvailable"]
+
+
+class PeakHostMemory:
+    """Samples :func:`used_host_bytes` every ``period`` seconds on a thread while in a ``with``."""
+
+    def __init__(self, period: float = 0.05):
+        self.period, self.peak = period, 0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "PeakHostMemory":
+        self.peak = used_host_bytes()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.period):
+            self.peak = max(self.peak, used_host_bytes())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, used_host_bytes())
+
+
+def papers_dataset(table_gib: float, width: int, degree: int, train_fraction: float = 0.01):
+    """The training benchmarks' papers100M-like graph (skew 2) whose float32 feature table holds
+    ``table_gib`` GiB of ``width``-wide rows; its features are made by each job that reads them."""
+    from pytorch_zerocopy.datasets import papers_like
+
+    nodes = max(10_000, int(table_gib * 2**30 // (width * 4)))
+    t = time.perf_counter()
+    ds = papers_like(nodes, avg_degree=degree, feature_dim=width, train_fraction=train_fraction)
+    print(f"  {ds.describe()}: graph generated in {time.perf_counter() - t:.1f} s (features: by each job)", flush=True)
+    return ds
+
+
+def data_bytes(ds) -> int:
+    """The bytes a training job must hold: features, graph and labels."""
+    return ds.feature_source.nbytes + ds.graph_bytes + ds.labels.numel() * ds.labels.element_size()
 
 
 def run_children(jobs: List[Tuple[Callable, tuple, Optional[Dict[str, str]]]], timeout: float = 600) -> List[Any]:

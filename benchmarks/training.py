@@ -3,7 +3,7 @@ GPU memory and the paths a user would otherwise pick, every minibatch freshly sa
 
     python benchmarks/training.py            # GPU: 16 GiB table (and 56 GiB for the scale bar)
     python benchmarks/training.py --quick    # CPU, seconds: the CPU pipeline on a small table
-    python benchmarks/training.py --gpus 1,2 # data-parallel scaling per mode (training_gpus.*)
+    python benchmarks/training.py --gpus 1,2,4 --table-gib 56  # data-parallel scaling (training_gpus.*)
 
 One papers100M-like graph (``papers_like``, skew 2, ~15 in-edges a node) whose float32 feature
 table holds ``--table-gib`` GiB; batch 1024, fanouts 15,10, hidden 256. Each run trains
@@ -38,23 +38,16 @@ import gc
 import os
 import statistics
 import sys
-import threading
 import time
 from dataclasses import asdict
 from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, trace_lines, write_report  # noqa: E402
+from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,  # noqa: E402
+                                        machine_info, measure_ceilings, papers_dataset, trace_lines, used_host_bytes,
+                                        write_report)
 
-CORE_ROWS = {  # label -> (mode, settings)
-    "default": ("zerocopy", {}),
-    "gpu": ("gpu", {}),
-    "dma": ("dma", {}),
-    "gpu_sampling_dma": ("dma", {"sample_on": "gpu"}),
-    "uva_naive": ("zerocopy-naive", {}),
-}
-BASELINES = ("dma", "gpu_sampling_dma", "uva_naive")
 LABELLED_ROWS = {
     "default[mapped]": ("zerocopy", {"feature_placement": "unified"}),
     "default[no cache]": ("zerocopy", {"cache": None}),
@@ -66,39 +59,6 @@ BAR_OVER_GPU = 1.25
 BAR_OVER_BASELINE = 2.0
 BAR_HOST_BYTES = 1.2
 BAR_SCALE = 1.15
-
-
-def used_host_bytes() -> int:
-    """``MemTotal - MemAvailable``: host memory in use by everything (shared memory included)."""
-    values = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            name, value = line.split(":", 1)
-            values[name] = int(value.split()[0]) * 1024
-    return values["MemTotal"] - values["MemAvailable"]
-
-
-class PeakHostMemory:
-    """Samples :func:`used_host_bytes` every ``period`` seconds on a thread while in a ``with``."""
-
-    def __init__(self, period: float = 0.05):
-        self.period, self.peak = period, 0
-        self._stop = threading.Event()
-
-    def __enter__(self) -> "PeakHostMemory":
-        self.peak = used_host_bytes()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
-        self._thread.start()
-        return self
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.period):
-            self.peak = max(self.peak, used_host_bytes())
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, used_host_bytes())
 
 
 def _mean(summary: Optional[Dict[str, float]]) -> float:
@@ -146,16 +106,6 @@ def _attempt(fn, label):
         return fn()
     except Exception as e:  # noqa: BLE001 - report and go on with the other runs
         return {"mode": label, "error": str(e).strip().splitlines()[-1][:500]}
-
-
-def _dataset(table_gib: float, args):
-    from pytorch_zerocopy.datasets import papers_like
-
-    nodes = max(10_000, int(table_gib * 2**30 // (args.width * 4)))
-    t = time.perf_counter()
-    ds = papers_like(nodes, avg_degree=args.degree, feature_dim=args.width, train_fraction=0.01)
-    print(f"  {ds.describe()}: graph generated in {time.perf_counter() - t:.1f} s (features: by each job)", flush=True)
-    return ds
 
 
 def summarise(runs: List[Dict], label: str) -> Optional[Dict[str, float]]:
@@ -214,14 +164,16 @@ def main() -> int:
     p.add_argument("--fanouts", default=None, help="default 15,10; quick 10,5")
     p.add_argument("--degree", type=int, default=15)
     p.add_argument("--hidden", type=int, default=None, help="default 256; quick 64")
-    p.add_argument("--gpus", default="1", help="'1': one GPU; counts such as '1,2': data-parallel scaling")
-    p.add_argument("--modes", default=None, help="with --gpus: modes to scale")
-    p.add_argument("--replay", type=int, default=None, help="with --gpus: DIAGNOSTIC replay of pre-sampled minibatches")
-    p.add_argument("--samplers", type=int, default=None, help="with --gpus: CPU sampler processes")
-    p.add_argument("--eager", action="store_true", help="with --gpus: training steps issued op by op")
-    p.add_argument("--trace", action="store_true", help="with --gpus: tabulate per-minibatch timings")
-    p.add_argument("--partition", default="auto", help="with --gpus: zerocopy's partition")
-    p.add_argument("--producer-share", type=float, default=None, help="with --gpus: the producer's MPS share")
+    p.add_argument("--gpus", default="1", help="'1': one GPU; counts such as '1,2,4': data-parallel scaling "
+                                               "(training_gpus.*; --table-gib default 32)")
+    p.add_argument("--global-batches", type=int, default=None,
+                   help="with --gpus: minibatches per epoch over all ranks (default 480)")
+    p.add_argument("--baseline-gpus", default=None, help="with --gpus: GPU counts the baselines run on (default: the largest)")
+    p.add_argument("--kill-check", action="store_true",
+                   help="with --gpus: kill a rank of a 2-GPU checkpointed job mid-epoch and check its resume")
+    p.add_argument("--soak", default=None, metavar="FILE", help="with --gpus: fold a soak.py result's bars in")
+    p.add_argument("--append", default=None, metavar="FILE",
+                   help="with --gpus: add the runs of an earlier part of this benchmark (same configuration)")
     args = p.parse_args()
     if args.repeats < 1:
         p.error(f"--repeats must be a positive count, got {args.repeats}")
@@ -238,11 +190,7 @@ def main() -> int:
             return 2
         from benchmarks.training_gpus import run_scaling
 
-        args.modes = args.modes or "dma,zerocopy-naive,zerocopy,gpu"
-        notes = [f"{args.epochs} epochs per run, the last timed; "
-                 + (f"DIAGNOSTIC: replays {args.replay} pre-sampled minibatches" if args.replay
-                    else "every minibatch sampled")]
-        return run_scaling(args, gpu_counts, lambda gib, width, a: (_dataset(gib, a), 0.0), notes)
+        return run_scaling(args, gpu_counts, ["every minibatch sampled"])
 
     gpu = torch.cuda.is_available()
     q = args.quick or not gpu
@@ -268,8 +216,8 @@ def main() -> int:
     print("\n".join(notes), flush=True)
     baseline_bytes = used_host_bytes()
     print(f"table {args.table_gib:g} GiB, width {args.width}", flush=True)
-    ds = _dataset(args.table_gib, args)
-    data_bytes = ds.feature_source.nbytes + ds.graph_bytes + ds.labels.numel() * ds.labels.element_size()
+    ds = papers_dataset(args.table_gib, args.width, args.degree)
+    data_size = data_bytes(ds)
     ceilings = measure_ceilings(None, 0) if gpu else {}
     ceiling = ceilings.get("pinned_memcpy_gbs", float("nan"))
     print(f"  ceilings: {ceilings}", flush=True)
@@ -294,7 +242,7 @@ def main() -> int:
     scale_data = None
     if args.scale_gib and not q and "default" in labels:
         print(f"scale: table {args.scale_gib:g} GiB", flush=True)
-        big = _dataset(args.scale_gib, args)
+        big = papers_dataset(args.scale_gib, args.width, args.degree)
         scale_data = (big.describe(), big.feature_source.nbytes + big.graph_bytes)
         for _ in range(args.repeats):
             scale_runs.append(job("default", "zerocopy", {}, big))
@@ -312,7 +260,7 @@ def main() -> int:
         bars["default_ms_per_minibatch"] = default["median"]
         spread["default_ms_per_minibatch"] = {"min": default["min"], "max": default["max"], "n": default["n"]}
         bars[f"default_at_most_{BAR_MS}ms"] = default["median"] <= BAR_MS
-        bars["host_bytes_over_data"] = default["peak_host_bytes"] / data_bytes
+        bars["host_bytes_over_data"] = default["peak_host_bytes"] / data_size
         bars[f"host_bytes_within_{BAR_HOST_BYTES}x_data"] = bars["host_bytes_over_data"] <= BAR_HOST_BYTES
         if gpu_row is not None:
             bars["default_over_gpu_epoch_time"] = default["median"] / gpu_row["median"]
@@ -336,13 +284,13 @@ def main() -> int:
             bars[f"scale_within_{BAR_SCALE}x"] = bars["scale56_over_16"] <= BAR_SCALE
             spread["scale_host_bytes_over_data"] = scale["peak_host_bytes"] / scale_data[1]
     result = {"machine": info, "notes": notes, "ceilings": ceilings, "dataset": described,
-              "data_bytes": data_bytes, "runs": runs, "scale_runs": scale_runs,
+              "data_bytes": data_size, "runs": runs, "scale_runs": scale_runs,
               "scale_dataset": scale_data[0] if scale_data else None, "summaries": summaries, "bars": bars,
               "spread": spread, "config": vars(args), "wall_seconds": time.perf_counter() - t_start}
 
     md = header_lines("GraphSAGE training, every minibatch sampled: the default plan", info, ceilings)
     md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}; features + graph "
-           f"{data_bytes / 2**30:.1f} GiB.", ""]
+           f"{data_size / 2**30:.1f} GiB.", ""]
     if default_runs:
         md += [f"Default plan (what `zerocopy train` picks with no flags): {default_runs[0]['plan']}.", ""]
     md += _table(summaries, runs, gpu_row["median"] if gpu_row else float("nan"))

@@ -1,244 +1,377 @@
-"""Data-parallel scaling of GraphSAGE training (``benchmarks/training.py --gpus 1,2``).
+"""Data-parallel scaling of GraphSAGE training as users run it (``benchmarks/training.py --gpus 1,2,4``).
 
-For each GPU count and each mode (dma, zerocopy-naive, zerocopy, gpu), the launcher of
-:func:`pytorch_zerocopy.train.train_data_parallel` runs one pipeline per GPU over one shared
-host copy of the dataset, gradients averaged over NCCL. Every GPU count trains the same global epoch
-(``--max-batches`` minibatches in all, split evenly between the ranks), so epoch times compare
-directly. A rank's epoch time is its steady-state time per minibatch (the first minibatch of
-the epoch, which carries the pipeline's fill, is left out) times its minibatches; the job's is
-the slowest rank's. With ``--repeats N`` every (GPU count, mode) runs N times, in rounds that
-each visit every GPU count, so a slow spell of the machine hits both sides of a ratio; the bars
-and the vs columns then use the median epoch time of each (GPU count, mode). Results:
-``training_gpus.{json,md,png}``.
+For each GPU count and row, :func:`pytorch_zerocopy.train.train_data_parallel` runs one pipeline
+per GPU on the plan :func:`~pytorch_zerocopy.pipeline.make_plan` makes for that many local
+processes, every minibatch freshly sampled. The rows are the single-GPU benchmark's
+(:data:`benchmarks.pipeline_common.CORE_ROWS`): ``default`` (what ``zerocopy train --gpus N``
+does with no flags), ``gpu`` (the table in each GPU's memory: the reference), and the baselines
+``dma``, ``gpu_sampling_dma`` and ``uva_naive``. ``--baseline-gpus`` limits the baselines to some
+GPU counts (default: the largest), as the bars compare them there only.
 
-A run's record (:func:`run_record`) holds plain values only (the GPU partition by its name), so
-the report (:func:`summarise`, :func:`report_lines`) and the JSON need no conversions.
+Every GPU count trains the same global epoch (``--global-batches`` minibatches, split evenly
+between the ranks), so epoch times compare directly. A rank's epoch time is its steady-state time
+per minibatch (the first minibatch, which carries the pipeline's fill, left out) times its
+minibatches; the job's is the slowest rank's. ``--repeats`` rounds each visit every (GPU count,
+row), so a slow spell of the machine hits both sides of a ratio; bars divide medians, with min and
+max beside them. Each rank's input wait (share of its steady time blocked on its next minibatch)
+and GPU busy share (its training steps' GPU time over its steady time) are kept, and the job's
+peak host memory (``MemTotal - MemAvailable`` sampled every 50 ms, over the same before the
+dataset existed: every process and shared memory included).
+
+``--kill-check`` adds the checkpoint bar: a 2-GPU default job with ``--checkpoint`` whose rank 1
+trainer is SIGKILLed in the middle of its second epoch, restarted by torch elastic
+(``max_restarts=1``), against the same job uninterrupted. ``--soak FILE`` folds the bars of a
+``benchmarks/soak.py`` result into this one's. ``--append FILE`` adds the runs of an earlier
+part of the same benchmark (same configuration), so one result file set can be made in several
+calls. The JSON is rewritten after every run. Results: ``training_gpus.{json,md,png}``.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import shutil
 import statistics
+import tempfile
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Tuple
+from dataclasses import asdict
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from benchmarks.pipeline_common import header_lines, machine_info, measure_ceilings, trace_lines, write_report
+from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,
+                                        machine_info, measure_ceilings, papers_dataset, used_host_bytes, write_report)
 
-SCALING_MODES = ("dma", "zerocopy-naive", "zerocopy", "gpu")
-BAR_OVER_DMA = 1.65      # zerocopy vs dma on the largest GPU count
-BAR_SCALING = 1.7        # zerocopy on 2 GPUs vs zerocopy on 1 GPU
+BAR_SCALING = {2: 1.85, 4: 3.5}     # default on N GPUs over 1 GPU (epoch-time ratio of medians)
+BAR_OVER_BASELINE = 2.0             # default over the best baseline on the largest GPU count
+BAR_HOST_BYTES = 1.2                # peak host memory over features + graph on the largest GPU count
+BAR_SOAK_MIB = 64.0
 
 
-def _run(ds, gpus: int, mode: str, args, global_batches: int) -> Dict:
+def _mean(summary: Optional[Dict[str, float]]) -> float:
+    return summary["mean"] if summary and summary.get("n") else float("nan")
+
+
+def rank_record(rank: int, last) -> Dict[str, Any]:
+    """One rank's timed epoch (:class:`~pytorch_zerocopy.pipeline.EpochStats`) as plain values."""
+    per_mb = last.steady_ms_per_minibatch / 1e3
+    steady = last.steady_seconds if last.steady_batches >= 1 else last.train_seconds
+    trace = last.trace
+    train_ms = (trace.per_step.get("gpu_train_ms") or []) if trace is not None else []
+    return {"rank": rank, "epoch_seconds": per_mb * last.train_batches, "minibatches": last.train_batches,
+            "ms_per_minibatch": per_mb * 1e3,
+            "feature_bytes_per_s": (last.steady_bytes / steady) if last.steady_batches >= 1 and steady > 0 else 0.0,
+            "input_wait_share": last.input_wait_share,
+            "gpu_busy_share": sum(train_ms) / (steady * 1e3) if train_ms and steady > 0 else float("nan"),
+            "sample_ms": _mean(trace.producer.get("sample_ms")) if trace is not None else float("nan"),
+            "gather_ms": _mean(trace.producer.get("gather_ms")) if trace is not None else float("nan"),
+            "cache_hit_rate": last.cache_hit_rate, "val_acc": last.val_acc, "loss": last.loss,
+            "partition": _partition(last.partition), "train_step": last.train_step,
+            "param_checksum": last.param_checksum}
+
+
+def _partition(info) -> Optional[Dict[str, Any]]:
+    """A :class:`~pytorch_zerocopy.pipeline.PartitionInfo` as plain values (its kind by name)."""
+    return None if info is None else {**asdict(info), "kind": info.kind.value}
+
+
+def run_record(gpus: int, row: str, results: Dict[int, List], wall: float, peak_host_bytes: int = 0,
+               plan: str = "") -> Dict[str, Any]:
+    """One (GPU count, row) job as the report keeps it, from each rank's epoch statistics (the
+    last epoch is the timed one); plain values only."""
+    ranks = [rank_record(rank, epochs[-1]) for rank, epochs in sorted(results.items())]
+    epoch = max(r["epoch_seconds"] for r in ranks)
+    minibatches = sum(r["minibatches"] for r in ranks)
+    return {"gpus": gpus, "mode": row, "plan": plan, "epoch_seconds": epoch, "minibatches": minibatches,
+            "ms_per_minibatch": epoch / max(1, minibatches) * 1e3, "minibatches_per_s": minibatches / epoch,
+            "feature_gbs": sum(r["feature_bytes_per_s"] for r in ranks) / 1e9,
+            "input_wait_share": max(r["input_wait_share"] for r in ranks),
+            "gpu_busy_share": min(r["gpu_busy_share"] for r in ranks),
+            "val_acc": ranks[0]["val_acc"], "partition": ranks[0]["partition"], "wall_seconds": wall,
+            "peak_host_bytes": peak_host_bytes, "ranks": ranks}
+
+
+def _job(ds, gpus: int, row: str, args, baseline_bytes: int) -> Dict[str, Any]:
+    """One training job of ``row`` on ``gpus`` GPUs, timed over its last epoch."""
+    from pytorch_zerocopy.pipeline import make_plan
     from pytorch_zerocopy.train import train_data_parallel
 
-    per_rank = global_batches // gpus
-    extra = {"producer_share": args.producer_share, "producer_sms": args.producer_sms} if mode == "zerocopy" else {}
-    if args.eager:
-        extra["cuda_graph"] = False
-    if args.samplers is not None and mode == "dma":
-        extra["num_samplers"] = args.samplers
-    if args.trace:
-        extra["trace"] = True
+    mode, settings = CORE_ROWS[row]
+    plan = make_plan(mode, row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, local_processes=gpus,
+                     **_shape(args, args.global_batches // gpus), trace=True, **settings)
     start = time.perf_counter()
-    results = train_data_parallel(ds, gpus, mode, args.partition if mode == "zerocopy" else "auto",
-                                  fanouts=[int(f) for f in args.fanouts.split(",")], batch_size=args.batch_size,
-                                  epochs=args.epochs, quiet=True, max_batches=per_rank, replay=args.replay,
-                                  val_batches=1, hidden=args.hidden, **extra)
-    return run_record(gpus, mode, results, time.perf_counter() - start)
+    with PeakHostMemory() as memory:
+        results = train_data_parallel(ds, gpus, plan=plan, quiet=True)
+    return run_record(gpus, row, results, time.perf_counter() - start, memory.peak - baseline_bytes, plan.describe())
 
 
-def _partition(info) -> Dict[str, Any]:
-    """A :class:`~pytorch_zerocopy.pipeline.PartitionInfo` as plain values (its kind by name)."""
-    return {**asdict(info), "kind": info.kind.value}
+def _shape(args, per_rank: int) -> Dict[str, Any]:
+    return dict(fanouts=tuple(int(f) for f in args.fanouts.split(",")), batch_size=args.batch_size,
+                epochs=args.epochs, max_batches=per_rank, val_batches=1, hidden=args.hidden)
 
 
-def run_record(gpus: int, mode: str, results: Dict[int, List], wall: float) -> Dict[str, Any]:
-    """One (GPU count, mode) run as the report keeps it, from each rank's epoch statistics
-    (:class:`~pytorch_zerocopy.pipeline.EpochStats`; the last epoch is the timed one) and the
-    run's wall time; plain values only."""
-    ranks = []
-    for rank, epochs in sorted(results.items()):
-        last = epochs[-1]
-        per_mb = last.steady_seconds / last.steady_batches
-        ranks.append({"rank": rank, "epoch_seconds": per_mb * last.train_batches,
-                      "minibatches": last.train_batches, "ms_per_minibatch": per_mb * 1e3,
-                      "feature_bytes_per_s": last.steady_bytes / last.steady_seconds,
-                      "input_wait_share": last.input_wait_share,
-                      "val_acc": last.val_acc, "loss": last.loss, "partition": _partition(last.partition),
-                      "param_checksum": last.param_checksum, "trace": asdict(last.trace) if last.trace else None,
-                      "train_step": last.train_step})
-    epoch = max(r["epoch_seconds"] for r in ranks)
-    return {"gpus": gpus, "mode": mode, "epoch_seconds": epoch, "minibatches": sum(r["minibatches"] for r in ranks),
-            "minibatches_per_s": sum(r["minibatches"] for r in ranks) / epoch,
-            "feature_gbs": sum(r["feature_bytes_per_s"] for r in ranks) / 1e9,
-            "val_acc": ranks[0]["val_acc"], "partition": ranks[0]["partition"], "wall_seconds": wall,
-            "input_wait_share": max(r["input_wait_share"] for r in ranks),
-            "ranks": ranks}
+def spread(values: List[float]) -> Dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def _step_label(run: Dict) -> str:
-    """How a run's training steps ran: eager, or graphed with its eager fallbacks over all ranks."""
-    steps = [k.get("train_step") or {} for k in run["ranks"]]
-    if not steps or steps[0].get("kind") != "cuda-graph":
-        return steps[0].get("kind", "-") if steps else "-"
-    return f"graph, {sum(s.get('fallbacks', 0) for s in steps)} eager"
-
-
-@dataclass
-class ScalingSummary:
-    """Per (GPU count, mode): the epoch time of each round (``per_round``) and their median
-    (``medians``, what the bars and the vs columns use); the bars."""
-
-    per_round: Dict[Tuple[int, str], List[float]]
-    medians: Dict[Tuple[int, str], float]
-    bars: Dict[str, Any]
-
-
-def summarise(runs: List[Dict[str, Any]], gpu_counts: List[int], modes: List[str]) -> ScalingSummary:
-    """The medians and bars of ``runs`` (:func:`run_record` records, or ``{"gpus", "mode",
-    "error"}`` for a run that failed, which counts nowhere)."""
-    wanted = max(gpu_counts)
-    per_round: Dict[Tuple[int, str], List[float]] = {}
+def summarise(runs: List[Dict[str, Any]], data_size: int, table_bytes: int) -> Tuple[Dict, Dict[str, Any], Dict]:
+    """The epoch-time spread of each (GPU count, row) (``{(gpus, row): spread}``), the bars and
+    the bars' spreads (ratios of the extremes), from :func:`run_record` records (failed runs,
+    ``{"gpus", "mode", "error"}``, count nowhere)."""
+    times: Dict[Tuple[int, str], List[float]] = {}
+    peaks: Dict[Tuple[int, str], List[int]] = {}
     for r in runs:
         if "error" not in r:
-            per_round.setdefault((r["gpus"], r["mode"]), []).append(r["epoch_seconds"])
-    ok = {key: statistics.median(times) for key, times in per_round.items()}
-    bars: Dict[str, Any] = {}
-    for g in gpu_counts:
-        if (g, "zerocopy") in ok and (g, "dma") in ok:
-            bars[f"zerocopy_over_dma_{g}gpu"] = ok[(g, "dma")] / ok[(g, "zerocopy")]
-    if (wanted, "zerocopy") in ok and (wanted, "dma") in ok:
-        bars[f"zerocopy_at_least_{BAR_OVER_DMA}x_dma_on_{wanted}gpu"] = bars[f"zerocopy_over_dma_{wanted}gpu"] >= BAR_OVER_DMA
-    for mode in modes:
-        if (1, mode) in ok and (wanted, mode) in ok and wanted > 1:
-            bars[f"{mode}_{wanted}gpu_over_1gpu"] = ok[(1, mode)] / ok[(wanted, mode)]
-    if wanted == 2 and "zerocopy_2gpu_over_1gpu" in bars:
-        bars[f"zerocopy_2gpu_at_least_{BAR_SCALING}x_1gpu"] = bars["zerocopy_2gpu_over_1gpu"] >= BAR_SCALING
-    return ScalingSummary(per_round, ok, bars)
+            times.setdefault((r["gpus"], r["mode"]), []).append(r["epoch_seconds"])
+            peaks.setdefault((r["gpus"], r["mode"]), []).append(r.get("peak_host_bytes", 0))
+    cells = {key: spread(v) for key, v in times.items()}
+    counts = sorted({g for g, _ in cells})
+    bars: Dict[str, Any] = {"fresh_sampling": not any(r.get("replay") for r in runs), "table_gib": table_bytes / 2**30}
+    ranges: Dict[str, Any] = {}
+    one = cells.get((1, "default"))
+    for g in counts:
+        here = cells.get((g, "default"))
+        if g > 1 and one and here:
+            name = f"default_{g}gpu_over_1gpu"
+            bars[name] = one["median"] / here["median"]
+            ranges[name] = {"min": one["min"] / here["max"], "max": one["max"] / here["min"]}
+            if g in BAR_SCALING:
+                bars[f"{name}_at_least_{BAR_SCALING[g]}x"] = bars[name] >= BAR_SCALING[g]
+    top = max(counts) if counts else 0
+    default = cells.get((top, "default"))
+    baselines = {b: cells[(top, b)] for b in BASELINES if (top, b) in cells}
+    if default and baselines:
+        best = min(baselines, key=lambda b: baselines[b]["median"])
+        name = f"default_over_best_baseline_{top}gpu"
+        bars[f"best_baseline_{top}gpu"] = best
+        bars[name] = baselines[best]["median"] / default["median"]
+        ranges[name] = {"min": baselines[best]["min"] / default["max"], "max": baselines[best]["max"] / default["min"]}
+        bars[f"{name}_at_least_{BAR_OVER_BASELINE:g}x"] = bars[name] >= BAR_OVER_BASELINE
+    if default:
+        name = f"host_bytes_over_data_{top}gpu"
+        bars[name] = max(peaks[(top, "default")]) / data_size
+        bars[f"{name}_within_{BAR_HOST_BYTES}x"] = bars[name] <= BAR_HOST_BYTES
+    gpu_one, gpu_top = cells.get((1, "gpu")), cells.get((top, "gpu"))
+    if default and gpu_top:
+        ranges[f"default_over_gpu_{top}gpu"] = default["median"] / gpu_top["median"]
+    if gpu_one and gpu_top and top > 1:
+        ranges[f"gpu_{top}gpu_over_1gpu"] = gpu_one["median"] / gpu_top["median"]
+    return cells, bars, ranges
 
 
-def report_lines(runs: List[Dict[str, Any]], summary: ScalingSummary, repeats: int, trace: bool) -> List[str]:
-    """The report's tables (medians when ``repeats`` > 1, then every run), its per-rank traces
-    (``trace``) and its bars, as Markdown lines."""
-    ok, per_round, bars = summary.medians, summary.per_round, summary.bars
-    md: List[str] = []
-    if repeats > 1:
-        md += [f"Median of {repeats} rounds (each round runs every GPU count and mode once, in this order); "
-               "the vs columns and the bars divide medians.", "",
-               "| GPUs | mode | median epoch s | epoch s per round | vs dma | vs 1 GPU |", "|---|---|---|---|---|---|"]
-        for (g, mode), median in ok.items():
-            dma, one = ok.get((g, "dma")), ok.get((1, mode))
-            rounds = " / ".join(f"{x:.3f}" for x in per_round[(g, mode)])
-            md.append(f"| {g} | {mode} | {median:.3f} | {rounds} | "
-                      + (f"{dma / median:.2f}x" if dma else "-") + " | "
-                      + (f"{one / median:.2f}x" if one else "-") + " |")
-        md += ["", "Every run:", ""]
-    md += ["| round | GPUs | mode | epoch s | minibatches/s | feature GB/s (all GPUs) | vs dma | vs 1 GPU | "
-           "partition | input wait | step | val acc |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+def _fmt(v: Any) -> str:
+    return str(v) if isinstance(v, (bool, str)) else f"{v:.3g}"
+
+
+def report_lines(runs: List[Dict[str, Any]], cells: Dict, bars: Dict[str, Any], ranges: Dict[str, Any]) -> List[str]:
+    """The report's tables (medians per GPU count and row, then every run with its ranks' input
+    wait and GPU busy share) and its bars, as Markdown lines."""
+    md = ["| GPUs | row | epoch s (median) | min | max | n | ms / minibatch (median) | vs 1 GPU | vs gpu |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for (g, row), s in sorted(cells.items()):
+        one, ref = cells.get((1, row)), cells.get((g, "gpu"))
+        runs_here = [r for r in runs if r["gpus"] == g and r["mode"] == row and "error" not in r]
+        per_mb = statistics.median(r["ms_per_minibatch"] for r in runs_here)
+        md.append(f"| {g} | {row} | {s['median']:.3f} | {s['min']:.3f} | {s['max']:.3f} | {s['n']} | {per_mb:.3f} | "
+                  + (f"{one['median'] / s['median']:.2f}x" if one and g > 1 else "-") + " | "
+                  + (f"{s['median'] / ref['median']:.2f}" if ref else "-") + " |")
+    md += ["", "Every run (input wait: the largest over the ranks; GPU busy: the smallest):", "",
+           "| round | GPUs | row | epoch s | minibatches/s | feature GB/s (all GPUs) | input wait | GPU busy | "
+           "per-rank input wait | per-rank GPU busy | peak host GiB | partition | val acc |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "error" in r:
-            md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | failed: {r['error']} | | | | | | | | |")
+            md.append(f"| {r.get('repeat', '-')} | {r['gpus']} | {r['mode']} | failed: {r['error']} |" + " |" * 9)
             continue
-        dma = ok.get((r["gpus"], "dma"))
-        one = ok.get((1, r["mode"]))
-        vs_dma = f"{dma / r['epoch_seconds']:.2f}x" if dma else "-"
-        vs_one = f"{one / r['epoch_seconds']:.2f}x" if one else "-"
         part = r["partition"] or {}
-        part_s = part.get("kind", "-") + (" (one shared daemon)" if part.get("shared_daemon") else "")
-        md.append(f"| {r['repeat']} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
-                  f"{r['minibatches_per_s']:.1f} | "
-                  f"{r['feature_gbs']:.1f} | {vs_dma} | {vs_one} | {part_s} | {r['input_wait_share']:.0%} | "
-                  f"{_step_label(r)} | {r['val_acc']:.3f} |")
-    if trace:
-        def label(r, k):
-            prefix = f"round {r['repeat']} " if repeats > 1 else ""
-            return f"{prefix}{r['gpus']} GPU(s) {r['mode']} rank {k['rank']}"
-
-        md += [""] + trace_lines([(label(r, k), k.get("trace")) for r in runs if "error" not in r for k in r["ranks"]])
-    md += ["", "Bars: " + ", ".join(f"{k} = {v if isinstance(v, bool) else round(v, 3)}" for k, v in bars.items())]
+        waits = " / ".join(f"{k['input_wait_share']:.0%}" for k in r["ranks"])
+        busy = " / ".join(f"{k['gpu_busy_share']:.0%}" for k in r["ranks"])
+        md.append(f"| {r.get('repeat', '-')} | {r['gpus']} | {r['mode']} | {r['epoch_seconds']:.3f} | "
+                  f"{r['minibatches_per_s']:.1f} | {r['feature_gbs']:.1f} | {r['input_wait_share']:.0%} | "
+                  f"{r['gpu_busy_share']:.0%} | {waits} | {busy} | {r.get('peak_host_bytes', 0) / 2**30:.1f} | "
+                  f"{part.get('kind', '-')} | {r['val_acc']:.3f} |")
+    md += ["", "Bars (medians; min/max ratios in the JSON's `spread`): "
+           + ", ".join(f"{k} = {_fmt(v)}" for k, v in bars.items())]
+    if ranges:
+        md += ["", "Spread and references: " + ", ".join(
+            f"{k} = {_fmt(v) if not isinstance(v, dict) else '{:.3g}..{:.3g}'.format(v['min'], v['max'])}"
+            for k, v in ranges.items())]
     return md
 
 
-def run_scaling(args, gpu_counts: List[int], dataset_fn, notes: List[str]) -> int:
+def kill_check(ds, args, gpus: int = 2) -> Dict[str, Any]:
+    """The default plan on ``gpus`` GPUs for 3 epochs with a checkpoint, once uninterrupted and
+    once with rank 1's trainer SIGKILLed halfway through epoch 1 and the job restarted by
+    elastic; what the restarted job trained, and whether it lost at most the epoch in flight."""
+    from pytorch_zerocopy.launch import LaunchOptions
+    from pytorch_zerocopy.pipeline import checkpoint, make_plan
+    from pytorch_zerocopy.pipeline.plan import InjectedFailure
+    from pytorch_zerocopy.train import train_data_parallel
+
+    per_rank = 40
+    shape = dict(_shape(args, per_rank), epochs=3)
+    root = tempfile.mkdtemp(prefix="zc-kill-")
+    shm_before = set(os.listdir("/dev/shm"))
+    try:
+        def job(name: str, **settings):
+            plan = make_plan("zerocopy", row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes,
+                             local_processes=gpus, checkpoint_dir=os.path.join(root, name), **shape, **settings)
+            start = time.perf_counter()
+            results = train_data_parallel(ds, gpus, plan=plan, quiet=True,
+                                          launch_options=LaunchOptions(max_restarts=1 if "inject_failure" in settings else 0))
+            return results, time.perf_counter() - start
+
+        reference, ref_s = job("reference")
+        # The trainer counts training then validation minibatches (val_batches=1): epoch 1's
+        # training starts at minibatch per_rank + 1.
+        kill_at = per_rank + 1 + per_rank // 2
+        restarted, killed_s = job("killed", inject_failure=InjectedFailure("consumer", "kill", kill_at, rank=1, attempt=0))
+        saved = checkpoint.load(os.path.join(root, "killed"))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    epochs = {rank: [e.epoch for e in stats] for rank, stats in restarted.items()}
+    final, expected = restarted[0][-1], reference[0][-1]
+    same_accuracy = abs(final.test_acc - expected.test_acc) <= 0.05
+    lost_at_most_one = all(e and e[0] >= 1 and e[-1] == 2 for e in epochs.values()) and saved.epoch == 2
+    return {"gpus": gpus, "minibatches_per_rank_epoch": per_rank, "killed_rank": 1, "killed_at_minibatch": kill_at,
+            "restarted_epochs": {str(k): v for k, v in epochs.items()},
+            "test_acc": final.test_acc, "reference_test_acc": expected.test_acc,
+            "reference_seconds": ref_s, "killed_job_seconds": killed_s,
+            "shm_left": sorted(set(os.listdir("/dev/shm")) - shm_before),
+            "resume_loses_at_most_one_epoch": bool(lost_at_most_one and same_accuracy)}
+
+
+def _soak_bars(path: str) -> Dict[str, Any]:
+    with open(path) as f:
+        soak = json.load(f)
+    bars = soak.get("bars", {})
+    out = {k: v for k, v in bars.items() if k.startswith("soak_")}
+    if "soak_growth_mib" in out:
+        out[f"soak_growth_within_{BAR_SOAK_MIB:g}mib"] = out["soak_growth_mib"] <= BAR_SOAK_MIB
+    return out
+
+
+def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
     available = torch.cuda.device_count()
     wanted = max(gpu_counts)
     if wanted > available:
         print(f"--gpus asks for {wanted} GPUs, this machine has {available}")
         return 2
-    table_gib = args.table_gib or (0.5 if args.quick else 32.0)
-    global_batches = args.max_batches or (8 if args.quick else 48)
-    if global_batches % wanted:
-        global_batches += wanted - global_batches % wanted
-    modes = [m for m in args.modes.split(",") if m in SCALING_MODES] or list(SCALING_MODES)
+    table_gib = args.table_gib or 32.0
+    args.global_batches = args.global_batches or 480
+    if args.global_batches % wanted:
+        args.global_batches += wanted - args.global_batches % wanted
+    rows = [r for r in (args.rows or ",".join(CORE_ROWS)).split(",") if r]
+    unknown = [r for r in rows if r not in CORE_ROWS]
+    if unknown:
+        print(f"--rows: unknown rows {unknown}; choose from {list(CORE_ROWS)}")
+        return 2
+    baseline_gpus = {int(g) for g in (args.baseline_gpus or str(wanted)).split(",") if g.strip()}
+    earlier = _load_append(args.append) if args.append else None
     t_start = time.perf_counter()
     info = machine_info()
     info["gpus"] = available
-    notes = notes + [f"every GPU count trains the same {global_batches} minibatches per epoch, split evenly "
-                     "between the ranks; epoch time = the slowest rank's steady-state time per minibatch "
-                     "x its minibatches",
-                     "one pipeline (sampler, producer, consumer) per GPU, one shared host copy of the dataset; "
-                     "zerocopy's MPS partition: one daemon for all GPUs",
-                     ("training steps issued op by op, gradients averaged by DDP over NCCL" if args.eager else
-                      "training steps replayed from CUDA graphs over padded minibatches, gradients averaged by an "
-                      "NCCL all-reduce captured in the graph (pytorch_zerocopy/pipeline/train_step.py); the "
-                      "step column counts minibatches too large for the graphs' capacities, trained eagerly"),
-                     "input wait: share of the steady-state time a trainer spent blocked on its next minibatch "
-                     "(the largest over the ranks)"]
+    notes = notes + [f"every GPU count trains the same {args.global_batches} minibatches per epoch, split evenly "
+                     "between the ranks; epoch time = the slowest rank's steady-state time per minibatch x its "
+                     "minibatches; batch "
+                     f"{args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, {args.epochs} epochs per "
+                     "run (the last timed)",
+                     "each row on N GPUs is the plan make_plan makes for N local processes (zerocopy train --gpus N)",
+                     f"baselines ({', '.join(BASELINES)}) run on {sorted(baseline_gpus)} GPU(s)",
+                     "peak host: the job's largest MemTotal - MemAvailable over the same before the dataset existed"]
     print("\n".join(notes), flush=True)
+    baseline_bytes = used_host_bytes()
     print(f"data-parallel scaling: table {table_gib:g} GiB, width {args.width}, GPUs {gpu_counts}", flush=True)
-    ds, gen_s = dataset_fn(table_gib, args.width, args)
-    ds.share_memory_()
-    ceilings = measure_ceilings(ds.features, rows=args.batch_size * 100)
+    ds = papers_dataset(table_gib, args.width, args.degree)
+    size, table_bytes, described = data_bytes(ds), ds.feature_source.nbytes, ds.describe()
+    ceilings = measure_ceilings(None, 0)
     print(f"  ceilings (GPU 0): {ceilings}", flush=True)
-    repeats = args.repeats
-    runs = []
-    for rep in range(repeats):
+    runs: List[Dict[str, Any]] = list(earlier["runs"]) if earlier else []
+    extra: Dict[str, Any] = dict(earlier.get("checks", {})) if earlier else {}
+    name = args.name or "training_gpus"
+
+    def write() -> None:
+        cells, bars, ranges = summarise(runs, size, table_bytes)
+        if "kill_check" in extra:
+            bars["resume_loses_at_most_one_epoch"] = extra["kill_check"]["resume_loses_at_most_one_epoch"]
+        if args.soak:
+            bars.update(_soak_bars(args.soak))
+        result = {"machine": info, "notes": notes, "ceilings": ceilings, "dataset": described, "data_bytes": size,
+                  "table_bytes": table_bytes, "global_minibatches": args.global_batches, "runs": runs,
+                  "cells": [{"gpus": g, "row": r, **s} for (g, r), s in sorted(cells.items())],
+                  "bars": bars, "spread": ranges, "checks": extra, "config": vars(args),
+                  "parts": (earlier.get("parts", 1) + 1) if earlier else 1,
+                  "wall_seconds": time.perf_counter() - t_start}
+        md = header_lines("GraphSAGE data-parallel training, every minibatch sampled: epoch time per GPU count",
+                          info, ceilings)
+        md += ["Notes: " + "; ".join(notes) + ".", "",
+               f"Dataset: {described}; features + graph {size / 2**30:.1f} GiB.", ""]
+        md += report_lines(runs, cells, bars, ranges)
+        if "kill_check" in extra:
+            k = extra["kill_check"]
+            md += ["", f"Kill check: {k['gpus']} GPUs, rank {k['killed_rank']}'s trainer SIGKILLed at minibatch "
+                       f"{k['killed_at_minibatch']} (epoch 1 of 3); the restarted job trained epochs "
+                       f"{k['restarted_epochs']}, test accuracy {k['test_acc']:.3f} vs {k['reference_test_acc']:.3f} "
+                       f"uninterrupted; /dev/shm left: {k['shm_left'] or 'nothing'}."]
+        md += ["", f"Wall time {result['wall_seconds']:.0f} s."]
+        write_report(args.out, name, result, md, _plot(cells, gpu_counts, table_bytes, args.global_batches))
+
+    for rep in range(args.repeats):
         for g in gpu_counts:
-            for mode in modes:
+            for row in rows:
+                if row in BASELINES and g not in baseline_gpus:
+                    continue
                 try:
-                    r = _run(ds, g, mode, args, global_batches)
+                    r = _job(ds, g, row, args, baseline_bytes)
                 except Exception as e:  # noqa: BLE001 - report and go on
-                    r = {"gpus": g, "mode": mode, "error": str(e).strip().splitlines()[-1][:500]}
-                r["repeat"] = rep
-                print(f"  round {rep} {g} GPU(s) {mode}: "
-                      + (f"{r['epoch_seconds']:.3f} s/epoch, {r['feature_gbs']:.1f} GB/s features"
-                         if "error" not in r else f"FAILED {r['error']}"), flush=True)
+                    r = {"gpus": g, "mode": row, "error": str(e).strip().splitlines()[-1][:500]}
+                r["repeat"] = rep + (earlier.get("repeats", 0) if earlier else 0)
+                print(f"  round {rep} {g} GPU(s) {row}: " + (
+                    f"{r['epoch_seconds']:.3f} s/epoch ({r['ms_per_minibatch']:.2f} ms/minibatch), input wait "
+                    f"{r['input_wait_share']:.0%}, GPU busy {r['gpu_busy_share']:.0%}, peak host "
+                    f"{r['peak_host_bytes'] / 2**30:.1f} GiB, {r['wall_seconds']:.0f} s" if "error" not in r
+                    else f"FAILED {r['error']}"), flush=True)
                 runs.append(r)
                 gc.collect()
-    table_bytes = ds.feature_source.nbytes
-    described = ds.describe()
+                write()
+    if args.kill_check:
+        try:
+            extra["kill_check"] = kill_check(ds, args)
+        except Exception as e:  # noqa: BLE001 - a failed check is a result
+            extra["kill_check"] = {"error": str(e).strip().splitlines()[-1][:500], "gpus": 2, "killed_rank": 1,
+                                   "killed_at_minibatch": -1, "restarted_epochs": {}, "test_acc": float("nan"),
+                                   "reference_test_acc": float("nan"), "shm_left": [],
+                                   "resume_loses_at_most_one_epoch": False}
+        print(f"  kill check: {extra['kill_check']}", flush=True)
     del ds
     gc.collect()
+    write()
+    with open(os.path.join(args.out, f"{name}.md")) as f:
+        print(f.read())
+    return 0
 
-    summary = summarise(runs, gpu_counts, modes)
-    ok, bars = summary.medians, summary.bars
-    result = {"machine": info, "notes": notes, "ceilings": ceilings,
-              "dataset": described, "table_bytes": table_bytes, "generation_seconds": gen_s,
-              "global_minibatches": global_batches, "runs": runs, "bars": bars, "config": vars(args),
-              "wall_seconds": time.perf_counter() - t_start}
-    md = header_lines("GraphSAGE data-parallel training: epoch time per mode and GPU count", info, ceilings)
-    md += ["Notes: " + "; ".join(notes) + ".", "", f"Dataset: {described}", ""]
-    md += report_lines(runs, summary, repeats, args.trace)
-    md += ["", f"Wall time {result['wall_seconds']:.0f} s."]
 
+def _load_append(path: str) -> Dict[str, Any]:
+    with open(path) as f:
+        earlier = json.load(f)
+    earlier["repeats"] = 1 + max((r.get("repeat", 0) for r in earlier["runs"]), default=-1)
+    return earlier
+
+
+def _plot(cells: Dict, gpu_counts: List[int], table_bytes: int, global_batches: int):
     def plot(plt):
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        rows = sorted({r for _, r in cells}, key=list(CORE_ROWS).index)
+        _, ax = plt.subplots(figsize=(8, 4.5))
         width = 0.8 / max(1, len(gpu_counts))
         for i, g in enumerate(gpu_counts):
-            xs = [j + i * width for j, m in enumerate(modes) if (g, m) in ok]
-            ys = [ok[(g, m)] for m in modes if (g, m) in ok]
+            xs = [j + i * width for j, r in enumerate(rows) if (g, r) in cells]
+            ys = [cells[(g, r)]["median"] for r in rows if (g, r) in cells]
             ax.bar(xs, ys, width=width, label=f"{g} GPU(s)")
-        ax.set_xticks([j + width * (len(gpu_counts) - 1) / 2 for j in range(len(modes))])
-        ax.set_xticklabels(modes)
+        ax.set_xticks([j + width * (len(gpu_counts) - 1) / 2 for j in range(len(rows))])
+        ax.set_xticklabels(rows)
         ax.set_ylabel(f"epoch time (s), {global_batches} minibatches")
         ax.set_title(f"Data-parallel GraphSAGE, {table_bytes / 2**30:.3g} GiB host feature table")
         ax.legend()
 
-    write_report(args.out, args.name or ("training_gpus_quick" if args.quick else "training_gpus"), result, md, plot)
-    print("\n".join(md))
-    return 0
+    return plot
