@@ -197,9 +197,30 @@ def _zerocopy_gather_gbs(features: torch.Tensor, rows: int, reps: int = 10) -> f
     return out.numel() * out.element_size() / times[len(times) // 2] / 1e9
 
 
-def measure_ceilings(features: Optional[torch.Tensor], rows: int) -> Dict[str, float]:
-    """Pinned-memcpy H2D ceiling, the DMA gather baseline and the zero-copy gather, in GB/s."""
+def _pinned_memcpy_gbs_at(device: int, start_at: float, nbytes: int = 1 << 30, reps: int = 15) -> float:
+    """:func:`pinned_memcpy_gbs` on GPU ``device``, its timed copies starting at the wall-clock
+    time ``start_at`` (so that the copies of several GPUs overlap)."""
+    torch.cuda.set_device(device)
+    torch.empty(1, device="cuda")
+    time.sleep(max(0.0, start_at - time.time()))
+    return pinned_memcpy_gbs(nbytes, reps)
+
+
+def concurrent_memcpy_gbs(gpus: int) -> List[float]:
+    """Each of ``gpus`` GPUs' pinned H2D copy rate while all copy at once (one process each):
+    the host side's ceiling for that many links."""
+    start_at = time.time() + 10.0 + gpus
+    return run_children([(_pinned_memcpy_gbs_at, (d, start_at), None) for d in range(gpus)])
+
+
+def measure_ceilings(features: Optional[torch.Tensor], rows: int, gpus: int = 1) -> Dict[str, float]:
+    """Pinned-memcpy H2D ceiling, the DMA gather baseline and the zero-copy gather, in GB/s;
+    with ``gpus`` > 1 also the copy rate of that many GPUs copying at once (their sum)."""
     out = {"pinned_memcpy_gbs": run_in_child(_pinned_memcpy_gbs)}
+    if gpus > 1:
+        rates = concurrent_memcpy_gbs(gpus)
+        out[f"pinned_memcpy_gbs_{gpus}gpus_at_once"] = sum(rates)
+        out[f"pinned_memcpy_gbs_{gpus}gpus_slowest"] = min(rates)
     if features is not None:
         out["dma_gather_gbs"] = run_in_child(_dma_gather_gbs, features, rows)
         out["zerocopy_gather_gbs"] = run_in_child(_zerocopy_gather_gbs, features, rows)

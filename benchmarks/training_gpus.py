@@ -47,6 +47,10 @@ BAR_SCALING = {2: 1.85, 4: 3.5}     # default on N GPUs over 1 GPU (epoch-time r
 BAR_OVER_BASELINE = 2.0             # default over the best baseline on the largest GPU count
 BAR_HOST_BYTES = 1.2                # peak host memory over features + graph on the largest GPU count
 BAR_SOAK_MIB = 64.0
+# Settings a user could pick, run where the baselines run (never a bar).
+LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 25.0}),
+                 "default[no_cache]": ("zerocopy", {"cache": None})}
+ROWS = {**CORE_ROWS, **LABELLED_ROWS}
 
 
 def _mean(summary: Optional[Dict[str, float]]) -> float:
@@ -97,7 +101,7 @@ def _job(ds, gpus: int, row: str, args, baseline_bytes: int) -> Dict[str, Any]:
     from pytorch_zerocopy.pipeline import make_plan
     from pytorch_zerocopy.train import train_data_parallel
 
-    mode, settings = CORE_ROWS[row]
+    mode, settings = ROWS[row]
     plan = make_plan(mode, row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, local_processes=gpus,
                      **_shape(args, args.global_batches // gpus), trace=True, **settings)
     start = time.perf_counter()
@@ -263,9 +267,9 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
     if args.global_batches % wanted:
         args.global_batches += wanted - args.global_batches % wanted
     rows = [r for r in (args.rows or ",".join(CORE_ROWS)).split(",") if r]
-    unknown = [r for r in rows if r not in CORE_ROWS]
+    unknown = [r for r in rows if r not in ROWS]
     if unknown:
-        print(f"--rows: unknown rows {unknown}; choose from {list(CORE_ROWS)}")
+        print(f"--rows: unknown rows {unknown}; choose from {list(ROWS)}")
         return 2
     baseline_gpus = {int(g) for g in (args.baseline_gpus or str(wanted)).split(",") if g.strip()}
     earlier = _load_append(args.append) if args.append else None
@@ -278,14 +282,15 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
                      f"{args.batch_size}, fanouts {args.fanouts}, hidden {args.hidden}, {args.epochs} epochs per "
                      "run (the last timed)",
                      "each row on N GPUs is the plan make_plan makes for N local processes (zerocopy train --gpus N)",
-                     f"baselines ({', '.join(BASELINES)}) run on {sorted(baseline_gpus)} GPU(s)",
+                     f"baselines ({', '.join(BASELINES)}) and labelled rows ({', '.join(LABELLED_ROWS)}) run on "
+                     f"{sorted(baseline_gpus)} GPU(s)",
                      "peak host: the job's largest MemTotal - MemAvailable over the same before the dataset existed"]
     print("\n".join(notes), flush=True)
     baseline_bytes = used_host_bytes()
     print(f"data-parallel scaling: table {table_gib:g} GiB, width {args.width}, GPUs {gpu_counts}", flush=True)
     ds = papers_dataset(table_gib, args.width, args.degree)
     size, table_bytes, described = data_bytes(ds), ds.feature_source.nbytes, ds.describe()
-    ceilings = measure_ceilings(None, 0)
+    ceilings = measure_ceilings(None, 0, gpus=wanted)
     print(f"  ceilings (GPU 0): {ceilings}", flush=True)
     runs: List[Dict[str, Any]] = list(earlier["runs"]) if earlier else []
     extra: Dict[str, Any] = dict(earlier.get("checks", {})) if earlier else {}
@@ -320,7 +325,7 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
     for rep in range(args.repeats):
         for g in gpu_counts:
             for row in rows:
-                if row in BASELINES and g not in baseline_gpus:
+                if (row in BASELINES or row in LABELLED_ROWS) and g not in baseline_gpus:
                     continue
                 try:
                     r = _job(ds, g, row, args, baseline_bytes)
@@ -361,7 +366,7 @@ def _load_append(path: str) -> Dict[str, Any]:
 
 def _plot(cells: Dict, gpu_counts: List[int], table_bytes: int, global_batches: int):
     def plot(plt):
-        rows = sorted({r for _, r in cells}, key=list(CORE_ROWS).index)
+        rows = sorted({r for _, r in cells}, key=list(ROWS).index)
         _, ax = plt.subplots(figsize=(8, 4.5))
         width = 0.8 / max(1, len(gpu_counts))
         for i, g in enumerate(gpu_counts):
