@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_zerocopy.graph import CSRGraph, bfs, connected_components, grid_graph, kronecker_graph, road_graph, uniform_random_graph
+from pytorch_zerocopy.graph import (
+    CSRGraph,
+    bfs,
+    connected_components,
+    grid_graph,
+    kronecker_graph,
+    road_graph,
+    uniform_random_graph,
+)
 from pytorch_zerocopy.graph.generators import build_from_chunks
 
 
