@@ -58,9 +58,15 @@ labelled as quoted, with their source.
 
 Modes. Full (default; one H100): ``--budget`` (default 540 s) per command; run the families in
 separate commands with ``--merge`` (each adds its graphs to the one result set, keeping the
-others). ``--first-look``: new kernels' correctness against the CPU implementations, then every
-variant on ``uniform_random_graph(24, 8)`` and a 1024 x 1024 grid. ``--quick``: seconds on the
-CPU (tiny graphs, every op and variant, CPU fallback), to check the script itself.
+others measured on the same device), e.g. with EMOGI's code checked out at ``build/EMOGI``::
+
+    python benchmarks/traversal_peer.py --graphs grid,road --emogi build/EMOGI          # ~5 min
+    python benchmarks/traversal_peer.py --graphs kron --emogi build/EMOGI --merge       # ~7 min
+    python benchmarks/traversal_peer.py --graphs urand --emogi build/EMOGI --merge      # ~9 min
+
+``--first-look``: new kernels' correctness against the CPU implementations, then every variant on
+``uniform_random_graph(24, 8)`` and a 1024 x 1024 grid. ``--quick``: seconds on the CPU (tiny
+graphs, every op and variant, CPU fallback), to check the script itself.
 """
 
 from __future__ import annotations

@@ -185,3 +185,21 @@ def test_help_names_the_sizes_and_emogi(capsys):
 def test_unknown_family_is_refused():
     with pytest.raises(SystemExit):
         tp.parse_args(["--graphs", "mesh"])
+
+
+def test_ratios_to_emogi_use_its_fastest_kernel_and_pagerank_per_pass():
+    rows = [row("u", "bfs", "unified", "auto", {0: 60.0, 1: 40.0}),
+            dict(row("u", "pagerank", "unified", "auto", {0: 800.0}), ms_per_pass=80.0)]
+
+    def peer(op, kernel, ms, iterations, error=None):
+        return {"op": op, "placement": "unified", "kernel": kernel, "mean_ms": ms, "error": error,
+                "ms_per_iteration": ms / iterations}
+
+    section = {"measured": True, "results": [peer("bfs", 1, 200.0, 20), peer("bfs", 2, 100.0, 20),
+                                             peer("bfs", 0, 10.0, 20, error="exit status 1"),
+                                             peer("pagerank", 2, 4000.0, 100)]}
+    bars = tp.bars([{"name": "u", "family": "urand", "rows": rows, "emogi": section}])
+    assert bars["emogi_measured"] is True
+    assert bars["bfs_unified_over_emogi"] == pytest.approx(50.0 / 100.0)  # the failed kernel does not count
+    assert bars["pagerank_unified_over_emogi"] == pytest.approx(80.0 / 40.0)
+    assert bars["cc_unified_over_emogi"] is None
