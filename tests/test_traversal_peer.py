@@ -189,7 +189,7 @@ def test_unknown_family_is_refused():
 
 def test_ratios_to_emogi_use_its_fastest_kernel_and_pagerank_per_pass():
     rows = [row("u", "bfs", "unified", "auto", {0: 60.0, 1: 40.0}),
-            dict(row("u", "pagerank", "unified", "auto", {0: 800.0}), ms_per_pass=80.0)]
+            dict(row("u", "pagerank", "unified", "auto", {0: 800.0}), ms_per_pass=80.0, l1_vs_fp64=1e-5)]
 
     def peer(op, kernel, ms, iterations, error=None):
         return {"op": op, "placement": "unified", "kernel": kernel, "mean_ms": ms, "error": error,
