@@ -74,6 +74,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import enum
+import gc
 import json
 import os
 import shutil
@@ -521,6 +522,7 @@ def bench_graph_and_peer(spec: GraphSpec, args, clock: Clock, ceiling: Optional[
         os.makedirs(bel_dir, exist_ok=True)
     bel = None if bel_dir is None else os.path.join(bel_dir, f"{spec.name}.bel")
     info = bench_graph(spec, args, clock, ceiling, bel)
+    gc.collect()  # the graph's host and GPU copies go before EMOGI's programs load theirs
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     info["emogi"] = emogi_section(spec, bel, info["sources"], info["num_nodes"], info["components"], args, clock)
@@ -540,12 +542,12 @@ def emogi_section(spec: GraphSpec, bel: Optional[str], sources: List[int], num_n
     for op in OPS:
         program = emogi.PROGRAM_OF[op]
         for placement in PLACEMENTS:
-            for kernel in emogi.KERNELS[program]:
+            for kernel in sorted(emogi.KERNELS[program], reverse=True):  # EMOGI's best first
                 if clock.left() <= 0:
-                    log(f"{spec.name}: EMOGI {program.value} -t {kernel}: skipped (time budget)")
-                    continue
-                r = emogi.run(args.emogi, op, bel, kernel, emogi.MEMORY_OF[placement],
-                              sources if op in ("bfs", "sssp") else [None], num_nodes, args.alpha)
+                    r = emogi.EmogiResult(op, kernel, emogi.MEMORY_OF[placement], error="skipped (time budget)")
+                else:
+                    r = emogi.run(args.emogi, op, bel, kernel, emogi.MEMORY_OF[placement],
+                                  sources if op in ("bfs", "sssp") else [None], num_nodes, args.alpha)
                 entry = r.to_json()
                 entry.update(placement=placement, op=SHORT[op],
                              same_sources=r.sources == sources if op in ("bfs", "sssp") else None,
@@ -912,6 +914,23 @@ def merged_graphs(path: str, env: dict, new: List[dict]) -> List[dict]:
     return kept + new
 
 
+def write_results(args, result: dict, stem_path: str) -> None:
+    """``<stem>.json`` and ``<stem>.md`` of the graphs measured so far (with ``--merge``, beside
+    the other graphs of the result set already there), with the bars computed over them all."""
+    out = dict(result)
+    if args.merge:
+        out["graphs"] = merged_graphs(stem_path + ".json", result["environment"], result["graphs"])
+    rows = [r for g in out["graphs"] for r in g["rows"]]
+    out["auto_over_best"] = auto_over_best(rows)
+    out["bars"] = bars(out["graphs"])
+    if args.first_look:
+        out["bars"]["first_look_correct"] = all(c["ok"] for c in result["correctness"])
+    with open(stem_path + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    write_markdown(stem_path + ".md", out)
+    result["bars"] = out["bars"]
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -934,24 +953,16 @@ def main(argv=None) -> int:
         result["correctness"] = first_look_correctness(args)
         bad = [c for c in result["correctness"] if not c["ok"]]
         log(f"first look correctness: {len(result['correctness']) - len(bad)} ok, {len(bad)} failed")
+    stem = {"quick": "traversal_peer_quick", "first-look": "traversal_peer_first_look", "full": "traversal_peer"}[
+        args.mode]
     for spec in specs_for(args):
         if clock.left() <= 0:
             log(f"skipping {spec.name}: time budget spent")
             continue
         result["graphs"].append(bench_graph_and_peer(spec, args, clock, ceiling))
-    stem = {"quick": "traversal_peer_quick", "first-look": "traversal_peer_first_look", "full": "traversal_peer"}[
-        args.mode]
-    path = os.path.join(args.out, stem + ".json")
-    if args.merge:
-        result["graphs"] = merged_graphs(path, env, result["graphs"])
-    rows = [r for g in result["graphs"] for r in g["rows"]]
-    result["auto_over_best"] = auto_over_best(rows)
-    result["bars"] = bars(result["graphs"])
-    if args.first_look:
-        result["bars"]["first_look_correct"] = all(c["ok"] for c in result["correctness"])
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    write_markdown(os.path.join(args.out, stem + ".md"), result)
+        write_results(args, result, os.path.join(args.out, stem))  # after every graph: a killed run keeps them
+    if not result["graphs"]:
+        write_results(args, result, os.path.join(args.out, stem))
     for k, v in result["bars"].items():
         log(f"bar {k}: {v}")
     log(f"wrote {args.out}/{stem}.json and .md in {time.perf_counter() - clock.start:.0f} s")
