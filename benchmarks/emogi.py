@@ -10,8 +10,9 @@ writes, and is run once per (kernel, memory) pair:
 
 * kernels (``-t``): 0 one thread per vertex (BFS only), 1 a warp per vertex, 2 a warp per 8
   vertices with 128-byte aligned reads (EMOGI's best);
-* memory (``-m``): 0 the edge list in GPU memory, 2 managed memory advised "accessed by" the
-  GPU and left in host memory (EMOGI's zero-copy), 1 managed read-mostly (UVM).
+* memory (``-m``): 0 the edge list in GPU memory; 2 managed memory filled by the CPU and
+  advised "accessed by" the GPU (EMOGI's direct-access mode, ``UVM_DIRECT``, compared here with
+  the package's ``unified`` placement); 1 managed memory advised read-mostly (UVM, not run).
 
 Sources. With ``-i k`` EMOGI searches from ``i * (V // k)``, ``i = 0 .. k-1``; other sources
 take one run each with ``-r``. Times are EMOGI's own CUDA-event intervals around its level loop
