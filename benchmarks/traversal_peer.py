@@ -1,47 +1,88 @@
-"""Traversal beside EMOGI's published code, on EMOGI's graph, and the async variant where it wins.
+"""Traversal on four graph families, every variant beside ``auto``, and EMOGI's code measured beside it.
 
-The graph is the one EMOGI's own code was measured on (MEASUREMENTS.md, "Traversal beside
-EMOGI's published code"): ``uniform_random_graph(26, 8, seed=1, symmetrize=True)``, 67.1 M
-vertices, 1.074 B int32 CSR entries, a 4.3 GB edge list, generated on the GPU. Sources are
-EMOGI's, vertex i * V / 4 for i = 0..3; times are means over them. Beside it: a high-diameter
-grid (``grid_graph(2048, 2048)``, diameter 4094, int weights for SSSP) and a power-law graph
-(``kronecker_graph(22, 16)``) for the async variant.
+Graphs (``--graphs``, sizes from the command line):
 
-For each graph, op (bfs, sssp, cc, pagerank) and variant (every one the op takes, ``auto``
-included) the script runs the op with the edge list in unified host memory (zero-copy), in GPU
-memory, and, for the ``auto`` variant only, in CUDA managed memory (UVM, cold before every run,
-and only where the copy fits in free GPU memory). It reports the time, the bytes of edge list
-the op read (its edges_read statistic times the bytes per edge), and the time against one pass
-over the edge list at the pinned-memcpy ceiling measured in the same run (``x pass``). Every
-result is compared with a reference: on the large graphs, references computed with plain torch
-operations on the GPU copy of the graph (level-synchronous BFS, min-label propagation, and a
-float64 PageRank by sparse matrix-vector products to 1e-10), on the small ones the package's CPU
-implementations. PageRank runs to ``--pagerank-tol`` (an L1 bound, default 1e-4) and its L1
-distance to the float64 reference is reported.
+* ``urand``  EMOGI's graph: ``uniform_random_graph(26, 8, seed=1, symmetrize=True)``, 67.1 M
+             vertices, 1.074 B int32 CSR entries (``--urand-scale``).
+* ``kron``   Graph500 / R-MAT: ``kronecker_graph(24, 16, seed=1, symmetrize=True,
+             drop_duplicates=True)``: both directions stored, self loops and parallel edges
+             removed, vertex ids permuted (``--kron-scale``, >= 24 for the bars).
+* ``grid``   the 4-neighbour lattice ``grid_graph(2048, 2048)`` (diameter 4094), int weights.
+* ``road``   a road-network-like graph: ``road_graph(4096, 4096, seed=1)``, the lattice with 30 %
+             of its edges removed and a diagonal in 10 % of its squares: mean degree ~3, no
+             shortcuts, diameter > 4095 hops; int weights (``--road-side``).
 
-Bars (``benchmarks/results/traversal_peer.json``, key ``"bars"``): ``bfs_unified_ms``,
-``cc_default_unified_ms``, ``pagerank_unified_ms`` and ``pagerank_l1_vs_fp64`` (the ``auto``
-variants on the unified graph), ``async_over_frontier_high_diameter`` (the larger of BFS's and
-SSSP's frontier-time / async-time on the grid, unified) and ``every_variant_matches_reference``.
+Sources (bfs, sssp): ``--sources k`` per graph (default 4 on urand and kron, 2 on the others):
+vertex ``i * (V // k)`` (EMOGI's rule), moved to the next vertex with out-edges where it has none
+(a Kronecker graph has many isolated vertices); times are means over the sources.
 
-Modes. Full (default; one H100 or H200): about 3-5 minutes, generation included; ``--budget``
-(default 330 s) skips what is left. ``--first-look``: under 2 minutes; correctness of every new
-kernel on small and medium graphs against the CPU implementations, then every variant timed on
-``uniform_random_graph(24, 8)`` and the async variant against frontier on a 1024 x 1024 grid.
-``--quick``: a few seconds on the CPU (small graphs, every op and variant, CPU fallback), to
-check the script itself.
+For each graph, op (bfs, sssp, cc, pagerank), placement (``unified``: the edge list in host
+memory mapped for the GPU; ``cuda``: in GPU memory) and variant (``auto`` and every variant the op
+takes, :data:`~pytorch_zerocopy.graph.OP_VARIANTS`), the script times the op (wall clock around
+the call, synchronised) and checks its result against a reference: on the large graphs torch ops
+on the GPU copy (level-synchronous BFS, min-label propagation, float64 PageRank by sparse
+matrix-vector products to 1e-10), on the others the package's CPU implementations. The ``auto``
+variant also runs with the edge list in CUDA managed memory, cold before every run (``managed``),
+where the copy fits in free GPU memory. A configuration stops taking sources or repetitions after
+``--config-seconds``; ``--budget`` skips what is left.
+
+Reported per row: time; ``x pass`` (time over one pass over the edge list at the pinned-memcpy
+ceiling measured in the same run); ``read`` (the op's own count of neighbour-list entries it
+read, ``stats[0]``, times the bytes per entry: 4 per id, plus 4 per weight for sssp on a weighted
+graph; row offsets, per-vertex arrays and the over-fetch of aligned reads are not counted);
+``link share`` = read bytes / time / ceiling; for pagerank its L1 distance to the float64
+reference and ``ms/pass`` = time / ``stats[1]`` (power iterations, push rounds, or the async
+variant's work in passes over the edge list), so that different stopping rules compare.
+
+Bars (``"bars"`` in the JSON):
+
+* ``auto_over_best_max``: over graph x op x placement (unified, cuda), the largest
+  time(auto) / time(v) over the variants v that matched the reference, each ratio taken over the
+  sources (or repetitions) both ran; target <= 1.10. ``auto_over_best_worst_case`` names it.
+* ``topdown_bfs_link_share``, ``power_pagerank_link_share``: the Kronecker graph, unified; the
+  best link share of the top-down BFS variants (naive, merged, aligned, frontier) and of the
+  power-iteration PageRank variants (naive, merged, aligned, frontier); the variant beside it.
+* ``bfs_unified_ms``, ``cc_default_unified_ms``, ``pagerank_unified_ms``, ``pagerank_l1_vs_fp64``:
+  ``auto`` on EMOGI's graph, unified; ``async_over_frontier_high_diameter``: the larger of BFS's
+  and SSSP's frontier / async time on the grid, unified; ``every_variant_matches_reference``.
+* With ``--emogi``: ``<op>_unified_over_emogi`` = ``auto``'s time over EMOGI's best kernel with
+  its zero-copy edge list, on EMOGI's graph (pagerank: per pass), and ``emogi_measured``.
+
+EMOGI (``--emogi DIR``, a local checkout of its public code, never fetched by this script): the
+script builds it (``make`` with the GPU's arch), writes each graph as ``.bel`` files
+(:func:`~pytorch_zerocopy.graph.save_bel`, into ``--bel-dir`` or a temporary folder removed after
+the graph), and runs every EMOGI kernel with the edge list in GPU memory and in zero-copy host
+memory on the same sources, parsing the times it prints (see ``benchmarks/emogi.py``). Without a
+checkout, the figures of an earlier run of EMOGI's code on EMOGI's graph stay in the report,
+labelled as quoted, with their source.
+
+Modes. Full (default; one H100): ``--budget`` (default 540 s) per command; run the families in
+separate commands with ``--merge`` (each adds its graphs to the one result set, keeping the
+others measured on the same device), e.g. with EMOGI's code checked out at ``build/EMOGI``::
+
+    python benchmarks/traversal_peer.py --graphs grid,road --emogi build/EMOGI          # ~5 min
+    python benchmarks/traversal_peer.py --graphs kron --emogi build/EMOGI --merge       # ~7 min
+    python benchmarks/traversal_peer.py --graphs urand --emogi build/EMOGI --merge      # ~9 min
+
+``--first-look``: new kernels' correctness against the CPU implementations, then every variant on
+``uniform_random_graph(24, 8)`` and a 1024 x 1024 grid. ``--quick``: seconds on the CPU (tiny
+graphs, every op and variant, CPU fallback), to check the script itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
+import gc
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 import warnings
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -51,15 +92,52 @@ if ROOT not in sys.path:  # python benchmarks/traversal_peer.py from a checkout
     sys.path.insert(0, ROOT)
 
 import pytorch_zerocopy  # noqa: E402
+from benchmarks import emogi  # noqa: E402
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
 from benchmarks.traversal import Clock, log, sync  # noqa: E402
 from pytorch_zerocopy.graph import (OP_VARIANTS, CSRGraph, auto_variant, bfs, connected_components,  # noqa: E402
-                                    grid_graph, kronecker_graph, pagerank, sssp, uniform_random_graph)
+                                    grid_graph, kronecker_graph, pagerank, road_graph, save_bel, sssp,
+                                    uniform_random_graph)
 
 OPS = ("bfs", "sssp", "connected_components", "pagerank")
 SHORT = {"bfs": "bfs", "sssp": "sssp", "connected_components": "cc", "pagerank": "pagerank"}
-# EMOGI's own code on the same graph and GPU (MEASUREMENTS.md), zero-copy, best variant.
-EMOGI_UNIFIED_MS = {"bfs": 157.0, "connected_components": 266.0, "pagerank": 4660.0}
+PLACEMENTS = ("unified", "cuda")  # where every variant runs; "managed" runs auto only
+TOPDOWN_BFS = ("naive", "merged", "aligned", "frontier")
+POWER_PAGERANK = ("naive", "merged", "aligned", "frontier")
+
+
+class Family(enum.Enum):
+    URAND = "urand"
+    KRON = "kron"
+    GRID = "grid"
+    ROAD = "road"
+
+
+class Reference(enum.Enum):
+    TORCH = "torch"  # torch ops on the GPU copy of the graph
+    CPU = "cpu"  # the package's CPU implementations
+
+
+@dataclasses.dataclass(frozen=True)
+class QuotedFigure:
+    """A time of EMOGI's code taken from an earlier run, not measured by this one."""
+
+    op: str
+    placement: str
+    kernel: str
+    ms: float
+    iterations: Optional[int] = None
+
+
+# EMOGI's code on uniform_random_graph(26, 8, seed=1, symmetrize=True), means over sources i * V / 4.
+QUOTE_SOURCE = ("quoted, not measured in this run: /work/shared/MEASUREMENTS.md, table 'Traversal beside "
+                "EMOGI's published code (same H100, same graph)' (EMOGI's public code on an H100)")
+QUOTED_EMOGI = (
+    QuotedFigure("bfs", "unified", "coalesce", 200.0), QuotedFigure("bfs", "unified", "coalesce_chunk", 157.0),
+    QuotedFigure("bfs", "cuda", "best", 65.0), QuotedFigure("connected_components", "unified", "best", 266.0),
+    QuotedFigure("connected_components", "cuda", "best", 125.0),
+    QuotedFigure("pagerank", "unified", "best", 4660.0, iterations=69),
+)
 
 
 def gpu() -> bool:
@@ -69,30 +147,47 @@ def gpu() -> bool:
 @dataclasses.dataclass(frozen=True)
 class GraphSpec:
     name: str
-    kind: str  # "urand", "kron", "grid"
-    scale: int = 0
+    family: Family
+    scale: int = 0  # urand, kron: 2**scale vertices
     edge_factor: int = 8
-    rows: int = 0
-    cols: int = 0
+    side: int = 0  # grid, road: side x side vertices
     weights: Optional[str] = None
     sources: int = 4
-    ops: tuple = OPS
-    variants: Optional[Dict[str, tuple]] = None  # op -> variants to run (default: all + auto)
-    reference: str = "torch"  # "torch" (GPU torch ops) or "cpu" (the package's CPU ops)
+    reference: Reference = Reference.TORCH
     managed: bool = True
+
+    @property
+    def quoted_emogi(self) -> Tuple[QuotedFigure, ...]:
+        """The quoted figures that describe this graph (EMOGI's own graph only)."""
+        same = self.family is Family.URAND and (self.scale, self.edge_factor) == (26, 8)
+        return QUOTED_EMOGI if same else ()
 
 
 def build(spec: GraphSpec, device: str) -> CSRGraph:
-    if spec.kind == "urand":
+    if spec.family is Family.URAND:
         return uniform_random_graph(spec.scale, spec.edge_factor, seed=1, symmetrize=True, weights=spec.weights,
                                     device=device)
-    if spec.kind == "kron":
-        return kronecker_graph(spec.scale, spec.edge_factor, seed=1, weights=spec.weights, device=device)
-    return grid_graph(spec.rows, spec.cols, weights=spec.weights)
+    if spec.family is Family.KRON:
+        return kronecker_graph(spec.scale, spec.edge_factor, seed=1, symmetrize=True, drop_duplicates=True,
+                               weights=spec.weights, device=device)
+    if spec.family is Family.ROAD:
+        return road_graph(spec.side, spec.side, seed=1, weights=spec.weights, device=device)
+    return grid_graph(spec.side, spec.side, weights=spec.weights)
 
 
-def emogi_sources(graph: CSRGraph, count: int) -> List[int]:
-    return [i * graph.num_nodes // 4 for i in range(min(count, 4))]
+def sources_for(graph: CSRGraph, count: int) -> List[int]:
+    """EMOGI's sources ``i * (V // count)``, each moved to the first vertex at or after it with
+    out-edges (wrapping around; unchanged in a graph without edges)."""
+    deg = graph.out_degree().cpu()
+    has = torch.nonzero(deg > 0).flatten()
+    out = []
+    for s in emogi.emogi_rule_sources(graph.num_nodes, count):
+        if has.numel() == 0 or deg[s] > 0:
+            out.append(s)
+            continue
+        i = int(torch.searchsorted(has, torch.tensor([s]))[0])
+        out.append(int(has[i % has.numel()]))
+    return out
 
 
 # --- references (independent of the package's kernels) ------------------------------------------
@@ -200,7 +295,7 @@ def torch_pagerank_fp64(indptr: torch.Tensor, indices: torch.Tensor, alpha: floa
 
 class References:
     """Reference results of one graph, computed once. bfs / sssp: torch ops on the GPU copy
-    (spec.reference == "torch") or the package's CPU implementations; cc / pagerank: torch ops on
+    (Reference.TORCH) or the package's CPU implementations; cc / pagerank: torch ops on
     the GPU copy when there is one, else the CPU implementation (cc) or torch ops on the host
     arrays (pagerank)."""
 
@@ -214,7 +309,7 @@ class References:
     def bfs(self, s: int) -> torch.Tensor:
         if s not in self._bfs:
             self._bfs[s] = (torch_bfs(self.dev.indptr, self.dev.indices, s).cpu()
-                            if self.spec.reference == "torch" and self.dev is not None else bfs(self.host, s))
+                            if self.spec.reference is Reference.TORCH and self.dev is not None else bfs(self.host, s))
         return self._bfs[s]
 
     def sssp(self, s: int) -> torch.Tensor:
@@ -239,14 +334,15 @@ class References:
         return self._pr
 
 
+
+
 # --- running ---------------------------------------------------------------------------------------
 
 
 def run_once(op: str, graph: CSRGraph, variant: str, source: Optional[int], args):
     """(result, stats) of one call."""
     if op == "bfs":
-        d, st = bfs(graph, source, variant=variant, return_stats=True)
-        return d, st
+        return bfs(graph, source, variant=variant, return_stats=True)
     if op == "sssp":
         return sssp(graph, source, variant=variant, return_stats=True)
     if op == "connected_components":
@@ -282,9 +378,12 @@ def bytes_per_edge(op: str, graph: CSRGraph) -> int:
 
 def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]], refs: References, args,
             clock: Clock, before_each: Optional[Callable[[], None]] = None) -> List[dict]:
+    """One run per source (bfs, sssp) or repetition (``None``: cc, pagerank), until the
+    configuration's time is spent. Each run: its key (the source, or the repetition's index),
+    milliseconds, the op's stats, bytes read and whether the result matched the reference."""
     runs = []
     spent = 0.0
-    for s in sources:
+    for i, s in enumerate(sources):
         if clock.left() <= 0 or (runs and spent >= args.config_seconds):
             break
         if before_each is not None:
@@ -296,10 +395,19 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
         dt = time.perf_counter() - t0
         spent += dt
         stats = stats.cpu()
-        run = {"source": s, "ms": dt * 1e3, "edges_read": int(stats[0]), "iterations": int(stats[1])}
+        run = {"source": s, "key": s if s is not None else i, "ms": dt * 1e3, "edges_read": int(stats[0]),
+               "iterations": int(stats[1]), "bytes_read": int(stats[0]) * bytes_per_edge(op, graph)}
         run.update(check(op, result, refs, s, args))
         runs.append(run)
     return runs
+
+
+def link_share(runs: Sequence[dict], ceiling_gbs: Optional[float]) -> Optional[float]:
+    """Bytes the runs read over the time they took, as a fraction of the copy ceiling."""
+    seconds = sum(r["ms"] for r in runs) / 1e3
+    if not ceiling_gbs or not runs or seconds <= 0:
+        return None
+    return sum(r["bytes_read"] for r in runs) / seconds / (ceiling_gbs * 1e9)
 
 
 def summarize(row: dict, op: str, graph: CSRGraph, ceiling: Optional[float]) -> dict:
@@ -308,33 +416,38 @@ def summarize(row: dict, op: str, graph: CSRGraph, ceiling: Optional[float]) -> 
         return row
     ms = np.array([r["ms"] for r in runs])
     row["mean_ms"] = float(ms.mean()) if op in ("bfs", "sssp") else float(np.median(ms))
-    row["bytes_read"] = float(np.mean([r["edges_read"] for r in runs])) * bytes_per_edge(op, graph)
+    row["bytes_read"] = float(np.mean([r["bytes_read"] for r in runs]))
     one_pass_ms = None if not ceiling else graph.num_edges * bytes_per_edge(op, graph) / (ceiling * 1e9) * 1e3
     row["x_one_pass"] = None if one_pass_ms is None else row["mean_ms"] / one_pass_ms
+    row["link_share"] = link_share(runs, ceiling)
     row["matched"] = all(r["match"] for r in runs)
     if op == "pagerank":
         row["l1_vs_fp64"] = max(r["l1_vs_fp64"] for r in runs)
         row["iterations"] = runs[0]["iterations"]
+        passes = sum(r["iterations"] for r in runs)
+        row["ms_per_pass"] = float(ms.sum()) / passes if passes else None
     return row
 
 
-def variants_for(spec: GraphSpec, op: str) -> List[str]:
-    """auto first (the bars), then the others, the slowest last: naive, and async, which on a
+def variants_for(op: str) -> List[str]:
+    """auto first, then every variant of the op, the slowest last: naive, and async, which on a
     graph of small diameter reads its lists in worklist (random) order."""
-    if spec.variants and op in spec.variants:
-        return list(spec.variants[op])
-    slow = [v for v in ("naive", "async") if v in OP_VARIANTS[op]]
-    return ["auto"] + [v for v in OP_VARIANTS[op] if v not in slow] + slow
+    rest = [v for v in OP_VARIANTS[op] if v not in ("naive", "async")]
+    return ["auto"] + rest + [v for v in ("naive", "async") if v in OP_VARIANTS[op]]
 
 
-def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -> dict:
+def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float], bel: Optional[str]) -> dict:
+    """Every op, placement and variant on the graph of ``spec``; writes the graph as ``.bel``
+    files at ``bel`` when given."""
     gen_device = "cuda" if gpu() else "cpu"
     t0 = time.perf_counter()
     host = build(spec, gen_device)
-    info = {"name": spec.name, "num_nodes": host.num_nodes, "num_edges": host.num_edges,
-            "edge_list_bytes": host.edge_list_bytes, "build_seconds": time.perf_counter() - t0}
+    sources = sources_for(host, spec.sources)
+    info = {"name": spec.name, "family": spec.family.value, "num_nodes": host.num_nodes, "num_edges": host.num_edges,
+            "edge_list_bytes": host.edge_list_bytes, "build_seconds": time.perf_counter() - t0,
+            "ceiling_gbs": ceiling, "sources": sources}
     log(f"{spec.name}: {host.num_nodes} vertices, {host.num_edges} CSR entries, "
-        f"{host.edge_list_bytes / 1e9:.2f} GB edge list, built in {info['build_seconds']:.1f} s")
+        f"{host.edge_list_bytes / 1e9:.2f} GB edge list, built in {info['build_seconds']:.1f} s; sources {sources}")
     ug = host.to("unified")  # maps the host arrays in place (pins them)
     dev = None
     if gpu():
@@ -350,7 +463,7 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -
         summarize(row, op, host, ceiling)
         rows.append(row)
         if runs:
-            extra = f", L1 {row['l1_vs_fp64']:.2e}" if op == "pagerank" else ""
+            extra = f", L1 {row['l1_vs_fp64']:.2e}, {row['ms_per_pass']:.2f} ms/pass" if op == "pagerank" else ""
             xp = row.get("x_one_pass")
             log(f"{spec.name:>12} {SHORT[op]:>8} {placement:>8} {variant:>9}"
                 f"{'(' + resolved + ')' if variant == 'auto' else '':>12}: {row['mean_ms']:9.2f} ms "
@@ -360,16 +473,17 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -
             log(f"{spec.name:>12} {SHORT[op]:>8} {placement:>8} {variant:>9}: skipped (time budget)")
 
     placements = [("unified", ug)] + ([("cuda", dev)] if dev is not None else [])
-    for op in spec.ops:
-        sources = emogi_sources(host, spec.sources) if op in ("bfs", "sssp") else [None] * args.reps
+    for op in OPS:
+        op_sources = sources if op in ("bfs", "sssp") else [None] * args.reps
         for placement, g in placements:
-            for variant in variants_for(spec, op):
-                if clock.left() <= 0:
-                    record(op, placement, variant, [], auto_variant(op, g) if variant == "auto" else variant)
-                    continue
+            for variant in variants_for(op):
                 resolved = auto_variant(op, g) if variant == "auto" else variant
-                # async on a small-diameter graph: one run (it is measured, not expected to win)
-                srcs = sources[:1] if resolved == "async" and spec.kind == "urand" and variant != "auto" else sources
+                if clock.left() <= 0:
+                    record(op, placement, variant, [], resolved)
+                    continue
+                # async on EMOGI's graph: one run (it is measured, not expected to win)
+                srcs = (op_sources[:1] if resolved == "async" and spec.family is Family.URAND and variant != "auto"
+                        else op_sources)
                 record(op, placement, variant, measure(op, g, variant, srcs, refs, args, clock), resolved)
     # UVM: the auto variant with the edge list in managed memory, cold before every run.
     placements.clear()
@@ -385,18 +499,65 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -
                     if t is not None:
                         torch.ops.zerocopy.managed_evict.default(t)
 
-            for op in spec.ops:
-                sources = emogi_sources(host, 1) if op in ("bfs", "sssp") else [None]
-                runs = measure(op, mg, "auto", sources, refs, args, clock, before_each=cold)
+            for op in OPS:
+                runs = measure(op, mg, "auto", sources[:1] if op in ("bfs", "sssp") else [None], refs, args, clock,
+                               before_each=cold)
                 record(op, "managed", "auto", runs, auto_variant(op, mg))
             del mg
         else:
             info["managed"] = "skipped: the managed copy would not fit in free GPU memory"
-    del ug, dev, refs, host
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    info["components"] = int(torch.unique(refs.cc()).numel())
+    if bel is not None:
+        save_bel(host, bel, unit_weights=True)
     info["rows"] = rows
     return info
+
+
+def bench_graph_and_peer(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float]) -> dict:
+    """:func:`bench_graph`, then EMOGI's code on the same graph once the package has let go of
+    it (measured with ``--emogi``, else the quoted figures that describe this graph)."""
+    bel_dir = None
+    if args.emogi:
+        bel_dir = args.bel_dir or tempfile.mkdtemp(prefix="traversal_peer_bel_")
+        os.makedirs(bel_dir, exist_ok=True)
+    bel = None if bel_dir is None else os.path.join(bel_dir, f"{spec.name}.bel")
+    info = bench_graph(spec, args, clock, ceiling, bel)
+    gc.collect()  # the graph's host and GPU copies go before EMOGI's programs load theirs
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    info["emogi"] = emogi_section(spec, bel, info["sources"], info["num_nodes"], info["components"], args, clock)
+    if bel_dir is not None and not args.bel_dir:
+        shutil.rmtree(bel_dir, ignore_errors=True)
+    return info
+
+
+def emogi_section(spec: GraphSpec, bel: Optional[str], sources: List[int], num_nodes: int, components: int,
+                  args, clock: Clock) -> dict:
+    """EMOGI's code on the graph's .bel files ``bel`` (measured), or, without them, the quoted
+    figures that describe this graph, labelled with their source."""
+    if bel is None:
+        quoted = [dataclasses.asdict(q) for q in spec.quoted_emogi]
+        return {"source": QUOTE_SOURCE if quoted else None, "measured": False, "quoted": quoted, "results": []}
+    results = []
+    for op in OPS:
+        program = emogi.PROGRAM_OF[op]
+        for placement in PLACEMENTS:
+            for kernel in sorted(emogi.KERNELS[program], reverse=True):  # EMOGI's best first
+                if clock.left() <= 0:
+                    r = emogi.EmogiResult(op, kernel, emogi.MEMORY_OF[placement], error="skipped (time budget)")
+                else:
+                    r = emogi.run(args.emogi, op, bel, kernel, emogi.MEMORY_OF[placement],
+                                  sources if op in ("bfs", "sssp") else [None], num_nodes, args.alpha)
+                entry = r.to_json()
+                entry.update(placement=placement, op=SHORT[op],
+                             same_sources=r.sources == sources if op in ("bfs", "sssp") else None,
+                             components_match=None if r.components is None else r.components == components)
+                results.append(entry)
+                log(f"{spec.name:>12} EMOGI {program.value:>11} -t {kernel} -m {int(r.memory)} ({placement}): "
+                    + (f"{r.mean_ms:9.2f} ms, {sum(r.iterations)} iterations" if r.mean_ms is not None else "")
+                    + (f" ERROR {r.error}" if r.error else ""))
+    return {"source": f"measured in this run: EMOGI's code built from {os.path.abspath(args.emogi)}",
+            "measured": True, "quoted": [], "results": results}
 
 
 def warm_up(args) -> None:
@@ -423,83 +584,179 @@ def find(rows: List[dict], graph: str, op: str, placement: str, variant: str) ->
 
 
 def common_ratio(num: Optional[dict], den: Optional[dict]) -> Optional[float]:
-    """Mean over the sources both rows ran of time(num) / time(den)."""
+    """time(num) / time(den), summed over the runs (sources or repetitions) both rows ran."""
     if not num or not den:
         return None
-    a = {r["source"]: r["ms"] for r in num["runs"]}
-    b = {r["source"]: r["ms"] for r in den["runs"]}
-    common = [s for s in a if s in b]
-    return float(np.mean([a[s] / b[s] for s in common])) if common else None
+    a = {r["key"]: r["ms"] for r in num["runs"]}
+    b = {r["key"]: r["ms"] for r in den["runs"]}
+    common = [k for k in a if k in b]
+    if not common:
+        return None
+    return sum(a[k] for k in common) / sum(b[k] for k in common)
 
 
-def bars(graphs: List[dict], main: str, mesh: str) -> dict:
+def auto_over_best(rows: List[dict]) -> List[dict]:
+    """For each graph x op x placement (unified, cuda) where ``auto`` ran: the variant it loses
+    most to, among those that matched the reference, and the ratio (see :func:`common_ratio`)."""
+    out = []
+    for auto in [r for r in rows if r["variant"] == "auto" and r["placement"] in PLACEMENTS and r["runs"]]:
+        ratios = [(common_ratio(auto, r), r["variant"]) for r in rows
+                  if (r["graph"], r["op"], r["placement"]) == (auto["graph"], auto["op"], auto["placement"])
+                  and r["variant"] != "auto" and r["runs"] and r["matched"]]
+        ratios = [(x, v) for x, v in ratios if x is not None]
+        if ratios:
+            ratio, best = max(ratios)
+            out.append({"graph": auto["graph"], "op": auto["op"], "placement": auto["placement"],
+                        "auto_runs_on": auto["runs_on"], "best": best, "ratio": ratio})
+    return out
+
+
+def best_link_share(rows: List[dict], graph: Optional[str], op: str, variants: Sequence[str]
+                    ) -> Tuple[Optional[float], Optional[str]]:
+    """The highest link share among ``variants`` of ``op`` on ``graph``, unified, and its variant."""
+    cands = [(r["link_share"], r["variant"]) for r in rows
+             if r["graph"] == graph and r["op"] == op and r["placement"] == "unified" and r["variant"] in variants
+             and r["runs"] and r.get("link_share") is not None]
+    return max(cands) if cands else (None, None)
+
+
+def emogi_best(graph: dict, op: str, placement: str, per_pass: bool = False) -> Optional[float]:
+    """EMOGI's fastest kernel on this graph and placement, as measured in this run (ms, or ms per
+    iteration); None where it was not measured or failed."""
+    times = [r["ms_per_iteration" if per_pass else "mean_ms"] for r in graph.get("emogi", {}).get("results", [])
+             if r["op"] == op and r["placement"] == placement and not r["error"]]
+    times = [t for t in times if t is not None]
+    return min(times) if times else None
+
+
+def graph_named(graphs: List[dict], family: Family) -> Optional[dict]:
+    return next((g for g in graphs if g.get("family") == family.value), None)
+
+
+def bars(graphs: List[dict]) -> dict:
     rows = [r for g in graphs for r in g["rows"]]
-    out = {}
-    bfs_row = find(rows, main, "bfs", "unified", "auto")
-    cc_row = find(rows, main, "cc", "unified", "auto")
-    pr_row = find(rows, main, "pagerank", "unified", "auto")
+    main, mesh, kron = (graph_named(graphs, f) for f in (Family.URAND, Family.GRID, Family.KRON))
+    main_name = main["name"] if main else None
+    out: dict = {}
+    ratios = auto_over_best(rows)
+    worst = max(ratios, key=lambda x: x["ratio"], default=None)
+    out["auto_over_best_max"] = worst["ratio"] if worst else None
+    out["auto_over_best_worst_case"] = (f"{worst['graph']} {worst['op']} {worst['placement']}: auto "
+                                        f"({worst['auto_runs_on']}) vs {worst['best']}") if worst else None
+    kron_name = kron["name"] if kron else None
+    out["topdown_bfs_link_share"], out["topdown_bfs_link_share_variant"] = best_link_share(
+        rows, kron_name, "bfs", TOPDOWN_BFS)
+    out["power_pagerank_link_share"], out["power_pagerank_link_share_variant"] = best_link_share(
+        rows, kron_name, "pagerank", POWER_PAGERANK)
+    bfs_row, cc_row, pr_row = (find(rows, main_name, op, "unified", "auto") for op in ("bfs", "cc", "pagerank"))
     out["bfs_unified_ms"] = bfs_row["mean_ms"] if bfs_row else None
     out["cc_default_unified_ms"] = cc_row["mean_ms"] if cc_row else None
     out["pagerank_unified_ms"] = pr_row["mean_ms"] if pr_row else None
     out["pagerank_l1_vs_fp64"] = pr_row["l1_vs_fp64"] if pr_row else None
-    ratios = [common_ratio(find(rows, mesh, op, "unified", "frontier"), find(rows, mesh, op, "unified", "async"))
-              for op in ("bfs", "sssp")]
-    ratios = [r for r in ratios if r is not None]
-    out["async_over_frontier_high_diameter"] = max(ratios) if ratios else None
+    mesh_name = mesh["name"] if mesh else None
+    async_ratios = [common_ratio(find(rows, mesh_name, op, "unified", "frontier"),
+                                 find(rows, mesh_name, op, "unified", "async")) for op in ("bfs", "sssp")]
+    async_ratios = [r for r in async_ratios if r is not None]
+    out["async_over_frontier_high_diameter"] = max(async_ratios) if async_ratios else None
     ran = [r for r in rows if r["runs"]]
     out["every_variant_matches_reference"] = bool(ran) and all(r["matched"] for r in ran)
-    # Information beside the bars: the fastest variant of each op on the unified graph.
+    out["emogi_measured"] = bool(main and main.get("emogi", {}).get("measured"))
     for op in ("bfs", "sssp", "cc", "pagerank"):
-        cands = [r for r in rows if r["graph"] == main and r["op"] == op and r["placement"] == "unified"
-                 and r["runs"] and r["variant"] != "auto"]
-        best = min(cands, key=lambda r: r["mean_ms"], default=None)
-        out[f"{op}_fastest_unified_variant"] = best["variant"] if best else None
-        out[f"{op}_fastest_unified_ms"] = best["mean_ms"] if best else None
+        ours = find(rows, main_name, op, "unified", "auto")
+        peer = emogi_best(main, op, "unified", per_pass=op == "pagerank") if main else None
+        mine = None if ours is None else ours.get("ms_per_pass") if op == "pagerank" else ours["mean_ms"]
+        out[f"{op}_unified_over_emogi"] = mine / peer if mine and peer else None
     return out
 
 
-TARGETS = {"bfs_unified_ms": ("<=", 110.0), "cc_default_unified_ms": ("<=", 100.0),
+TARGETS = {"auto_over_best_max": ("<=", 1.10), "bfs_unified_ms": ("<=", 110.0), "cc_default_unified_ms": ("<=", 100.0),
            "pagerank_unified_ms": ("<=", 1500.0), "pagerank_l1_vs_fp64": ("<=", 1e-4),
            "async_over_frontier_high_diameter": (">=", 2.0), "every_variant_matches_reference": ("==", True)}
 
 
-def write_markdown(path: str, result: dict) -> None:
-    env = result["environment"]
-    ceiling = result["ceiling_gbs"]
-    lines = ["# Traversal beside EMOGI's code, on EMOGI's graph", "",
-             f"- date: {env['date']}; device: {env['gpu'] or 'CPU only'} (driver {env['driver']}, CUDA {env['cuda']}), "
-             f"torch {env['torch']}, {env['cpus']} CPUs",
-             f"- pinned cudaMemcpy H2D ceiling (same run): {f'{ceiling:.1f} GB/s' if ceiling else 'n/a'}",
-             f"- mode: {result['mode']}; pagerank: alpha {result['args']['alpha']}, tol (L1 bound) "
-             f"{result['args']['pagerank_tol']}; sources: EMOGI's (i * V / 4); `x pass` = time / one pass over the "
-             "edge list at the ceiling; `read` = edges read x bytes per edge", "", "## Bars", "",
-             "| bar | value | target | pass |", "|---|---:|---|---|"]
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def bar_lines(result: dict) -> List[str]:
+    lines = ["| bar | value | target | pass |", "|---|---:|---|---|"]
     for k, v in result["bars"].items():
         t = TARGETS.get(k)
         ok = "" if t is None or v is None else ("yes" if (v <= t[1] if t[0] == "<=" else v >= t[1] if t[0] == ">="
                                                            else v == t[1]) else "no")
         val = "-" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
         lines.append(f"| {k} | {val} | {'' if t is None else f'{t[0]} {t[1]}'} | {ok} |")
+    return lines
+
+
+def row_lines(g: dict) -> List[str]:
+    lines = ["| op | placement | variant | runs | ms | x pass | read GB | link share | iterations | ms/pass "
+             "| L1 vs fp64 | matches |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in g["rows"]:
+        if not r["runs"]:
+            lines.append(f"| {r['op']} | {r['placement']} | {r['variant']} | 0 | skipped | | | | | | | |")
+            continue
+        var = r["variant"] + (f" ({r['runs_on']})" if r["variant"] == "auto" else "")
+        lines.append(f"| {r['op']} | {r['placement']} | {var} | {len(r['runs'])} | {r['mean_ms']:.1f} | "
+                     f"{_fmt(r.get('x_one_pass'), '.2f')} | {r['bytes_read'] / 1e9:.2f} | "
+                     f"{_fmt(r.get('link_share'), '.2f')} | {max(x['iterations'] for x in r['runs'])} | "
+                     f"{_fmt(r.get('ms_per_pass'), '.2f')} | {_fmt(r.get('l1_vs_fp64'), '.1e')} | "
+                     f"{'yes' if r['matched'] else 'NO'} |")
+    return lines
+
+
+def emogi_lines(g: dict) -> List[str]:
+    section = g.get("emogi") or {}
+    if not section.get("source"):
+        return []
+    lines = ["", f"EMOGI's code on this graph ({section['source']}):", "",
+             "| op | placement | kernel | runs | ms | iterations | ms/iteration | ours (auto) ms | ours / EMOGI | "
+             "note |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    ours = {(r["op"], r["placement"]): r for r in g["rows"] if r["variant"] == "auto" and r["runs"]}
+    for r in section.get("results", []):
+        mine = ours.get((r["op"], r["placement"]))
+        mine_ms = None if mine is None else mine.get("ms_per_pass") if r["op"] == "pagerank" else mine["mean_ms"]
+        peer = r["ms_per_iteration"] if r["op"] == "pagerank" else r["mean_ms"]
+        note = r["error"] or ("sources differ" if r["same_sources"] is False else "") or (
+            "component count differs" if r["components_match"] is False else "")
+        lines.append(f"| {r['op']} | {r['placement']} | {r['kernel_name']} | {len(r['ms'])} | {_fmt(r['mean_ms'])} | "
+                     f"{sum(r['iterations']) or '-'} | {_fmt(r['ms_per_iteration'], '.2f')} | {_fmt(mine_ms)} | "
+                     f"{_fmt(mine_ms / peer if mine_ms and peer else None, '.2f')} | {note[:160]} |")
+    for q in section.get("quoted", []):
+        op = SHORT[q["op"]]
+        mine = ours.get((op, q["placement"]))
+        per = q["ms"] / q["iterations"] if q["iterations"] else None
+        mine_ms = None if mine is None else mine.get("ms_per_pass") if op == "pagerank" else mine["mean_ms"]
+        peer = per if op == "pagerank" else q["ms"]
+        lines.append(f"| {op} | {q['placement']} | {q['kernel']} | - | {q['ms']:.1f} | {q['iterations'] or '-'} | "
+                     f"{_fmt(per, '.2f')} | {_fmt(mine_ms)} | {_fmt(mine_ms / peer if mine_ms and peer else None, '.2f')}"
+                     " | quoted |")
+    lines += ["", "EMOGI's PageRank stops by its own rule (residual push until every residual is below 0.001 on "
+              "unnormalised ranks), so it compares per iteration (ours: per pass, pagerank rows above)."]
+    return lines
+
+
+def write_markdown(path: str, result: dict) -> None:
+    env = result["environment"]
+    lines = ["# Traversal on four graph families, every variant, and EMOGI's code", "",
+             f"- date: {env['date']}; device: {env['gpu'] or 'CPU only'} (driver {env['driver']}, CUDA {env['cuda']}), "
+             f"torch {env['torch']}, {env['cpus']} CPUs",
+             f"- mode: {result['mode']}; pagerank: alpha {result['args']['alpha']}, tol (L1 bound) "
+             f"{result['args']['pagerank_tol']}; `x pass` = time / one pass over the edge list at the ceiling; "
+             "`read` = neighbour-list entries the op read (its stats) x bytes per entry; `link share` = read / time / "
+             "ceiling; `ms/pass` = time / iterations (power iterations, push rounds, async passes)", "",
+             "## Bars", ""] + bar_lines(result)
+    lines += ["", "## auto against the fastest variant", "", "| graph | op | placement | auto runs | fastest | "
+              "auto / fastest |", "|---|---|---|---|---|---:|"]
+    lines += [f"| {a['graph']} | {a['op']} | {a['placement']} | {a['auto_runs_on']} | {a['best']} | {a['ratio']:.2f} |"
+              for a in result["auto_over_best"]]
     for g in result["graphs"]:
+        ceiling = g.get("ceiling_gbs")
         lines += ["", f"## {g['name']} ({g['num_nodes']} vertices, {g['num_edges']} CSR entries, "
                       f"{g['edge_list_bytes'] / 1e9:.2f} GB edge list; built in {g['build_seconds']:.1f} s)", "",
-                  "| op | placement | variant | runs | ms | x pass | read GB | iterations | L1 vs fp64 | matches "
-                  "| EMOGI ms |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|"]
-        for r in g["rows"]:
-            if not r["runs"]:
-                lines.append(f"| {r['op']} | {r['placement']} | {r['variant']} | 0 | skipped | | | | | | |")
-                continue
-            var = r["variant"] + (f" ({r['runs_on']})" if r["variant"] == "auto" else "")
-            xp = r.get("x_one_pass")
-            l1 = r.get("l1_vs_fp64")
-            op_key = {"cc": "connected_components"}.get(r["op"], r["op"])
-            emogi = EMOGI_UNIFIED_MS.get(op_key) if (g["name"] == result["main_graph"] and
-                                                    r["placement"] == "unified") else None
-            lines.append(f"| {r['op']} | {r['placement']} | {var} | {len(r['runs'])} | {r['mean_ms']:.1f} | "
-                         f"{'-' if xp is None else f'{xp:.2f}'} | {r['bytes_read'] / 1e9:.2f} | "
-                         f"{max(x['iterations'] for x in r['runs'])} | {'-' if l1 is None else f'{l1:.1e}'} | "
-                         f"{'yes' if r['matched'] else 'NO'} | {'-' if emogi is None else f'{emogi:.0f}'} |")
+                  f"Sources {g['sources']}; {g['components']} components; pinned cudaMemcpy H2D ceiling measured in "
+                  f"the same run: {f'{ceiling:.1f} GB/s' if ceiling else 'n/a'}.", ""]
+        lines += row_lines(g) + emogi_lines(g)
     if result.get("correctness"):
         bad = [c for c in result["correctness"] if not c["ok"]]
         lines += ["", "## First look: new kernels against the CPU implementations", "",
@@ -507,9 +764,7 @@ def write_markdown(path: str, result: dict) -> None:
         if bad:
             lines += ["| graph | placement | case | error |", "|---|---|---|---|"]
             lines += [f"| {c['graph']} | {c['placement']} | {c['case']} | {c['error'] or 'wrong result'} |" for c in bad]
-    lines += ["", "EMOGI ms: EMOGI's published code on the same graph and an H100 (MEASUREMENTS.md); its PageRank "
-              "figure is 69 iterations of its residual push, with no accuracy stated. UVM rows (`managed`) are "
-              "cold: every page starts in host memory.", ""]
+    lines += ["", "UVM rows (`managed`) are cold: every page starts in host memory.", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -517,36 +772,22 @@ def write_markdown(path: str, result: dict) -> None:
 # --- modes -----------------------------------------------------------------------------------------
 
 
-def full_specs(args) -> List[GraphSpec]:
-    # The grid first: it is small, and it carries the async bar should the budget run out.
-    return [
-        GraphSpec("grid2048", "grid", rows=2048, cols=2048, weights="int", sources=2,
-                  variants={"bfs": ("auto", "frontier", "async", "aligned"), "sssp": ("auto", "frontier", "async"),
-                            "connected_components": ("auto",), "pagerank": ("auto", "async")},
-                  reference="cpu", managed=False),
-        GraphSpec("urand26", "urand", scale=26, edge_factor=8, sources=4,
-                  ops=("bfs", "connected_components", "pagerank", "sssp")),
-        GraphSpec("kron22", "kron", scale=22, edge_factor=16, sources=2,
-                  variants={"bfs": ("auto", "frontier", "direction", "async"), "sssp": ("auto", "frontier", "async"),
-                            "connected_components": ("auto", "frontier", "staged"),
-                            "pagerank": ("auto", "push", "async")}, managed=False),
-    ]
-
-
-def quick_specs(args) -> List[GraphSpec]:
-    return [
-        GraphSpec("grid48", "grid", rows=48, cols=48, weights="int", sources=2, reference="cpu"),
-        GraphSpec("urand12", "urand", scale=12, edge_factor=8, sources=4, reference="cpu"),
-        GraphSpec("kron10", "kron", scale=10, edge_factor=8, sources=2, reference="cpu"),
-    ]
-
-
-def first_look_specs(args) -> List[GraphSpec]:
-    return [
-        GraphSpec("urand24", "urand", scale=24, edge_factor=8, sources=1, reference="torch", managed=False),
-        GraphSpec("grid1024", "grid", rows=1024, cols=1024, weights="int", sources=1, reference="cpu", managed=False,
-                  variants={op: ("frontier", "async") if op in ("bfs", "sssp") else ("auto",) for op in OPS}),
-    ]
+def specs_for(args) -> List[GraphSpec]:
+    """The graphs of ``--graphs`` at the sizes asked; the grid first (small, and it carries the
+    async bar should the budget run out)."""
+    small = args.quick
+    k = args.sources
+    by_family = {
+        Family.GRID: GraphSpec(f"grid{args.grid_side}", Family.GRID, side=args.grid_side, weights="int",
+                               sources=k or 2, reference=Reference.CPU, managed=not small),
+        Family.ROAD: GraphSpec(f"road{args.road_side}", Family.ROAD, side=args.road_side, weights="int",
+                               sources=k or 2, reference=Reference.CPU, managed=not small),
+        Family.URAND: GraphSpec(f"urand{args.urand_scale}", Family.URAND, scale=args.urand_scale, edge_factor=8,
+                                sources=k or 4, reference=Reference.CPU if small else Reference.TORCH),
+        Family.KRON: GraphSpec(f"kron{args.kron_scale}", Family.KRON, scale=args.kron_scale, edge_factor=16,
+                               sources=k or 4, reference=Reference.CPU if small else Reference.TORCH),
+    }
+    return [by_family[f] for f in (Family.GRID, Family.ROAD, Family.URAND, Family.KRON) if f in args.families]
 
 
 def first_look_correctness(args) -> List[dict]:
@@ -603,11 +844,32 @@ def first_look_correctness(args) -> List[dict]:
     return out
 
 
-def main(argv=None) -> int:
+
+# Sizes by mode: (urand scale, kron scale, grid side, road side, families).
+DEFAULT_SIZES = {"full": (26, 24, 2048, 4096, "grid,road,urand,kron"),
+                 "first-look": (24, 20, 1024, 1024, "urand,grid"),
+                 "quick": (12, 10, 48, 64, "grid,road,urand,kron")}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="small graphs on the CPU, a few seconds")
-    mode.add_argument("--first-look", action="store_true", help="new kernels' correctness + scale-24 timings, < 2 min")
+    mode.add_argument("--quick", action="store_true", help="tiny graphs on the CPU, seconds")
+    mode.add_argument("--first-look", action="store_true", help="new kernels' correctness + scale-24 timings")
+    p.add_argument("--graphs", default=None, help="comma-separated families among urand, kron, grid, road "
+                                                  "(default: all four; first look: urand,grid)")
+    p.add_argument("--urand-scale", type=int, default=None, help="EMOGI's graph: 2^scale vertices (default 26)")
+    p.add_argument("--kron-scale", type=int, default=None, help="Kronecker graph: 2^scale vertices (default 24)")
+    p.add_argument("--grid-side", type=int, default=None, help="grid: side x side vertices (default 2048)")
+    p.add_argument("--road-side", type=int, default=None, help="road-like graph: side x side vertices (default 4096)")
+    p.add_argument("--sources", type=int, default=None, help="bfs / sssp sources per graph (default 4 on urand and "
+                                                              "kron, 2 on grid and road)")
+    p.add_argument("--emogi", default=None, metavar="DIR",
+                   help="a local checkout of EMOGI's code: build it and run it beside the package (never fetched)")
+    p.add_argument("--bel-dir", default=None, help="where the .bel files for EMOGI go and stay (default: a "
+                                                   "temporary folder, removed after each graph)")
+    p.add_argument("--merge", action="store_true", help="keep the graphs of the existing result set (same device) "
+                                                        "that this run does not measure")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--alpha", type=float, default=0.85)
     p.add_argument("--pagerank-tol", type=float, default=1e-4, help="L1 bound asked of every PageRank variant")
@@ -616,21 +878,74 @@ def main(argv=None) -> int:
     p.add_argument("--config-seconds", type=float, default=None,
                    help="stop taking sources for a configuration after this many seconds (default 6)")
     p.add_argument("--budget", type=float, default=None, help="skip what is left after this many seconds "
-                                                              "(default 330; first look 110; quick 60)")
+                                                              "(default 540; first look 110; quick 120)")
     args = p.parse_args(argv)
-    mode_name = "quick" if args.quick else "first-look" if args.first_look else "full"
+    args.mode = "quick" if args.quick else "first-look" if args.first_look else "full"
+    urand, kron, grid, road, families = DEFAULT_SIZES[args.mode]
+    args.urand_scale = args.urand_scale or urand
+    args.kron_scale = args.kron_scale or kron
+    args.grid_side = args.grid_side or grid
+    args.road_side = args.road_side or road
+    names = [f.strip() for f in (args.graphs or families).split(",") if f.strip()]
+    known = [f.value for f in Family]
+    bad = [f for f in names if f not in known]
+    if bad:
+        p.error(f"--graphs: unknown families {bad}; choose among {known}")
+    args.families = [Family(f) for f in names]
     args.reps = args.reps or (1 if args.quick else 2 if args.first_look else 3)
     args.config_seconds = args.config_seconds or 6.0
-    args.budget = args.budget or {"quick": 60.0, "first-look": 110.0, "full": 330.0}[mode_name]
+    args.budget = args.budget or {"quick": 120.0, "first-look": 110.0, "full": 540.0}[args.mode]
+    return args
+
+
+def merged_graphs(path: str, env: dict, new: List[dict]) -> List[dict]:
+    """The graphs of the result set at ``path`` measured on the same device and not measured
+    again now, followed by the new ones."""
+    if not os.path.exists(path):
+        return new
+    with open(path) as f:
+        old = json.load(f)
+    if old.get("environment", {}).get("gpu") != env["gpu"]:
+        log(f"--merge: {path} was measured on {old.get('environment', {}).get('gpu')}, not {env['gpu']}: not merged")
+        return new
+    names = {g["name"] for g in new}
+    kept = [g for g in old.get("graphs", []) if g["name"] not in names]
+    log(f"--merge: keeping {[g['name'] for g in kept]} from {path}")
+    return kept + new
+
+
+def write_results(args, result: dict, stem_path: str) -> None:
+    """``<stem>.json`` and ``<stem>.md`` of the graphs measured so far (with ``--merge``, beside
+    the other graphs of the result set already there), with the bars computed over them all."""
+    out = dict(result)
+    if args.merge:
+        out["graphs"] = merged_graphs(stem_path + ".json", result["environment"], result["graphs"])
+    rows = [r for g in out["graphs"] for r in g["rows"]]
+    out["auto_over_best"] = auto_over_best(rows)
+    out["bars"] = bars(out["graphs"])
+    if args.first_look:
+        out["bars"]["first_look_correct"] = all(c["ok"] for c in result["correctness"])
+    with open(stem_path + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    write_markdown(stem_path + ".md", out)
+    result["bars"] = out["bars"]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     clock = Clock(args.budget)
     env = environment()
-    log(f"device: {env['gpu'] or 'CPU only'}; torch {env['torch']}; mode {mode_name}")
+    log(f"device: {env['gpu'] or 'CPU only'}; torch {env['torch']}; mode {args.mode}")
     ceiling = pinned_memcpy_gbs() if gpu() else None
     if ceiling:
         log(f"pinned memcpy H2D ceiling: {ceiling:.1f} GB/s")
+    if args.emogi:
+        emogi.build(args.emogi, emogi.cuda_arch())
+        log(f"EMOGI built in {args.emogi}")
     warm_up(args)
-    result = {"environment": env, "args": vars(args), "mode": mode_name, "ceiling_gbs": ceiling, "graphs": []}
+    saved_args = {k: (v if not isinstance(v, list) else [x.value for x in v]) for k, v in vars(args).items()}
+    result = {"environment": env, "args": saved_args, "mode": args.mode, "graphs": []}
     if args.first_look:
         if not gpu():
             log("the first look needs a GPU")
@@ -638,25 +953,16 @@ def main(argv=None) -> int:
         result["correctness"] = first_look_correctness(args)
         bad = [c for c in result["correctness"] if not c["ok"]]
         log(f"first look correctness: {len(result['correctness']) - len(bad)} ok, {len(bad)} failed")
-        specs = first_look_specs(args)
-    else:
-        specs = quick_specs(args) if args.quick else full_specs(args)
-    for spec in specs:
+    stem = {"quick": "traversal_peer_quick", "first-look": "traversal_peer_first_look", "full": "traversal_peer"}[
+        args.mode]
+    for spec in specs_for(args):
         if clock.left() <= 0:
             log(f"skipping {spec.name}: time budget spent")
             continue
-        result["graphs"].append(bench_graph(spec, args, clock, ceiling))
-    main_graph = next(s.name for s in specs if s.kind == "urand")
-    mesh = next(s.name for s in specs if s.kind == "grid")
-    result["main_graph"] = main_graph
-    result["bars"] = bars(result["graphs"], main_graph, mesh)
-    if args.first_look:
-        result["bars"]["first_look_correct"] = all(c["ok"] for c in result["correctness"])
-    stem = {"quick": "traversal_peer_quick", "first-look": "traversal_peer_first_look", "full": "traversal_peer"}[
-        mode_name]
-    with open(os.path.join(args.out, stem + ".json"), "w") as f:
-        json.dump(result, f, indent=1)
-    write_markdown(os.path.join(args.out, stem + ".md"), result)
+        result["graphs"].append(bench_graph_and_peer(spec, args, clock, ceiling))
+        write_results(args, result, os.path.join(args.out, stem))  # after every graph: a killed run keeps them
+    if not result["graphs"]:
+        write_results(args, result, os.path.join(args.out, stem))
     for k, v in result["bars"].items():
         log(f"bar {k}: {v}")
     log(f"wrote {args.out}/{stem}.json and .md in {time.perf_counter() - clock.start:.0f} s")

@@ -57,6 +57,53 @@ def test_from_coo_duplicates_keep_first_weight():
     assert g.weights.tolist() == [5, 7]
 
 
+
+def _csr_reference(src, dst, n, weights, drop_duplicates):
+    """Rows as Python lists: (dst, weight) pairs sorted by dst, input order among equal pairs."""
+    rows = [[] for _ in range(n)]
+    seen = set()
+    for i, (a, b) in enumerate(zip(src, dst)):
+        if drop_duplicates and (a, b) in seen:
+            continue
+        seen.add((a, b))
+        rows[a].append((b, None if weights is None else weights[i]))
+    return [sorted(r, key=lambda x: x[0]) for r in rows]  # sorted() is stable
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("drop_duplicates", [False, True])
+def test_coo_to_csr_matches_reference_on_the_inputs_device(seed, device, weighted, drop_duplicates):
+    from pytorch_zerocopy.graph.csr import coo_to_csr
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 40))
+    m = int(rng.integers(50, 300))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    src[: m // 4] = src[m // 4: 2 * (m // 4)]  # parallel edges for sure
+    dst[: m // 4] = dst[m // 4: 2 * (m // 4)]
+    w = rng.integers(1, 1000, m).astype(np.int32) if weighted else None
+    indptr, indices, weights = coo_to_csr(
+        torch.from_numpy(src).to(device), torch.from_numpy(dst).to(device), n,
+        None if w is None else torch.from_numpy(w).to(device), drop_duplicates=drop_duplicates,
+        index_dtype=torch.int32)
+    assert indptr.device.type == device and indices.device.type == device
+    assert indptr.dtype == torch.int64 and indices.dtype == torch.int32
+    want = _csr_reference(src.tolist(), dst.tolist(), n, None if w is None else w.tolist(), drop_duplicates)
+    assert indptr.cpu().tolist() == np.concatenate([[0], np.cumsum([len(r) for r in want])]).tolist()
+    assert indices.cpu().tolist() == [b for r in want for b, _ in r]
+    if weighted:
+        assert weights.cpu().tolist() == [x for r in want for _, x in r]
+    else:
+        assert weights is None
+
+
+def test_coo_to_csr_of_no_edges():
+    from pytorch_zerocopy.graph.csr import coo_to_csr
+
+    empty = torch.zeros(0, dtype=torch.int64)
+    indptr, indices, weights = coo_to_csr(empty, empty, 4)
+    assert indptr.tolist() == [0, 0, 0, 0, 0] and indices.numel() == 0 and weights is None
+
 def test_single_vertex_and_empty():
     g = CSRGraph.from_coo([], [], 1)
     assert g.num_nodes == 1 and g.num_edges == 0 and g.indptr.tolist() == [0, 0]

@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_zerocopy.graph import CSRGraph, grid_graph, kronecker_graph, uniform_random_graph
+from pytorch_zerocopy.graph import (
+    CSRGraph,
+    bfs,
+    connected_components,
+    grid_graph,
+    kronecker_graph,
+    road_graph,
+    uniform_random_graph,
+)
 from pytorch_zerocopy.graph.generators import build_from_chunks
 
 
@@ -94,6 +102,56 @@ def test_grid():
     assert float(g.weights.min()) > 0
 
 
+
+def edge_keys(g):
+    s = torch.arange(g.num_nodes).repeat_interleave(g.out_degree())
+    return s, g.indices.long(), s * g.num_nodes + g.indices.long()
+
+
+def test_kronecker_as_the_traversal_benchmark_builds_it(seed):
+    """Graph500-style: symmetric, without self loops or parallel edges, skewed degrees."""
+    scale = 11
+    g = kronecker_graph(scale, 16, seed=seed, drop_duplicates=True, device="cpu", chunk_edges=5000)
+    with_duplicates = kronecker_graph(scale, 16, seed=seed, device="cpu", chunk_edges=5000)
+    g._validate()
+    n = 1 << scale
+    assert g.num_nodes == n and g.symmetric
+    s, d, key = edge_keys(g)
+    assert not bool((s == d).any())
+    assert torch.unique(key).numel() == key.numel()
+    assert torch.equal(torch.sort(key).values, torch.sort(d * n + s).values)  # every edge has its reverse
+    # R-MAT repeats pairs: removing them leaves fewer entries than the 2 * 16 * n generated.
+    assert g.num_edges < with_duplicates.num_edges <= 2 * 16 * n
+    deg = g.out_degree().float()
+    assert deg.max() > 15 * deg.mean()
+
+
+def test_road_graph_is_local_symmetric_and_sparse(seed):
+    rows, cols = 40, 70
+    g = road_graph(rows, cols, seed=seed, weights="int", device="cpu")
+    g._validate()
+    assert g.num_nodes == rows * cols and g.symmetric
+    s, d, key = edge_keys(g)
+    assert not bool((s == d).any())
+    assert torch.unique(key).numel() == key.numel()
+    assert torch.equal(torch.sort(key).values, torch.sort(d * g.num_nodes + s).values)
+    # No shortcuts: both endpoints within one step in each coordinate.
+    assert int((s // cols - d // cols).abs().max()) <= 1 and int((s % cols - d % cols).abs().max()) <= 1
+    deg = g.out_degree()
+    assert int(deg.max()) <= 8
+    assert 2.6 < float(deg.float().mean()) < 3.4  # 4 * 0.7 + 2 * 0.1, less the border
+    w = {(int(a), int(b)): int(c) for a, b, c in zip(s, d, g.weights)}
+    assert all(w[(b, a)] == c for (a, b), c in w.items())
+    # High diameter: most vertices in one component, which spans the lattice, so its first
+    # vertex (near a corner) has vertices about the far side away.
+    labels = connected_components(g)
+    giant = int(torch.mode(labels).values)
+    assert int((labels == giant).sum()) > 0.8 * g.num_nodes
+    depth = bfs(g, giant)
+    assert int(depth.max()) >= cols - 2
+    assert road_graph(rows, cols, seed=seed, device="cpu").indices.equal(g.indices)
+    assert not road_graph(rows, cols, seed=seed + 1, device="cpu").indices.equal(g.indices)
+
 def test_generator_argument_errors():
     with pytest.raises(ValueError, match="scale"):
         kronecker_graph(0)
@@ -101,6 +159,8 @@ def test_generator_argument_errors():
         uniform_random_graph(4, weights="double", device="cpu")
     with pytest.raises(ValueError, match="rows"):
         grid_graph(0, 5)
+    with pytest.raises(ValueError, match="probabilities"):
+        road_graph(4, 4, drop=1.5)
 
 
 @pytest.mark.parametrize("make, name", [(kronecker_graph, "kronecker_graph"),

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from pytorch_zerocopy.graph import (CSRGraph, load_bel, load_edge_list, load_npz, save_bel, save_edge_list,
-                                    save_npz)
+from pytorch_zerocopy.graph import (CSRGraph, grid_graph, kronecker_graph, load_bel, load_edge_list, load_npz,
+                                    road_graph, save_bel, save_edge_list, save_npz, uniform_random_graph)
 
 
 @pytest.fixture
@@ -50,6 +50,31 @@ def test_bel_round_trip(tmp_path, seed, weights, index_dtype):
     assert back.indices.dtype == index_dtype
     assert_same(g, back)
 
+
+
+def test_bel_unit_weights_for_a_graph_without_weights(tmp_path, seed, monkeypatch):
+    from pytorch_zerocopy.graph import io
+
+    monkeypatch.setattr(io, "_CHUNK", 64)  # several chunks of the broadcast ones
+    g = random_graph(seed)
+    save_bel(g, tmp_path / "u.bel")
+    assert not (tmp_path / "u.bel.val").exists()
+    save_bel(g, tmp_path / "u.bel", unit_weights=True)
+    back = load_bel(tmp_path / "u.bel")
+    assert back.weights.dtype == torch.int32 and back.weights.tolist() == [1] * g.num_edges
+    assert torch.equal(back.indices.long(), g.indices.long())
+
+
+@pytest.mark.parametrize("family", ["urand", "kron", "grid", "road"])
+def test_bel_round_trip_of_every_benchmark_family(tmp_path, family):
+    g = {"urand": lambda: uniform_random_graph(8, 8, seed=2, device="cpu"),
+         "kron": lambda: kronecker_graph(8, 16, seed=2, drop_duplicates=True, device="cpu"),
+         "grid": lambda: grid_graph(9, 13, weights="int"),
+         "road": lambda: road_graph(9, 13, seed=2, weights="int", device="cpu")}[family]()
+    save_bel(g, tmp_path / f"{family}.bel", unit_weights=True)
+    back = load_bel(tmp_path / f"{family}.bel", symmetric=True)
+    assert torch.equal(back.indptr, g.indptr) and torch.equal(back.indices.long(), g.indices.long())
+    assert back.weights.tolist() == ([1] * g.num_edges if g.weights is None else g.weights.tolist())
 
 def test_bel_written_by_hand(tmp_path):
     # Two vertices, edges 0->1 and 1->0, uint32 weights 7 and 9.

@@ -19,7 +19,7 @@ and vertex updates applied by GPU kernels to paged adjacency lists, with samplin
 
 from .csr import CSRGraph
 from .dynamic import DynamicGraph, MemoryFootprint, PoolFullError
-from .generators import grid_graph, kronecker_graph, power_law_graph, uniform_random_graph
+from .generators import grid_graph, kronecker_graph, power_law_graph, road_graph, uniform_random_graph
 from .io import load_bel, load_edge_list, load_npz, save_bel, save_edge_list, save_npz
 from .reorder import NodeOrder, degree_order, presample_order
 from .traversal import (OP_VARIANTS, VARIANTS, GraphTraits, Variant, auto_variant, bfs, choose_variant,
@@ -48,6 +48,7 @@ __all__ = [
     "pagerank",
     "power_law_graph",
     "presample_order",
+    "road_graph",
     "save_bel",
     "save_edge_list",
     "save_npz",

@@ -48,7 +48,7 @@ the traversal ops then trust the arrays.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -247,24 +247,9 @@ class CSRGraph:
         if symmetrize:
             s, d = torch.cat([s, d]), torch.cat([d, s])
             w = None if w is None else torch.cat([w, w])
-        if num_nodes <= _COMPOSITE_KEY_MAX_NODES:
-            order = torch.sort(s * max(num_nodes, 1) + d, stable=True).indices
-        else:  # src * num_nodes would overflow int64: sort by dst, then stably by src
-            by_dst = torch.sort(d, stable=True).indices
-            order = by_dst[torch.sort(s[by_dst], stable=True).indices]
-        s = s[order]
-        d = d[order]
-        w = None if w is None else w[order]
-        if drop_duplicates and s.numel() > 1:
-            first = torch.ones_like(s, dtype=torch.bool)
-            first[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
-            s, d = s[first], d[first]
-            w = None if w is None else w[first]
-        counts = torch.bincount(s, minlength=num_nodes) if s.numel() else torch.zeros(num_nodes, dtype=torch.int64)
-        indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
-        torch.cumsum(counts, 0, out=indptr[1:])
-        return cls(indptr, d.to(idx_dtype).contiguous(), None if w is None else w.contiguous(),
-                   symmetric=symmetrize, validate=False)
+        indptr, indices, weights = coo_to_csr(s, d, num_nodes, w, drop_duplicates=drop_duplicates,
+                                              index_dtype=idx_dtype)
+        return cls(indptr, indices, weights, symmetric=symmetrize, validate=False)
 
     def _validate(self) -> None:
         indptr, indices = self.indptr, self.indices
@@ -409,6 +394,58 @@ class CSRGraph:
         return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"ids={str(self.indices.dtype).replace('torch.', '')}, weights={w}, "
                 f"symmetric={self.symmetric}, placement={self.placement.value!r}, device={self.device})")
+
+
+def coo_to_csr(
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    num_nodes: int,
+    weights: Optional[torch.Tensor] = None,
+    *,
+    drop_duplicates: bool = False,
+    index_dtype: torch.dtype = torch.int64,
+) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """CSR arrays ``(indptr, indices, weights)`` of the edges ``src[i] -> dst[i]``, computed on
+    the device the inputs are on (CPU or GPU) with a whole-graph sort.
+
+    ``src`` / ``dst``: int64 ids in ``[0, num_nodes)`` (trusted: :meth:`CSRGraph.from_coo` is the
+    checked entry point), on one device, with ``weights`` (optional) beside them. Rows come out
+    sorted by destination; parallel edges stay, in input order, unless ``drop_duplicates``, which
+    keeps the first occurrence of each pair (and its weight). ``indptr`` is int64, ``indices``
+    ``index_dtype``. Peak memory: a few int64 arrays of the edge count on that device.
+    """
+    n = int(num_nodes)
+    if n <= _COMPOSITE_KEY_MAX_NODES:
+        key = src * max(n, 1) + dst
+        if weights is None:  # equal keys are the same edge: no order to keep
+            key = torch.sort(key).values
+            if drop_duplicates:
+                key = torch.unique_consecutive(key)
+        else:
+            key, order = torch.sort(key, stable=True)
+            weights = weights[order]
+            del order
+            if drop_duplicates and key.numel() > 1:
+                first = torch.ones_like(key, dtype=torch.bool)
+                first[1:] = key[1:] != key[:-1]
+                key, weights = key[first], weights[first]
+        s = torch.div(key, max(n, 1), rounding_mode="floor")
+        d = key - s * max(n, 1)
+        del key
+    else:  # src * num_nodes would overflow int64: sort by dst, then stably by src
+        by_dst = torch.sort(dst, stable=True).indices
+        order = by_dst[torch.sort(src[by_dst], stable=True).indices]
+        s, d = src[order], dst[order]
+        weights = None if weights is None else weights[order]
+        if drop_duplicates and s.numel() > 1:
+            first = torch.ones_like(s, dtype=torch.bool)
+            first[1:] = (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+            s, d = s[first], d[first]
+            weights = None if weights is None else weights[first]
+    indptr = torch.zeros(n + 1, dtype=torch.int64, device=s.device)
+    if s.numel():
+        torch.cumsum(torch.bincount(s, minlength=n), 0, out=indptr[1:])
+    return indptr, d.to(index_dtype).contiguous(), None if weights is None else weights.contiguous()
 
 
 def _reverse_positions(g: "CSRGraph") -> torch.Tensor:

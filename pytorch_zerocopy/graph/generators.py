@@ -1,5 +1,5 @@
 """Synthetic graphs: Graph500/GAP Kronecker, GAP uniform random, a power-law (Chung-Lu-like)
-graph with papers100M-like skew, and a 2-D grid.
+graph with papers100M-like skew, a 2-D grid and a road-network-like perturbed grid.
 
 Large graphs are built without ever holding the edge list twice. The edge stream is cut into
 chunks, each produced by its own generator seeded from ``(seed, chunk)``, so any chunk can be
@@ -26,7 +26,7 @@ from typing import Callable, Optional, Tuple, Union
 import torch
 
 from .. import unified as _unified
-from .csr import CSRGraph, _index_dtype
+from .csr import CSRGraph, _index_dtype, coo_to_csr
 
 DeviceLike = Union[str, torch.device, None]
 ChunkFn = Callable[[int], Tuple[torch.Tensor, torch.Tensor]]
@@ -398,3 +398,54 @@ def grid_graph(
         src = v.repeat_interleave(deg)
         w = _pair_weights(src, dst, weights)
     return CSRGraph(indptr, dst.to(idx_dtype), w, symmetric=True, validate=False)
+
+
+def road_graph(
+    rows: int,
+    cols: int,
+    *,
+    drop: float = 0.3,
+    diagonals: float = 0.1,
+    seed: int = 0,
+    weights: Optional[str] = None,
+    device: DeviceLike = None,
+    index_dtype: Optional[torch.dtype] = None,
+) -> CSRGraph:
+    """A road-network-like undirected graph: low degree, high diameter, no shortcuts.
+
+    Start from the ``rows x cols`` 4-neighbour lattice (vertex ``r * cols + c``), remove each
+    lattice edge with probability ``drop``, and add to each unit square one of its two
+    diagonals (either, at random) with probability ``diagonals``. Every edge joins vertices at
+    most one step apart in each coordinate, so a path between two vertices has at least their
+    Chebyshev distance in hops: the diameter is at least ``max(rows, cols) - 1`` (longer where
+    removals force detours). Mean degree about ``4 * (1 - drop) + 2 * diagonals`` (3.0 by
+    default; road networks have 2.4-3), at most 8. With ``drop`` below the bond-percolation
+    threshold (0.5) most vertices are in one component; the rest are small islands.
+
+    Symmetric, without self loops or parallel edges, rows sorted; ``weights`` as in the module
+    docstring. Generated on ``device`` (default: the GPU when there is one); the result is a
+    CPU graph. The same arguments on the same kind of device give the same graph.
+    """
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be >= 1, got {rows} x {cols}")
+    if not (0.0 <= drop <= 1.0 and 0.0 <= diagonals <= 1.0):
+        raise ValueError(f"drop and diagonals must be probabilities, got {drop} and {diagonals}")
+    _check_weights_kind(weights)
+    dev = _generation_device(device)
+    n = rows * cols
+    g = _chunk_generator(seed, -4, dev)
+    v = torch.arange(n, dtype=torch.int64, device=dev).reshape(rows, cols)
+    right = (v[:, :-1].reshape(-1), v[:, 1:].reshape(-1))
+    down = (v[:-1, :].reshape(-1), v[1:, :].reshape(-1))
+    corner = v[:-1, :-1].reshape(-1)  # top-left vertex of each unit square
+    flip = torch.rand(corner.numel(), generator=g, device=dev) < 0.5
+    diag = (torch.where(flip, corner + 1, corner), torch.where(flip, corner + cols, corner + cols + 1))
+    src, dst = [], []
+    for (a, b), p in ((right, 1.0 - drop), (down, 1.0 - drop), (diag, diagonals)):
+        keep = torch.rand(a.numel(), generator=g, device=dev) < p
+        src += [a[keep], b[keep]]
+        dst += [b[keep], a[keep]]
+    src, dst = torch.cat(src), torch.cat(dst)
+    w = None if weights is None else _pair_weights(src, dst, weights)
+    indptr, indices, w = coo_to_csr(src, dst, n, w, index_dtype=_index_dtype(n, index_dtype))
+    return CSRGraph(indptr.cpu(), indices.cpu(), None if w is None else w.cpu(), symmetric=True, validate=False)

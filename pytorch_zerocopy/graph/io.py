@@ -46,19 +46,24 @@ def _write_array(f, arr: torch.Tensor, dtype: np.dtype, progress) -> None:
             progress.update(piece.size)
 
 
-def save_bel(graph: CSRGraph, path: PathLike, *, progress: bool = False) -> None:
-    """Writes ``<path>.col``, ``<path>.dst`` and, with weights, ``<path>.val``."""
+def save_bel(graph: CSRGraph, path: PathLike, *, unit_weights: bool = False, progress: bool = False) -> None:
+    """Writes ``<path>.col``, ``<path>.dst`` and, with weights, ``<path>.val``. A graph without
+    weights gets a ``.val`` of int32 ones with ``unit_weights`` (the unit weights its sssp uses,
+    for readers such as EMOGI's SSSP that need the file)."""
     col, dst, val = _bel_paths(path)
     g = graph.cpu()
-    bar = _bar(progress, g.num_nodes + 1 + g.num_edges * (2 if g.weights is not None else 1), "save_bel")
+    weights = g.weights
+    if weights is None and unit_weights:
+        weights = torch.ones(1, dtype=torch.int32).expand(g.num_edges)  # written chunk by chunk
+    bar = _bar(progress, g.num_nodes + 1 + g.num_edges * (2 if weights is not None else 1), "save_bel")
     with open(col, "wb") as f:
         _write_array(f, g.indptr, np.dtype("<u8"), bar)
     with open(dst, "wb") as f:
         _write_array(f, g.indices, np.dtype("<u8"), bar)
-    if g.weights is not None:
-        wdt = np.dtype("<f4") if g.weights.dtype == torch.float32 else np.dtype("<i4")
+    if weights is not None:
+        wdt = np.dtype("<f4") if weights.dtype == torch.float32 else np.dtype("<i4")
         with open(val, "wb") as f:
-            _write_array(f, g.weights, wdt, bar)
+            _write_array(f, weights, wdt, bar)
     if bar is not None:
         bar.close()
 
