@@ -23,7 +23,8 @@ class Layout:
     """Where the parts of a packed minibatch lie: ``sizes`` of its input node ids, its labels,
     then every block's ``src``, every block's ``dst`` and, with ``eids``, every block's edge ids
     (each region in block order, so a region of all blocks is one contiguous slice);
-    ``shapes`` holds each block's ``(num_src, num_dst)``."""
+    ``shapes`` holds each block's ``(num_src, num_dst)``. Every block's source nodes are the
+    first ``num_src`` input nodes."""
 
     sizes: Tuple[int, ...]
     shapes: Tuple[Tuple[int, int], ...]
@@ -115,10 +116,12 @@ class Minibatch:
 
     @property
     def blocks(self) -> List[Block]:
+        """The blocks (views), each with its source nodes' ids and, when packed, edge ids."""
         counts = list(self.layout.num_edges)
         src, dst = torch.split(self.src, counts), torch.split(self.dst, counts)
         eids = torch.split(self.eids, counts) if self.layout.eids else (None,) * len(counts)
-        return [Block(s, d, n_src, n_dst, eids=e)
+        nodes = self.input_nodes
+        return [Block(s, d, n_src, n_dst, nodes=nodes[:n_src], eids=e)
                 for s, d, e, (n_src, n_dst) in zip(src, dst, eids, self.layout.shapes)]
 
     def with_packed(self, packed: Optional[torch.Tensor]) -> "Minibatch":

@@ -33,12 +33,15 @@ from .trace import Span
 
 @dataclass(frozen=True)
 class SeedBatch:
-    """The seeds of minibatch ``index`` of ``epoch``'s ``phase``."""
+    """The seeds of minibatch ``index`` of ``epoch``'s ``phase``; ``sample_seed``: the seed of
+    its random draws where whoever made the batch chose it (a loader's process way; the
+    training run derives its seeds with :func:`minibatch_seed`)."""
 
     phase: Phase
     epoch: int
     index: int
     seeds: torch.Tensor
+    sample_seed: Optional[int] = None
 
 
 def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
