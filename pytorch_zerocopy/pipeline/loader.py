@@ -64,6 +64,7 @@ class FedStage(SampleStage):
     packed: the loader reads what else it needs itself."""
 
     queues: Optional[list] = None
+    waits_for_delivery = True
 
     def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int):
         q = self.queues[worker]

@@ -116,6 +116,10 @@ class SampleStage:
     """
 
     eids = False  # whether its blocks carry edge ids, packed with them
+    # Whether seeds() waits for seed batches that are sent only as earlier minibatches are
+    # delivered (a loader's): a GPU sampler then takes no seeds past a phase mark until it has
+    # handed the mark out, else it keeps samples in flight across phases.
+    waits_for_delivery = False
 
     def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int) -> Iterator[Union[SeedBatch, EpochMark]]:
         """The seed batches (and phase marks) of sampling worker ``worker`` of ``workers``."""
@@ -268,16 +272,17 @@ class GpuSampler:
     def __iter__(self) -> Iterator[Union[Sampled, EpochMark]]:
         work = self.stage.seeds(self.plan, self.ds, 0, 1)
         queue: Deque[Tuple] = deque()  # (item, started sample or a replayed Sampled)
-        in_flight = 0
+        in_flight = marks = 0  # marks: queued, not yet handed out
 
         def refill() -> None:
-            nonlocal in_flight
-            while in_flight < self.ahead:
+            nonlocal in_flight, marks
+            while in_flight < self.ahead and not (marks and self.stage.waits_for_delivery):
                 item = next(work, None)
                 if item is None:
                     return
                 if isinstance(item, EpochMark):
                     queue.append((item, None))
+                    marks += 1
                     continue
                 kept = self.replay.take(item.phase)
                 queue.append((item, kept if kept is not None else self._start(item)))
@@ -287,6 +292,7 @@ class GpuSampler:
         while queue:
             item, started = queue.popleft()
             if isinstance(item, EpochMark):
+                marks -= 1
                 yield item
                 refill()
                 continue
