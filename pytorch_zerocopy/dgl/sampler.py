@@ -39,7 +39,7 @@ from ..feature_table import CacheConfig, CachedTable, FeatureReader, FeatureTabl
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.trace import Stage, StageTimes, timed
-from ..placement import Placement, op_device
+from ..placement import Placement, op_device, to_device_async
 from ._backend import is_dgl_graph, real_dgl
 
 
@@ -246,7 +246,7 @@ class NeighborSampler:
 
     def _deliver(self, g, layers, seed_nodes, placement, device, node_caches, gathered, times):
         with timed(times, Stage.BUILD):
-            output_nodes = seed_nodes.to(device)
+            output_nodes = to_device_async(seed_nodes, device)
             input_nodes = layers[0].nodes.to(device)
             blocks = [self._block(g, lay, device) for lay in layers]
         with timed(times, Stage.GATHER):

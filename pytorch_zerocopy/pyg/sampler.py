@@ -41,6 +41,7 @@ from ..block import Block
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.messages import Minibatch
+from ..placement import to_device_async
 from ..sampling import PendingSample, compact, draw_seed, sample_layers
 
 _MASK63 = (1 << 63) - 1
@@ -184,9 +185,9 @@ class NeighborSampler(BaseSampler):
 
     def output(self, hops: SampledHops, input_id: Optional[torch.Tensor]) -> SamplerOutput:
         """``hops`` as PyG's sampler output (made bidirectional when the sampler is), with
-        ``input_id`` moved to where the hops are."""
+        ``input_id`` moved to where the hops are (without the host waiting for the GPU)."""
         if input_id is not None:
-            input_id = input_id.to(hops.node.device)
+            input_id = to_device_async(input_id, hops.node.device)
         out = SamplerOutput(node=hops.node, row=hops.row, col=hops.col, edge=hops.edge,
                             num_sampled_nodes=hops.num_sampled_nodes,
                             num_sampled_edges=hops.num_sampled_edges,
