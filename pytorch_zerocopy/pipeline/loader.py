@@ -100,6 +100,10 @@ def check_plan(plan: Plan) -> Plan:
     if plan.gather_in is not GatherIn.PRODUCER:
         raise PlanError("gather_in", "a loader's process way gathers in a producer process: the plan's gather_in "
                                      f"must be 'producer', got {plan.gather_in.value!r}")
+    if plan.partition is Partition.MPS and this_process_client_env(plan.producer_share) is None:
+        raise PlanError("partition", "partition 'mps' shares the GPU between the producer and this process, which "
+                                     "is no MPS client (start it with CUDA_MPS_PIPE_DIRECTORY naming a running "
+                                     "daemon), or use partition 'none'")
     return plan
 
 
@@ -201,7 +205,6 @@ class LoaderProcesses:
         plan = replace(self.plan, trace=trace)
         sup = Supervisor()
         ctx = sup.ctx
-        self.sup = sup
         seed_queues = [ctx.Queue() for _ in range(plan.mark_sources)]
         samplers = plan.sampler_processes
         batch_q = ctx.Queue(maxsize=plan.queue_depth * samplers) if samplers else None
@@ -210,6 +213,7 @@ class LoaderProcesses:
         self.queues = [q for q in seed_queues + [batch_q, ready_q, free_q] if q is not None]
         stage = copy.copy(self.stage)
         stage.queues = seed_queues
+        self.sup = sup
         try:
             self.ds.share_memory_()
             cached_rows = choose_cached_rows(plan, self.ds)
@@ -217,8 +221,8 @@ class LoaderProcesses:
             for w in range(samplers):
                 sup.start("sampler", sampler_main, (plan, self.ds, w, batch_q, self.consumed, None, stage), env)
             producer_env = dict(env)
-            if plan.partition is Partition.MPS:
-                producer_env.update(this_process_client_env(plan.producer_share) or {})
+            if plan.partition is Partition.MPS:  # a client of this process's daemon (check_plan)
+                producer_env.update(this_process_client_env(plan.producer_share))
             sup.start("producer", producer_main, (plan, self.ds, batch_q, ready_q, free_q, cached_rows, stage),
                       producer_env)
             self.reader = RingReader(_Watched(ready_q, sup), free_q, self.device)
