@@ -232,6 +232,9 @@ class NeighborLoader(NodeLoader):
 
     def _processes(self, pipeline: Union[bool, Plan], cache: Optional[CacheConfig]) -> LoaderProcesses:
         """The process way's roles over this loader's stores (started by the first epoch)."""
+        if not isinstance(self.node_sampler, NeighborSampler):
+            raise TypeError("pipeline needs pytorch_zerocopy.pyg.NeighborSampler (or a subclass) as neighbor_sampler, "
+                            f"got {type(self.node_sampler).__name__}")
         if not isinstance(self.feature_store, FeatureStore) or self.feature_store.get_tensor_size(None, "x") is None:
             raise ValueError("pipeline needs a node feature table 'x' in this package's FeatureStore: its producer "
                              "process gathers x")
