@@ -1,29 +1,52 @@
-"""PyG NeighborLoader epoch time: pytorch_zerocopy.pyg's loader against PyG's own.
+"""PyG and DGL users at the pipeline's speed: this package's PyG ``NeighborLoader`` and DGL
+``DataLoader``, in-process and with ``pipeline=True``, against the pipeline itself
+(``zerocopy train``'s default plan) and the CPU loaders PyG users tune, on one dataset, in one
+run.
 
-Dataset: ``papers_like`` (a papers100M-like graph, generated on the GPU) as a PyG ``Data``
-whose feature table stays in host memory. Workload: PyG's GraphSAGE example, fanouts [15, 10],
-batches of 1024 training seeds, shuffled; every minibatch freshly sampled. Per loader, the
-median over ``--epochs`` timed epochs (after one warm-up epoch) of
+Dataset: ``papers_like`` (a papers100M-like graph) as a PyG ``Data`` whose feature table stays
+in host memory. Workload: batches of 1024 shuffled training seeds, PyG fanouts [15, 10] (the
+first applies to the seeds; DGL's order, input side first, is (10, 15)), hidden 256, every
+minibatch freshly sampled. Per row, the median over ``--epochs`` timed epochs (after a warm-up
+epoch) of
 
-* the loader alone: iterate, ``batch.to(device)``, synchronise at the end of the epoch;
-* training: the same plus PyG's ``GraphSAGE`` forward (trimmed per layer), backward, Adam step.
+* the loader alone: iterate, move the minibatch to the device, synchronise at the end;
+* training: the same plus a GraphSAGE forward, backward and Adam step per minibatch (PyG rows:
+  PyG's ``GraphSAGE``, trimmed per layer; DGL rows: the pipeline's own ``GraphSAGE`` on blocks).
 
-Loaders:
+Rows:
 
-* ``zerocopy``: ``pytorch_zerocopy.pyg.NeighborLoader(data, ...)``: the GPU samples the
-  host-resident CSC and gathers the feature rows from host memory in place.
-* ``pyg``: ``torch_geometric.loader.NeighborLoader(data, ...)``: CPU sampling (pyg-lib or
-  torch-sparse), CPU ``index_select`` of the rows, then a copy to the GPU. Measured only where
-  PyG can sample; otherwise the result says so.
-* ``cpu_dma`` (the DMA path, always measured): this package's loader with the graph and table
-  on the CPU (``stores_from_data(data, placement="cpu")``): CPU sampling, CPU gather, copy to
-  the GPU: what PyG's own loader does, with this package's CPU sampler.
+* ``pipeline``: ``make_plan('zerocopy')`` + ``run_plan`` with DGL fanouts (10, 15): what
+  ``zerocopy train`` does with no flags, on this dataset; its steady-state ms per minibatch is
+  the denominator of the ``*_over_pipeline`` bars.
+* ``pyg`` / ``pyg_pipeline``: ``pytorch_zerocopy.pyg.NeighborLoader(data, ...)``, in-process
+  and with ``pipeline=True`` (sampling and the gather of ``x`` in the pipeline's processes).
+* ``dgl`` / ``dgl_pipeline``: ``pytorch_zerocopy.dgl.DataLoader`` over the same graph
+  (``use_uva`` on a GPU), prefetching ``feat`` and ``label``, in-process and ``pipeline=True``.
+* ``cpu_dma``: the PyG loader over CPU stores (``stores_from_data(data, placement='cpu')``):
+  CPU sampling, CPU gather, copy to the GPU, in the training process.
+* ``tuned_cpu``: what a PyG user tunes on the CPU: PyG's ``NodeLoader`` over the CPU stores with
+  this package's sampler, ``--workers`` worker processes sampling and gathering
+  (``filter_per_worker=True``, ``persistent_workers=True``) and ``pin_memory=True`` on a GPU.
+* ``pyg_own``: PyG's own ``NeighborLoader`` with the same workers and pinned memory, where
+  pyg-lib or torch-sparse is installed. On the machine this benchmark was written on, neither
+  could be: the package index has no pyg-lib distribution at all and only a source tarball of
+  torch-sparse (0.6.18), no wheel for torch 2.13; neither is built from source here. The result
+  says when the row was not measured.
 
-Also in the same run: the pinned cudaMemcpy H2D ceiling, and each loader's feature rate (bytes
-of ``x`` delivered per second of the loader-only epoch) as a fraction of it.
+Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50): for the
+``pipeline=True`` rows over their training epochs (sample and gather measured in the producer
+process, build and deliver in the training process), for the in-process rows over one extra
+training epoch with a GPU synchronisation around each stage.
 
-    python benchmarks/pyg_loader.py            # ~1 min on a 16-core host + one H100/H200
-    python benchmarks/pyg_loader.py --quick    # seconds; tiny graph, works without a GPU
+Bars: ``pyg_loader_over_pipeline`` and ``dgl_loader_over_pipeline`` (training ms per minibatch
+of the ``pipeline=True`` row over the pipeline's); ``pyg_train_over_max_stage`` (the
+``pyg_pipeline`` training step over its slowest stage: sample, gather, or the training
+process's own work, build plus the model step measured alone on held minibatches: 1.0 means
+loading is fully hidden behind the slowest stage); ``pyg_speedup_over_tuned_cpu_loader`` (the
+fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
+
+    python benchmarks/pyg_loader.py            # a few minutes on a 16-core host + one H100/H200
+    python benchmarks/pyg_loader.py --quick    # a tiny graph; runs without a GPU
 
 Writes pyg_loader.json and pyg_loader.md under --out (default benchmarks/results).
 """
@@ -31,12 +54,13 @@ Writes pyg_loader.json and pyg_loader.md under --out (default benchmarks/results
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -45,62 +69,233 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import torch_geometric.typing  # noqa: E402
-from torch_geometric.nn import GraphSAGE  # noqa: E402
+from torch_geometric.loader import NodeLoader  # noqa: E402
+from torch_geometric.nn import GraphSAGE as PygGraphSAGE  # noqa: E402
 
 from benchmarks.common import environment, pinned_memcpy_gbs  # noqa: E402
 from pytorch_zerocopy.datasets import papers_like  # noqa: E402
-from pytorch_zerocopy.pyg import NeighborLoader, data_from_dataset, stores_from_data  # noqa: E402
+from pytorch_zerocopy.dgl import DataLoader, NeighborSampler as DglNeighborSampler  # noqa: E402
+from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
+from pytorch_zerocopy.nn import GraphSAGE  # noqa: E402
+from pytorch_zerocopy.pipeline import make_plan  # noqa: E402
+from pytorch_zerocopy.pipeline.plan import available_cores  # noqa: E402
+from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
+from pytorch_zerocopy.pyg import NeighborLoader, NeighborSampler, data_from_dataset, stores_from_data  # noqa: E402
+from pytorch_zerocopy.train import run_plan  # noqa: E402
 
-FANOUTS = [15, 10]
-BATCH = 1024
+FANOUTS = [15, 10]  # PyG's order: the first applies to the seeds
+DGL_FANOUTS = tuple(reversed(FANOUTS))  # DGL's and the pipeline's order: input side first
+HELD_BATCHES = 8  # minibatches held to time the model step alone
+PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse. Where this benchmark "
+                "was written, the package index had no pyg-lib distribution and only a torch-sparse source tarball "
+                "(0.6.18), no wheel for torch 2.13; neither was built from source.")
 
 
-def run_epoch(loader, device, model, opt, train: bool, max_batches: int) -> Dict:
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    sync()
+class Family:
+    """How a row's minibatches are trained on and measured: PyG ``Data`` or DGL blocks."""
+
+    def __init__(self, kind: str, num_features: int, num_classes: int, hidden: int, device: torch.device):
+        self.kind, self.device = kind, device
+        torch.manual_seed(0)
+        if kind == "pyg":
+            self.model = PygGraphSAGE(num_features, hidden, num_layers=len(FANOUTS), out_channels=num_classes)
+        else:
+            self.model = GraphSAGE(num_features, hidden, num_classes, len(DGL_FANOUTS))
+        self.model = self.model.to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=0.003)
+
+    def to_device(self, batch):
+        if self.kind == "pyg":
+            return batch.to(self.device, non_blocking=True)
+        _, output_nodes, blocks = batch
+        return output_nodes, [b.to(self.device, non_blocking=True) for b in blocks]
+
+    def step(self, batch) -> None:
+        self.opt.zero_grad()
+        if self.kind == "pyg":
+            out = self.model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                             num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[:batch.batch_size])
+        else:
+            _, blocks = batch
+            loss = F.cross_entropy(self.model(blocks, blocks[0].srcdata["feat"].float()), blocks[-1].dstdata["label"])
+        loss.backward()
+        self.opt.step()
+
+    def sizes(self, batch) -> tuple:
+        """(feature bytes, nodes, edges) of a minibatch on the device."""
+        if self.kind == "pyg":
+            return batch.x.numel() * batch.x.element_size(), batch.num_nodes, batch.edge_index.shape[1]
+        _, blocks = batch
+        x = blocks[0].srcdata["feat"]
+        return x.numel() * x.element_size(), blocks[0].num_src_nodes(), sum(b.num_edges() for b in blocks)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_epoch(loader, family: Family, train: bool, max_batches: int) -> Dict:
+    sync(family.device)
     start = time.perf_counter()
     batches = feature_bytes = nodes = edges = 0
     for batch in loader:
-        batch = batch.to(device, non_blocking=True)
+        batch = family.to_device(batch)
         if train:
-            opt.zero_grad()
-            out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                        num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
-            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
-            opt.step()
-        batches += 1
-        feature_bytes += batch.x.numel() * batch.x.element_size()
-        nodes += batch.num_nodes
-        edges += batch.edge_index.shape[1]
+            family.step(batch)
+        sizes = family.sizes(batch)
+        batches, feature_bytes, nodes, edges = batches + 1, feature_bytes + sizes[0], nodes + sizes[1], edges + sizes[2]
         if batches == max_batches:
             break
-    sync()
-    seconds = time.perf_counter() - start
-    return dict(seconds=seconds, batches=batches, feature_bytes=feature_bytes, nodes=nodes, edges=edges)
+    sync(family.device)
+    return dict(seconds=time.perf_counter() - start, batches=batches, feature_bytes=feature_bytes, nodes=nodes,
+                edges=edges)
 
 
-def measure(name: str, make_loader, device, num_features: int, num_classes: int, epochs: int,
-            max_batches: int) -> Dict:
+def step_alone_ms(loader, family: Family) -> float:
+    """The model step alone: ms per minibatch over ``HELD_BATCHES`` minibatches held on the device."""
+    held = []
+    for batch in loader:
+        held.append(family.to_device(batch))
+        if len(held) == HELD_BATCHES:
+            break
+    family.step(held[0])
+    sync(family.device)
+    start = time.perf_counter()
+    for batch in held:
+        family.step(batch)
+    sync(family.device)
+    return (time.perf_counter() - start) / len(held) * 1e3
+
+
+def stage_p50(times: StageTimes) -> Dict[str, float]:
+    return {stage: s["p50"] for stage, s in times.summary().items() if s.get("n")}
+
+
+def measure(name: str, make_loader: Callable, family: Family, args, processes: bool) -> Dict:
+    """One loader row: setup, loader-only and training epochs; stage timings of our loaders."""
     torch.manual_seed(0)
     start = time.perf_counter()
     loader = make_loader()
-    setup_s = time.perf_counter() - start
-    model = GraphSAGE(num_features, 256, num_layers=len(FANOUTS), out_channels=num_classes).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.003)
-    result = {"setup_s": setup_s}
+    result: Dict = {"setup_s": time.perf_counter() - start}
+    ours = hasattr(loader, "stage_times")
+    if processes:  # the producer traces from its start: its timings are event pairs, no synchronisation
+        loader.stage_times = StageTimes()
     for kind, train in (("loader_only", False), ("train", True)):
-        run_epoch(loader, device, model, opt, train, max_batches)  # warm-up
-        runs: List[Dict] = [run_epoch(loader, device, model, opt, train, max_batches) for _ in range(epochs)]
-        secs = [r["seconds"] for r in runs]
-        med = statistics.median(secs)
+        run_epoch(loader, family, train, args.max_batches)  # warm-up (starts the processes of the process way)
+        if processes and train:
+            loader.stage_times.clear()
+        runs = [run_epoch(loader, family, train, args.max_batches) for _ in range(args.epochs)]
+        med = statistics.median(r["seconds"] for r in runs)
         r0 = runs[0]
-        result[kind] = dict(epoch_s=med, epoch_s_all=secs, batches=r0["batches"], ms_per_batch=med / r0["batches"] * 1e3,
-                            feature_gbs=r0["feature_bytes"] / med / 1e9, nodes_per_batch=r0["nodes"] / r0["batches"],
-                            edges_per_batch=r0["edges"] / r0["batches"])
-        print(f"{name:>9} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
+        result[kind] = dict(epoch_s=med, epoch_s_all=[r["seconds"] for r in runs], batches=r0["batches"],
+                            ms_per_batch=med / r0["batches"] * 1e3, feature_gbs=r0["feature_bytes"] / med / 1e9,
+                            nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"])
+        print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
               f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s)", flush=True)
+    if processes:
+        result["stages_ms"] = stage_p50(loader.stage_times)
+    elif ours:
+        loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
+        run_epoch(loader, family, True, args.max_batches)
+        result["stages_ms"] = stage_p50(loader.stage_times)
+        loader.stage_times = None
+    if "stages_ms" in result:
+        print(f"{name:>13} stages (ms p50): {result['stages_ms']}", flush=True)
+    if name == "pyg_pipeline":
+        result["step_alone_ms"] = step_alone_ms(loader, family)
+    if hasattr(loader, "close"):
+        loader.close()
     del loader
+    gc.collect()
     return result
+
+
+def attempt(name: str, fn: Callable[[], Dict]) -> Dict:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - report the row and go on with the others
+        print(f"{name:>13} FAILED: {e}", flush=True)
+        return {"error": str(e).strip().splitlines()[-1][:500]}
+
+
+def pipeline_row(ds, args) -> Dict:
+    """``zerocopy train``'s default plan on the dataset: its last epoch's steady-state rate."""
+    plan = make_plan("zerocopy", row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, fanouts=DGL_FANOUTS,
+                     batch_size=args.batch_size, epochs=2, max_batches=args.max_batches, val_batches=1, hidden=args.hidden,
+                     trace=True)
+    start = time.perf_counter()
+    last = run_plan(plan, ds, mps_fallback=True, quiet=True)[-1]
+    producer = last.trace.producer if last.trace else {}
+    row = {"plan": plan.describe(), "ms_per_batch": last.steady_ms_per_minibatch, "wall_s": time.perf_counter() - start,
+           "stages_ms": {k.replace("_ms", ""): v["p50"] for k, v in producer.items()
+                         if k in ("sample_ms", "gather_ms") and v.get("n")}}
+    print(f"{'pipeline':>13} {row['ms_per_batch']:.2f} ms per minibatch ({row['plan']})", flush=True)
+    return row
+
+
+def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
+    """name -> (family kind, make_loader, runs in processes)."""
+    batch = args.batch_size
+    common = dict(num_neighbors=FANOUTS, batch_size=batch, input_nodes=data.train_mask, shuffle=True)
+    workers = dict(num_workers=args.workers, pin_memory=gpu, persistent_workers=True)
+    graph = CSRGraph(ds.graph.indptr, ds.graph.indices, validate=False, ndata={"feat": ds.features, "label": ds.labels})
+    # ds.graph's rows are in-neighbour lists: DGL's "in" sampling reads them as stored ("out").
+    sampler = DglNeighborSampler(list(DGL_FANOUTS), edge_dir="out", prefetch_node_feats=["feat"],
+                                 prefetch_labels=["label"])
+    device = torch.device("cuda" if gpu else "cpu")
+    dgl = dict(batch_size=batch, shuffle=True, device=device, use_uva=gpu)
+
+    def tuned_cpu():
+        stores = stores_from_data(data, placement="cpu")[:2]
+        return NodeLoader(stores, NeighborSampler(stores, FANOUTS), input_nodes=data.train_mask, batch_size=batch,
+                          shuffle=True, filter_per_worker=True, **workers)
+
+    rows = {
+        "pyg": ("pyg", lambda: NeighborLoader(data, **common), False),
+        "pyg_pipeline": ("pyg", lambda: NeighborLoader(data, pipeline=True, **common), True),
+        "dgl": ("dgl", lambda: DataLoader(graph, ds.train_idx, sampler, **dgl), False),
+        "dgl_pipeline": ("dgl", lambda: DataLoader(graph, ds.train_idx, sampler, pipeline=True, **dgl), True),
+        "cpu_dma": ("pyg", lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common), False),
+        "tuned_cpu": ("pyg", tuned_cpu, False),
+    }
+    if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
+        from torch_geometric.loader import NeighborLoader as PygNeighborLoader
+
+        rows["pyg_own"] = ("pyg", lambda: PygNeighborLoader(data, filter_per_worker=True, **common, **workers), False)
+    return rows
+
+
+def train_ms(modes: Dict, name: str) -> Optional[float]:
+    row = modes.get(name) or {}
+    return row["train"]["ms_per_batch"] if "train" in row else None
+
+
+def compute_bars(modes: Dict, pipeline: Dict) -> Dict:
+    pipe = pipeline.get("ms_per_batch")
+    bars: Dict = {"pipeline_ms_per_minibatch": pipe, "pyg_own_loader_measured": "pyg_own" in modes}
+    for name in ("pyg_pipeline", "dgl_pipeline", "pyg", "dgl"):
+        ms = train_ms(modes, name)
+        bars[f"{name}_train_ms_per_minibatch"] = ms
+    ratio = lambda a, b: a / b if a and b else None  # noqa: E731
+    bars["pyg_loader_over_pipeline"] = ratio(train_ms(modes, "pyg_pipeline"), pipe)
+    bars["dgl_loader_over_pipeline"] = ratio(train_ms(modes, "dgl_pipeline"), pipe)
+    bars["pyg_in_process_over_pipeline"] = ratio(train_ms(modes, "pyg"), pipe)
+    bars["dgl_in_process_over_pipeline"] = ratio(train_ms(modes, "dgl"), pipe)
+    row = modes.get("pyg_pipeline") or {}
+    stages = row.get("stages_ms", {})
+    if "step_alone_ms" in row and stages:
+        own = stages.get("build", 0.0) + row["step_alone_ms"]
+        slowest = max(stages.get("sample", 0.0), stages.get("gather", 0.0), own)
+        bars["pyg_max_stage_ms"] = slowest
+        bars["pyg_train_over_max_stage"] = ratio(train_ms(modes, "pyg_pipeline"), slowest)
+    tuned = {n: train_ms(modes, n) for n in ("tuned_cpu", "pyg_own") if train_ms(modes, n)}
+    if tuned:
+        best = min(tuned, key=tuned.get)
+        bars["tuned_cpu_loader"] = best
+        bars["pyg_speedup_over_tuned_cpu_loader"] = ratio(tuned[best], train_ms(modes, "pyg_pipeline"))
+    return bars
 
 
 def main(argv=None) -> int:
@@ -108,17 +303,24 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny graph, 1 timed epoch: a smoke test")
     p.add_argument("--nodes", type=int, default=1 << 23, help="papers_like nodes (default 2^23)")
     p.add_argument("--feature-dim", type=int, default=128)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per loader and kind (median)")
     p.add_argument("--max-batches", type=int, default=100, help="minibatches per epoch at most")
+    p.add_argument("--workers", type=int, default=None, help="tuned CPU loaders' worker processes "
+                                                             "(default: the cores less two, at most 8)")
+    p.add_argument("--rows", default=None, help="loader rows to run, comma-separated (default: all)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="pyg_loader", help="output file name stem")
     args = p.parse_args(argv)
     if args.quick:
-        args.nodes, args.epochs, args.max_batches = 1 << 14, 1, 5
+        args.nodes, args.epochs, args.max_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
+    args.workers = args.workers or max(1, min(8, available_cores() - 2))
     wall0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
-    result: Dict = {"environment": environment(), "fanouts": FANOUTS, "batch_size": BATCH, "quick": args.quick}
+    result: Dict = {"environment": environment(), "fanouts": FANOUTS, "batch_size": args.batch_size, "hidden": args.hidden,
+                    "workers": args.workers, "quick": args.quick}
     if gpu:
         result["pinned_h2d_gbs"] = pinned_memcpy_gbs()
         print(f"pinned memcpy H2D ceiling: {result['pinned_h2d_gbs']:.1f} GB/s", flush=True)
@@ -131,42 +333,22 @@ def main(argv=None) -> int:
                              train_nodes=int(ds.train_idx.numel()), generate_s=time.perf_counter() - start)
     print(f"dataset {ds.describe()} in {result['dataset']['generate_s']:.1f} s", flush=True)
 
-    common = dict(num_neighbors=FANOUTS, batch_size=BATCH, input_nodes=data.train_mask, shuffle=True)
-    loaders = {
-        "zerocopy": lambda: NeighborLoader(data, **common),
-        "cpu_dma": lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common),
-    }
-    pyg_can_sample = bool(torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE)
-    result["pyg_can_sample"] = pyg_can_sample
-    if pyg_can_sample:
-        from torch_geometric.loader import NeighborLoader as PygNeighborLoader
-
-        loaders["pyg"] = lambda: PygNeighborLoader(data, **common)
-    else:
-        result["pyg_not_measured"] = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or "
-                                      "torch-sparse, and neither is installed")
-        print(result["pyg_not_measured"], flush=True)
-
+    result["pipeline"] = attempt("pipeline", lambda: pipeline_row(ds, args))
+    rows = loaders(data, ds, args, gpu)
+    wanted = [r for r in (args.rows.split(",") if args.rows else rows) if r]
+    unknown = [r for r in wanted if r not in rows]
+    if unknown:
+        p.error(f"--rows: unknown rows {unknown}; choose from {sorted(rows)}")
+    if "pyg_own" not in rows:
+        result["pyg_not_measured"] = PYG_OWN_NOTE
+        print(PYG_OWN_NOTE, flush=True)
     modes = {}
-    for name, make in loaders.items():
-        modes[name] = measure(name, make, device, data.num_features, ds.num_classes, args.epochs, args.max_batches)
+    for name in wanted:
+        kind, make, processes = rows[name]
+        family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
+        modes[name] = attempt(name, lambda: measure(name, make, family, args, processes))
     result["modes"] = modes
-
-    zc_train, zc_load = modes["zerocopy"]["train"]["epoch_s"], modes["zerocopy"]["loader_only"]["epoch_s"]
-    bars: Dict = {
-        "epoch_s_zerocopy": zc_train,
-        "epoch_s_cpu_dma": modes["cpu_dma"]["train"]["epoch_s"],
-        "speedup_vs_cpu_dma": modes["cpu_dma"]["train"]["epoch_s"] / zc_train,
-        "loader_speedup_vs_cpu_dma": modes["cpu_dma"]["loader_only"]["epoch_s"] / zc_load,
-        "pyg_own_loader_measured": pyg_can_sample,
-    }
-    if pyg_can_sample:
-        bars["epoch_s_pyg"] = modes["pyg"]["train"]["epoch_s"]
-        bars["speedup_vs_pyg"] = modes["pyg"]["train"]["epoch_s"] / zc_train
-        bars["loader_speedup_vs_pyg"] = modes["pyg"]["loader_only"]["epoch_s"] / zc_load
-    if gpu:
-        bars["zerocopy_feature_gbs_over_memcpy"] = modes["zerocopy"]["loader_only"]["feature_gbs"] / result["pinned_h2d_gbs"]
-    result["bars"] = bars
+    result["bars"] = compute_bars(modes, result["pipeline"])
     result["wall_s"] = time.perf_counter() - wall0
 
     os.makedirs(args.out, exist_ok=True)
@@ -177,34 +359,48 @@ def main(argv=None) -> int:
     return 0
 
 
+def _fmt(v) -> str:
+    if v is None:
+        return "n/a"
+    return str(v) if isinstance(v, (bool, str)) else f"{v:.3f}"
+
+
 def write_markdown(r: Dict, path: str) -> None:
-    env, d = r["environment"], r["dataset"]
+    env, d, pipe = r["environment"], r["dataset"], r["pipeline"]
     lines = [
-        "# PyG NeighborLoader epoch time",
+        "# PyG and DGL loaders against the pipeline",
         "",
         f"{env['date']} · {env.get('gpu') or 'no GPU'} (driver {env.get('driver')}) · torch {env['torch']} · "
         f"{env['cpus']} CPUs" + (" · --quick" if r["quick"] else ""),
         "",
         f"Dataset {d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, features "
-        f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; fanouts {r['fanouts']}, "
-        f"batch {r['batch_size']}, shuffled, every minibatch freshly sampled. Epoch = median of timed epochs "
-        "after a warm-up (at most the minibatches shown).",
+        f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; PyG fanouts {r['fanouts']} "
+        f"(DGL order {list(DGL_FANOUTS)}), batch {r['batch_size']}, hidden {r['hidden']}, shuffled, every minibatch "
+        f"freshly sampled; tuned CPU loaders with {r['workers']} workers. Epoch = median of timed epochs after a "
+        "warm-up.",
         "",
     ]
     if "pinned_h2d_gbs" in r:
         lines += [f"Pinned cudaMemcpy H2D ceiling (same run): {r['pinned_h2d_gbs']:.1f} GB/s", ""]
-    lines += ["| loader | minibatches | loader-only epoch s | ms/minibatch | x GB/s | training epoch s | setup s |",
-              "|---|---|---|---|---|---|---|"]
+    if "error" in pipe:
+        lines += [f"Pipeline (`zerocopy train`'s default plan): failed: {pipe['error']}", ""]
+    else:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in pipe["stages_ms"].items())
+        lines += [f"Pipeline (`zerocopy train`'s default plan, same dataset): {pipe['ms_per_batch']:.2f} ms per "
+                  f"minibatch, ms p50: {stages or 'no trace'} ({pipe['plan']}).", ""]
+    lines += ["| loader | minibatches | loader-only ms/minibatch | x GB/s | training ms/minibatch | setup s | "
+              "stages ms p50 (sample, gather, build, deliver) |", "|---|---|---|---|---|---|---|"]
     for name, m in r["modes"].items():
-        lo, tr = m["loader_only"], m["train"]
-        lines.append(f"| {name} | {lo['batches']} | {lo['epoch_s']:.3f} | {lo['ms_per_batch']:.2f} | "
-                     f"{lo['feature_gbs']:.2f} | {tr['epoch_s']:.3f} | {m['setup_s']:.1f} |")
+        if "error" in m:
+            lines.append(f"| {name} | failed: {m['error']} |" + " |" * 5)
+            continue
+        lo, tr, st = m["loader_only"], m["train"], m.get("stages_ms", {})
+        stages = ", ".join(f"{st[s]:.2f}" if s in st else "-" for s in ("sample", "gather", "build", "deliver"))
+        lines.append(f"| {name} | {lo['batches']} | {lo['ms_per_batch']:.2f} | {lo['feature_gbs']:.2f} | "
+                     f"{tr['ms_per_batch']:.2f} | {m['setup_s']:.1f} | {stages if st else '-'} |")
     if r.get("pyg_not_measured"):
-        lines += ["", f"`pyg` not measured: {r['pyg_not_measured']}. `cpu_dma` stands in for its data path "
-                  "(CPU sampling, CPU gather, copy to the GPU)."]
-    lines += ["", "| bar | value |", "|---|---|"]
-    for k, v in r["bars"].items():
-        lines.append(f"| {k} | {v if isinstance(v, bool) else f'{v:.3f}'} |")
+        lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
+    lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]
     lines += ["", f"Wall time {r['wall_s']:.0f} s (dataset {d['generate_s']:.1f} s)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -5,6 +5,8 @@ blocks, SAGEConv), with this package's loader: a DGL script changes its import l
 
     python examples/dgl_graphsage.py                         # the embedded 120k-node dataset
     python examples/dgl_graphsage.py --nodes 3000 --epochs 1 # seconds on any machine
+    python examples/dgl_graphsage.py --pipeline              # training minibatches loaded by the
+                                                             # pipeline's processes (pipeline=True)
 
 DGL itself is optional: where it is installed (it supports torch <= 2.2) the graph is a real
 ``dgl.graph`` and the layers ``dgl.nn.SAGEConv``; elsewhere the graph is this package's
@@ -60,6 +62,7 @@ def main(argv=None) -> float:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="10,10", help="neighbours per layer, input layer first")
+    p.add_argument("--pipeline", action="store_true", help="load training minibatches in the pipeline's processes")
     args = p.parse_args(argv)
 
     ds = community_graph(num_nodes=args.nodes, seed=0)
@@ -70,7 +73,10 @@ def main(argv=None) -> float:
     sampler = NeighborSampler(fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
     # use_uva: the graph and features stay in host memory; the GPU samples and gathers in place.
     kwargs = dict(device=device, use_uva=gpu)
-    train_loader = DataLoader(g, ds.train_idx, sampler, batch_size=args.batch_size, shuffle=True, **kwargs)
+    # pipeline=True: sampling and the gather of "feat" run in processes of their own, the next
+    # minibatches in flight while the model trains on this one.
+    train_loader = DataLoader(g, ds.train_idx, sampler, batch_size=args.batch_size, shuffle=True,
+                              pipeline=args.pipeline, **kwargs)
     test_loader = DataLoader(g, ds.test_idx, sampler, batch_size=args.batch_size, **kwargs)
     model = SAGE(conv, ds.feature_dim, 128, ds.num_classes, len(fanouts)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)

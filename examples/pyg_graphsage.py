@@ -7,6 +7,8 @@ NeighborLoader). Only the loader's import line decides who samples:
     python examples/pyg_graphsage.py                      # the embedded 120k-node dataset
     python examples/pyg_graphsage.py --nodes 3000 --epochs 1   # seconds on any machine
     python examples/pyg_graphsage.py --loader pyg         # the same script with PyG's loader
+    python examples/pyg_graphsage.py --pipeline           # training minibatches loaded by the
+                                                          # pipeline's processes (pipeline=True)
 
 Needs torch_geometric (pip install torch-geometric). On a GPU the features stay in host memory
 and the GPU reads the sampled rows in place; without one everything runs on the CPU.
@@ -31,7 +33,12 @@ def parse(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--fanouts", default="10,10", help="neighbours per hop, seeds' hop first")
-    return p.parse_args(argv)
+    p.add_argument("--pipeline", action="store_true",
+                   help="load training minibatches in the pipeline's processes (this package's loader only)")
+    args = p.parse_args(argv)
+    if args.pipeline and args.loader != "zerocopy":
+        p.error("--pipeline is an option of pytorch_zerocopy.pyg.NeighborLoader (--loader zerocopy)")
+    return args
 
 
 def main(argv=None) -> float:
@@ -50,9 +57,13 @@ def main(argv=None) -> float:
     data = data_from_dataset(community_graph(num_nodes=args.nodes, seed=0))
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
+    # The one line that differs with --pipeline: sampling and gathers run in processes of their
+    # own, the next minibatches in flight while the model trains on this one.
+    extra = {"pipeline": True} if args.pipeline else {}
+
     # --- from here on: PyG's GraphSAGE example, unchanged ---------------------------------
     train_loader = NeighborLoader(data, num_neighbors=fanouts, batch_size=args.batch_size,
-                                  input_nodes=data.train_mask, shuffle=True)
+                                  input_nodes=data.train_mask, shuffle=True, **extra)
     test_loader = NeighborLoader(data, num_neighbors=fanouts, batch_size=args.batch_size,
                                  input_nodes=data.test_mask)
     model = GraphSAGE(data.num_features, 128, num_layers=len(fanouts), out_channels=data.num_classes).to(device)

@@ -51,6 +51,7 @@ __all__ = [
     "SampledNeighbors",
     "as_csr_graph",
     "compact",
+    "draw_seed",
     "sample_layers",
     "sample_layers_async",
     "sample_neighbors",
@@ -88,9 +89,14 @@ def _signed64(x: int) -> int:
     return x - (1 << 64) if x >= (1 << 63) else x
 
 
+def draw_seed() -> int:
+    """A sampling seed drawn from torch's default CPU generator: what ``seed=None`` draws."""
+    return int(torch.randint(0, 2**62, ()).item())
+
+
 def _resolve_seed(seed: Optional[int]) -> int:
     if seed is None:
-        return int(torch.randint(0, 2**62, ()).item())
+        return draw_seed()
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
     return _signed64(seed)
@@ -338,6 +344,11 @@ class PendingSample:
         self._status = status
         self.event = event
         self._blocks = blocks
+
+    @classmethod
+    def done(cls, blocks: List[Block]) -> "PendingSample":
+        """A sample already taken: :meth:`result` returns ``blocks``."""
+        return cls(None, None, None, None, blocks)
 
     def ready(self) -> bool:
         """Whether the GPU work has finished (never blocks)."""

@@ -2,6 +2,7 @@
 blocks, prefetching, bad input, and a GraphSAGE model built from pytorch_zerocopy.dgl.nn trained
 through it."""
 
+import gc
 import warnings
 
 import pytest
@@ -13,6 +14,9 @@ from pytorch_zerocopy.datasets import community_graph
 from pytorch_zerocopy.dgl import (NID, EID, Block, CSRGraph, DataLoader, MultiLayerFullNeighborSampler,
                                   NeighborSampler, graph as make_graph)
 from pytorch_zerocopy.dgl.nn import SAGEConv
+from pytorch_zerocopy.pipeline import PlanError, make_plan
+from pytorch_zerocopy.pipeline.trace import StageTimes
+from test_pipeline_failures import _assert_nothing_left, snapshot
 
 
 class Data:
@@ -340,3 +344,65 @@ def test_ddp_split_gives_every_rank_an_equal_share(data):
         shares.append(torch.cat([out for _, out, _ in loader]))
     assert len({s.numel() for s in shares}) == 1 and shares[0].numel() == 300
     assert set(torch.cat(shares).tolist()) == set(idx.tolist())
+
+
+# --- the process way (pipeline=True) ----------------------------------------------------------
+
+
+def assert_same_batch(a, b):
+    """Two ``(input_nodes, output_nodes, blocks)`` minibatches, equal: ids, edges and every
+    data table of every block."""
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert len(a[2]) == len(b[2])
+    for x, y in zip(a[2], b[2]):
+        assert (x.num_src_nodes(), x.num_dst_nodes()) == (y.num_src_nodes(), y.num_dst_nodes())
+        assert all(torch.equal(u, v) for u, v in zip(x.edges(), y.edges()))
+        for mine, theirs in ((x.srcdata, y.srcdata), (x.dstdata, y.dstdata), (x.edata, y.edata)):
+            assert sorted(mine) == sorted(theirs)
+            assert all(torch.equal(mine[k], theirs[k]) for k in theirs), sorted(theirs)
+
+
+def test_process_way_yields_the_in_process_blocks(data):
+    """pipeline=True: the batches of the in-process loader (same seeds and samples, weighted
+    sampling, prefetched features, labels and edge data), epoch after epoch from the same
+    processes, and nothing left once the loader is collected after an early break."""
+    cg, graph = data
+    before = snapshot()
+    sampler = NeighborSampler([4, 3], prob="w", prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                              prefetch_edge_feats=["w"])
+    kwargs = dict(batch_size=100, shuffle=True)
+    torch.manual_seed(2)
+    loader = DataLoader(graph, cg.train_idx, sampler, pipeline=True, **kwargs)
+    got = list(loader) + list(loader)
+    pids = loader.processes.sup.pids()
+    torch.manual_seed(2)
+    here = DataLoader(graph, cg.train_idx, sampler, **kwargs)
+    want = list(here) + list(here)
+    assert len(got) == len(want) == 2 * len(loader)
+    for a, b in zip(got, want):
+        assert_same_batch(a, b)
+        assert torch.equal(a[2][0].srcdata["feat"], cg.feat[a[0]])
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    del loader, got, _
+    gc.collect()
+    _assert_nothing_left(pids, before)
+
+
+def test_process_way_bad_arguments_and_stage_times(data):
+    cg, graph = data
+    with pytest.raises(TypeError, match="pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan"):
+        DataLoader(graph, cg.train_idx, NeighborSampler([2], prefetch_node_feats=["feat"]), pipeline=1)
+    with pytest.raises(ValueError, match="prefetch_node_feats"):
+        DataLoader(graph, cg.train_idx, NeighborSampler([2]), pipeline=True)
+    with pytest.raises(KeyError, match="no node feature 'nope'"):
+        DataLoader(graph, cg.train_idx, NeighborSampler([2], prefetch_node_feats=["nope"]), pipeline=True)
+    with pytest.raises(PlanError, match="gather_in must be 'producer'"):
+        DataLoader(graph, cg.train_idx, NeighborSampler([2], prefetch_node_feats=["feat"]), pipeline=make_plan("cpu"))
+    sampler = NeighborSampler([3, 2], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    with DataLoader(graph, cg.train_idx, sampler, batch_size=200, pipeline=True) as loader:
+        loader.stage_times = StageTimes()
+        n = len(list(loader))
+    summary = loader.stage_times.summary()
+    assert all(summary[stage]["n"] == n for stage in ("sample", "gather", "build", "deliver")), summary

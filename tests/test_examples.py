@@ -85,16 +85,18 @@ def test_graph_analytics_generated_and_snap(tmp_path):
     assert "BFS from 0 reached 3 vertices; 2 components" in out
 
 
-def test_dgl_graphsage():
-    out = run([EXAMPLES / "dgl_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"])
+@pytest.mark.parametrize("pipeline", [[], ["--pipeline"]], ids=["in-process", "pipeline"])
+def test_dgl_graphsage(pipeline):
+    out = run([EXAMPLES / "dgl_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"] + pipeline)
     acc = float(re.findall(r"test acc ([\d.]+)", out)[-1])
     assert acc > 2 / 16, out  # well above chance (16 classes) after two epochs
 
 
-def test_pyg_graphsage():
+@pytest.mark.parametrize("pipeline", [[], ["--pipeline"]], ids=["in-process", "pipeline"])
+def test_pyg_graphsage(pipeline):
     if os.environ.get("ZEROCOPY_REQUIRE_PYG") != "1":  # CI installs PyG: fail rather than skip
         pytest.importorskip("torch_geometric", reason="needs torch_geometric (pip install torch-geometric)")
-    out = run([EXAMPLES / "pyg_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"])
+    out = run([EXAMPLES / "pyg_graphsage.py", "--nodes", "3000", "--epochs", "2", "--batch-size", "256"] + pipeline)
     assert "pytorch_zerocopy.pyg" in out
     assert out.index("generating the community dataset (3,000 nodes)") < out.index("training 2 epoch(s) of ") \
         < out.index("epoch 1:")

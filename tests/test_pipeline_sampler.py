@@ -227,3 +227,40 @@ def test_gpu_sampler_keeps_samples_in_flight_in_schedule_order(directed, monkeyp
     train = [x for x in replayed if x.batch.phase is Phase.TRAIN]
     assert [x.batch.step for x in train] == [0, 1, 2, 3, 0, 1, 2, 3]
     assert train[2].batch.packed is train[0].batch.packed and train[2].batch.sample_ms == 0
+
+
+def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatch):
+    """A loader's seeds arrive as its minibatches are delivered: the GPU sampler hands out an
+    epoch's mark (after every minibatch before it) before it asks for more seeds, which would
+    otherwise wait for ever for an epoch that has not begun."""
+    import contextlib
+    import queue
+
+    from pytorch_zerocopy.graph import CSRGraph
+    from pytorch_zerocopy.pipeline.loader import FedStage
+
+    host_to = CSRGraph.to
+    monkeypatch.setattr(CSRGraph, "to", lambda self, placement, device=None: host_to(self, "cpu"))
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+
+    class NeverWaits(queue.Queue):
+        def get(self, block=True, timeout=None):
+            assert not self.empty(), "the sampler asked for seeds that are sent only after the mark is delivered"
+            return super().get(block, timeout)
+
+    seeds = NeverWaits()
+    stage = FedStage()
+    stage.queues = [seeds]
+    plan = Plan(fanouts=(3, 3), batch_size=8)
+    for i, batch in enumerate(directed.train_idx[:24].split(8)):
+        seeds.put(SeedBatch(Phase.TRAIN, 0, i, batch))
+    seeds.put(EpochMark(0, Phase.TRAIN))
+    items = iter(GpuSampler(plan, directed, torch.device("cpu"), ahead=3, stage=stage))
+    first = [next(items) for _ in range(4)]
+    assert [x.batch.step for x in first[:3]] == [0, 1, 2] and first[3] == EpochMark(0, Phase.TRAIN)
+    assert all(x.batch.labels.numel() == 0 for x in first[:3])  # a loader's stage packs no labels
+    seeds.put(SeedBatch(Phase.TRAIN, 1, 0, directed.train_idx[:8]))
+    seeds.put(None)
+    assert [x.batch.epoch for x in items] == [1]

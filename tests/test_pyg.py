@@ -4,6 +4,7 @@ that needs pyg-lib or torch-sparse), trained on by PyG's GraphSAGE to the same a
 
 Skipped as a whole when torch_geometric is not installed."""
 
+import gc
 import os
 from collections import Counter
 
@@ -28,6 +29,10 @@ from pytorch_zerocopy.datasets import community_graph  # noqa: E402
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
 from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader, data_from_dataset,  # noqa: E402
                                   sample_hops, stores_from_data)
+from pytorch_zerocopy.pipeline import PipelineError, PlanError, make_plan  # noqa: E402
+from pytorch_zerocopy.pipeline.plan import InjectedFailure  # noqa: E402
+from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
+from test_pipeline_failures import _assert_nothing_left, snapshot  # noqa: E402
 
 PYG_CAN_SAMPLE = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
 
@@ -419,6 +424,107 @@ def test_unsupported_options_raise_clearly(small):
     assert loader.num_workers == 0 and next(iter(loader)).batch_size == 8
 
 
+# --- the process way (pipeline=True) ----------------------------------------------------------
+
+
+def assert_same_minibatch(a, b):
+    """Every attribute of two minibatches, equal (tensors on the CPU)."""
+    assert sorted(a.keys()) == sorted(b.keys())
+    for key in b.keys():
+        if isinstance(b[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key].cpu(), b[key].cpu()), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_process_way_yields_the_in_process_minibatches(small):
+    """pipeline=True: the minibatches of the in-process loader (the same seeds and samples drawn
+    from torch's generator, every attribute), epoch after epoch from the same processes; x,
+    gathered by the producer process, is the table at n_id."""
+    kwargs = dict(num_neighbors=[4, 3], batch_size=100, input_nodes=small.train_mask, shuffle=True)
+    torch.manual_seed(5)
+    with NeighborLoader(small, pipeline=True, **kwargs) as loader:
+        got = [list(loader) for _ in range(2)]
+        pids = loader.processes.sup.pids()
+    torch.manual_seed(5)
+    here = NeighborLoader(small, **kwargs)
+    want = [list(here) for _ in range(2)]
+    assert set(pids) == {"sampler0", "producer1"}
+    assert [len(e) for e in got] == [len(e) for e in want] == [len(loader)] * 2
+    assert not torch.equal(got[0][0].input_id, got[1][0].input_id)  # reshuffled
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert_same_minibatch(a, b)
+        assert torch.equal(a.x, small.x[a.n_id])
+        assert max(a.num_sampled_edges) > 0
+
+
+def test_process_way_leaves_nothing_behind_after_an_early_break(small):
+    """Leaving an epoch early drains it (the next epoch is whole); a collected loader ends its
+    processes: no process, shared-memory segment or file descriptor is left."""
+    import psutil
+
+    before, fds = snapshot(), psutil.Process().num_fds()
+    loader = NeighborLoader(small, [3, 2], batch_size=50, pipeline=True)
+    it = iter(loader)
+    next(it)
+    pids = loader.processes.sup.pids()
+    del it
+    assert len(list(loader)) == len(loader)
+    for i, batch in enumerate(loader):
+        if i == 2:
+            break
+    del loader, batch
+    gc.collect()
+    _assert_nothing_left(pids, before)
+    assert psutil.Process().num_fds() <= fds
+
+
+def test_process_way_failure_ends_every_role(small):
+    """A role that dies raises PipelineError in the training loop, naming it, and the other
+    roles are ended."""
+    before = snapshot()
+    plan = make_plan("zerocopy", fanouts=(2, 3), batch_size=50, inject_failure=InjectedFailure("producer", "kill", 2))
+    loader = NeighborLoader(small, [3, 2], batch_size=50, pipeline=plan)
+    pids = {}
+    with pytest.raises(PipelineError, match="producer"):
+        for _ in loader:
+            pids = pids or loader.processes.sup.pids()
+    _assert_nothing_left(pids, before)
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(loader))
+
+
+def test_process_way_bad_arguments(small):
+    with pytest.raises(TypeError, match="pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan"):
+        NeighborLoader(small, [2], pipeline="processes")
+    with pytest.raises(PlanError, match="gather_in must be 'producer'"):
+        NeighborLoader(small, [2], pipeline=make_plan("cpu"))
+    with pytest.raises(TypeError, match="gpu_cache is the plan's cache of x"):
+        NeighborLoader(small, [2], pipeline=True, gpu_cache={"x": zc.CacheConfig(rows=10)})
+    no_x = Data(edge_index=small.edge_index, y=small.y, num_nodes=small.num_nodes)
+    with pytest.raises(ValueError, match="node feature table 'x'"):
+        NeighborLoader(no_x, [2], pipeline=True)
+    with NeighborLoader(small, [2], batch_size=100, pipeline=True) as loader:
+        first = iter(loader)
+        next(first)
+        with pytest.raises(RuntimeError, match="one epoch at a time"):
+            next(iter(loader))
+    with pytest.raises(RuntimeError, match="closed"):
+        next(first)
+    with pytest.raises(RuntimeError, match="closed"):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_stage_times_cover_every_minibatch(small, pipeline):
+    with NeighborLoader(small, [3, 2], batch_size=100, pipeline=pipeline) as loader:
+        loader.stage_times = StageTimes()
+        n = len(list(loader))
+    summary = loader.stage_times.summary()
+    for stage in ("sample", "gather", "build") + (("deliver",) if pipeline else ()):
+        assert summary[stage]["n"] == n and summary[stage]["mean"] > 0, (stage, summary)
+
+
 # --- training ------------------------------------------------------------------------------
 
 
@@ -576,9 +682,15 @@ def test_benchmark_quick_mode(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     r = subprocess.run([sys.executable, str(root / "benchmarks" / "pyg_loader.py"), "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((tmp_path / "pyg_loader.json").read_text())
-    assert result["bars"]["pyg_own_loader_measured"] == PYG_CAN_SAMPLE
-    assert result["bars"]["epoch_s_zerocopy"] > 0 and set(result["modes"]) >= {"zerocopy", "cpu_dma"}
-    assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG NeighborLoader epoch time")
+    bars, modes = result["bars"], result["modes"]
+    assert bars["pyg_own_loader_measured"] == PYG_CAN_SAMPLE
+    assert set(modes) >= {"pyg", "pyg_pipeline", "dgl", "dgl_pipeline", "cpu_dma", "tuned_cpu"}
+    assert not [name for name, m in modes.items() if "error" in m] and "error" not in result["pipeline"]
+    for bar in ("pyg_loader_over_pipeline", "dgl_loader_over_pipeline", "pyg_train_over_max_stage",
+                "pyg_speedup_over_tuned_cpu_loader"):
+        assert bars[bar] > 0, bar
+    assert set(modes["pyg_pipeline"]["stages_ms"]) == {"sample", "gather", "build", "deliver"}
+    assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG and DGL loaders against the pipeline")

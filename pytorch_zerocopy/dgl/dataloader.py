@@ -23,13 +23,26 @@ Differences from DGL, all on the permissive side:
 Shuffling draws from torch's default generator (``torch.manual_seed`` makes epochs
 reproducible); with ``use_ddp`` each rank takes its share of a permutation seeded by
 ``ddp_seed`` and the epoch (``set_epoch``), padded by wrapping so all ranks get the same
-number of batches, as DGL does.
+number of batches, as DGL does. Each minibatch's sample draws one seed from the same generator.
+
+The process way: ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs
+them (:mod:`pytorch_zerocopy.pipeline.loader`): sampling, and the gather of the first feature
+in ``prefetch_node_feats``, in processes of their own (on a GPU the producer samples and
+gathers there), minibatches in flight while the training loop runs its step. The loop gets the
+same minibatches as in-process (the same seeds, drawn in this process); the blocks and the other
+prefetched data are made here. ``pipeline`` may also be a
+:class:`~pytorch_zerocopy.pipeline.Plan` whose ``gather_in`` is ``producer``. The processes
+start with the first epoch and end with :meth:`DataLoader.close` (or ``with``, or when the
+loader is collected); the graph's lists and the gathered feature are copied into shared memory
+once, unless they are there already. ``stage_times`` (a
+:class:`~pytorch_zerocopy.pipeline.trace.StageTimes`) records where each minibatch's time goes.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from typing import Any, Iterator, Optional, Union
 
 import torch
@@ -37,9 +50,13 @@ import torch
 from .. import unified as _unified
 from ..feature_table import node_cache_configs
 from ..graph import CSRGraph
+from ..pipeline.loader import LoaderProcesses, check_plan, loader_dataset, loader_plan
+from ..pipeline.plan import Plan
+from ..pipeline.trace import StageTimes
 from ..placement import Placement
+from ..sampling import draw_seed
 from ._backend import is_dgl_graph
-from .sampler import NeighborSampler, NodeCache, _graph_device
+from .sampler import NeighborSampler, NodeCache, _graph_device, _lookup
 
 
 class DataLoader:
@@ -47,7 +64,9 @@ class DataLoader:
 
     ``graph``: a :class:`~pytorch_zerocopy.graph.CSRGraph` (node and edge data in its
     ``ndata``/``edata``; :func:`pytorch_zerocopy.dgl.graph` builds one as ``dgl.graph`` does) or
-    a ``dgl.DGLGraph``."""
+    a ``dgl.DGLGraph``. ``pipeline``: the process way (see the module docstring)."""
+
+    stage_times: Optional[StageTimes] = None
 
     def __init__(
         self,
@@ -66,6 +85,7 @@ class DataLoader:
         use_uva: bool = False,
         gpu_cache: Any = None,
         num_workers: int = 0,
+        pipeline: Union[bool, Plan] = False,
         **kwargs: Any,
     ):
         if not (isinstance(graph, CSRGraph) or is_dgl_graph(graph)):
@@ -86,6 +106,8 @@ class DataLoader:
         if indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
             raise TypeError(f"indices must be a 1-D tensor of node ids (int32/int64 or a bool mask), "
                             f"got {indices.dtype} with shape {tuple(indices.shape)}")
+        if not isinstance(pipeline, (bool, Plan)):
+            raise TypeError(f"pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan, got {pipeline!r}")
         if num_workers and num_workers > 0:
             warnings.warn("pytorch_zerocopy.dgl.DataLoader samples in the calling process (GPU, or all "
                           "CPU cores); num_workers is ignored", stacklevel=2)
@@ -134,6 +156,40 @@ class DataLoader:
             if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
                 raise RuntimeError("use_ddp=True needs torch.distributed to be initialised first")
             self._rank, self._world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+
+        self.processes: Optional[LoaderProcesses] = None
+        if pipeline is not False:
+            self.processes = self._processes(pipeline, cache_configs)
+            weakref.finalize(self, self.processes.close)
+
+    def _processes(self, pipeline: Union[bool, Plan], cache_configs: dict) -> LoaderProcesses:
+        """The process way's roles over this loader's graph (started by the first epoch)."""
+        sampler = self.graph_sampler
+        if not isinstance(sampler, NeighborSampler):
+            raise TypeError("pipeline needs pytorch_zerocopy.dgl.NeighborSampler (or a subclass) as graph_sampler, got "
+                            f"{type(sampler).__name__}")
+        if not sampler.prefetch_node_feats:
+            raise ValueError("pipeline gathers the first of the sampler's prefetch_node_feats in its producer process: "
+                             "name one (e.g. NeighborSampler(fanouts, prefetch_node_feats=['feat']))")
+        name = sampler.prefetch_node_feats[0]
+        table = _lookup(self.graph.ndata if hasattr(self.graph, "ndata") else {}, name, "node")
+        ds = loader_dataset("dgl", sampler.lists(self.graph, Placement.CPU), table, self.indices)
+        plan = (loader_plan(sampler.fanouts, self.batch_size, ds.row_bytes, ds.feature_source.nbytes,
+                            cache_configs.get(name)) if pipeline is True else check_plan(pipeline))
+        self.node_caches.pop(name, None)  # the producer gathers it (through the plan's cache)
+        return LoaderProcesses(plan, ds, sampler.stage(self.graph))
+
+    def close(self) -> None:
+        """Ends the process way's processes (nothing to do in-process); the loader cannot be
+        iterated with ``pipeline`` afterwards."""
+        if self.processes is not None:
+            self.processes.close()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _node_caches(self, configs) -> dict:
         """One :class:`NodeCache` per node feature named in ``gpu_cache`` that lives in host
@@ -185,9 +241,30 @@ class DataLoader:
         return math.ceil(n / self._world) if self.use_ddp else n
 
     def __iter__(self) -> Iterator:
+        if self.processes is not None:
+            return self._iter_processes()
+        return self._iter_here()
+
+    def _iter_here(self) -> Iterator:
         ids = self._epoch_indices().to(self._seed_device)
+        out = self.graph_sampler.output_device or self.device
         for b in range(len(self)):
             seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
-            out = self.graph_sampler.output_device or self.device
             yield self.graph_sampler.sample_with(self.graph, seeds, self.placement, out,
-                                                 node_caches=self.node_caches)
+                                                 node_caches=self.node_caches, times=self.stage_times)
+
+    def _iter_processes(self) -> Iterator:
+        sampler = self.graph_sampler
+        out = sampler.output_device or self.device
+        gathered = sampler.prefetch_node_feats[0]
+        for seeds, mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
+            # The CPU state's readers: the lists this process prepared for the stage, no others.
+            yield sampler.deliver(self.graph, mb.blocks, seeds, Placement.CPU, out, self.node_caches,
+                                  {gathered: feats}, times=self.stage_times)
+
+    def _seed_batches(self):
+        """``(seeds, seeds, sample seed)`` of each minibatch of an epoch, drawn as in-process."""
+        ids = self._epoch_indices()
+        for b in range(len(self)):
+            seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
+            yield seeds, seeds, draw_seed()

@@ -18,6 +18,12 @@ node features land in ``blocks[0].srcdata``, labels in ``blocks[-1].dstdata``, e
 every block's ``edata``. Features of a graph on the CPU are read in place from unified tensors
 (mapped once, on first use), so they reach the GPU without an intermediate copy; node features
 with a :class:`NodeCache` (the loader's ``gpu_cache``) are read through its GPU cache.
+
+Stages: :meth:`NeighborSampler.sample_with` samples (one op call, edge ids mapped to the
+graph's), then :meth:`NeighborSampler.deliver` builds the blocks and reads the prefetched data.
+The loader's process way (:mod:`pytorch_zerocopy.pipeline.loader`) runs the first in its
+processes (:class:`BlockStage`) and the second in the training process, with the first
+prefetched node feature gathered by its producer.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from .. import unified as _unified
 from ..block import EID, Block
 from ..feature_table import CacheConfig, CachedTable, FeatureReader, FeatureTable, cached_rows_for
 from ..graph import CSRGraph
-from ..placement import Placement, op_device
+from ..pipeline.loader import FedStage
+from ..pipeline.trace import Stage, StageTimes, timed
+from ..placement import Placement, op_device, to_device_async
 from ._backend import is_dgl_graph, real_dgl
 
 
@@ -213,28 +221,50 @@ class NeighborSampler:
 
     def sample_with(self, g: Any, seed_nodes: torch.Tensor, placement: Placement,
                     device: torch.device, exclude_eids: Any = None, seed: Optional[int] = None,
-                    node_caches: Optional[Dict[str, NodeCache]] = None):
+                    node_caches: Optional[Dict[str, NodeCache]] = None, times: Optional[StageTimes] = None):
         """Samples with the graph structure in ``placement`` and returns blocks on ``device``;
-        prefetched node features named in ``node_caches`` are read through their caches."""
+        prefetched node features named in ``node_caches`` are read through their caches;
+        ``times`` records the stages."""
         if exclude_eids is not None:
             raise NotImplementedError("exclude_eids is not supported by this NeighborSampler")
         state = self._state(g, placement)
-        # The lists are already those of edge_dir: their rows are sampled as stored.
-        layers = _sampling.sample_layers(state.lists, seed_nodes, self.fanouts, edge_dir="out",
-                                         replace=self.replace, probs=state.probs, seed=seed)
-        output_nodes = seed_nodes.to(device)
-        input_nodes = layers[0].nodes.to(device)
-        blocks = [self._block(g, lay, state.edge_ids, device) for lay in layers]
-        self._prefetch(g, state, blocks, input_nodes, output_nodes, device, node_caches or {})
+        with timed(times, Stage.SAMPLE):
+            layers = _layers(state.lists, seed_nodes, self.fanouts, self.replace, state.probs, state.edge_ids, seed)
+        return self.deliver(g, layers, seed_nodes, placement, device, node_caches, times=times)
+
+    def deliver(self, g: Any, layers: List[Block], seed_nodes: torch.Tensor, placement: Placement,
+                device: torch.device, node_caches: Optional[Dict[str, NodeCache]] = None,
+                gathered: Optional[Dict[str, torch.Tensor]] = None, times: Optional[StageTimes] = None):
+        """``(input_nodes, output_nodes, blocks)`` on ``device`` from sampled ``layers`` (each
+        with its nodes and the graph's edge ids) of ``seed_nodes``, the prefetched data read
+        (``gathered``: node features already read at the input nodes, by name; all of it then
+        counts as build time in ``times``)."""
+        if gathered:
+            with timed(times, Stage.BUILD):
+                return self._deliver(g, layers, seed_nodes, placement, device, node_caches or {}, gathered, None)
+        return self._deliver(g, layers, seed_nodes, placement, device, node_caches or {}, {}, times)
+
+    def _deliver(self, g, layers, seed_nodes, placement, device, node_caches, gathered, times):
+        with timed(times, Stage.BUILD):
+            output_nodes = to_device_async(seed_nodes, device)
+            input_nodes = layers[0].nodes.to(device)
+            blocks = [self._block(g, lay, device) for lay in layers]
+        with timed(times, Stage.GATHER):
+            self._prefetch(g, self._state(g, placement), blocks, input_nodes, output_nodes, device, node_caches,
+                           gathered)
         return input_nodes, output_nodes, blocks
+
+    def stage(self, g: Any) -> "BlockStage":
+        """This sampler over ``g`` as a stage of the loader's process way."""
+        state = self._state(g, Placement.CPU)
+        return BlockStage(self.fanouts, self.replace, state.probs, state.edge_ids)
 
     def sample_blocks(self, g: Any, seed_nodes: torch.Tensor, exclude_eids: Any = None):
         return self.sample(g, seed_nodes, exclude_eids)
 
-    def _block(self, g: Any, lay: Block, edge_ids: Optional[torch.Tensor], device: torch.device):
+    def _block(self, g: Any, lay: Block, device: torch.device):
         src, dst = lay.src.to(device), lay.dst.to(device)
-        eids = lay.eids if edge_ids is None else edge_ids[lay.eids.to(op_device(edge_ids))]
-        nodes, eids = lay.nodes.to(device), eids.to(device)
+        nodes, eids = lay.nodes.to(device), lay.eids.to(device)
         if is_dgl_graph(g):
             dgl = real_dgl()
             block = dgl.create_block((src, dst), num_src_nodes=lay.num_src,
@@ -249,12 +279,15 @@ class NeighborSampler:
         """The neighbour lists this sampler reads from ``g`` in ``placement`` (prepared once)."""
         return self._state(g, placement).lists
 
-    def _prefetch(self, g, state, blocks, input_nodes, output_nodes, device, node_caches) -> None:
+    def _prefetch(self, g, state, blocks, input_nodes, output_nodes, device, node_caches, gathered) -> None:
         ndata = g.ndata if hasattr(g, "ndata") else {}
         edata = g.edata if hasattr(g, "edata") else {}
         for name in self.prefetch_node_feats:
             table = _lookup(ndata, name, "node")
-            if name in node_caches:
+            if name in gathered:
+                rows = gathered[name]
+                blocks[0].srcdata[name] = rows.view((rows.shape[0],) + tuple(table.shape[1:])).to(device)
+            elif name in node_caches:
                 blocks[0].srcdata[name] = node_caches[name].gather(table, input_nodes, device)
             else:
                 blocks[0].srcdata[name] = _gather(state, "n", name, table, input_nodes, device)
@@ -272,6 +305,40 @@ class MultiLayerFullNeighborSampler(NeighborSampler):
 
     def __init__(self, num_layers: int, **kwargs):
         super().__init__([-1] * int(num_layers), **kwargs)
+
+
+def _layers(lists: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], replace: bool,
+            probs: Optional[torch.Tensor], edge_ids: Optional[torch.Tensor], seed: Optional[int]) -> List[Block]:
+    """The sampled layers (input side first), their ``eids`` the graph's edge ids: ``lists``
+    are the sampled direction's, their rows sampled as stored; ``edge_ids`` the graph's id of
+    each position (None: the position is the id)."""
+    layers = _sampling.sample_layers(lists, seeds, fanouts, edge_dir="out", replace=replace, probs=probs, seed=seed)
+    if edge_ids is None:
+        return layers
+    return [Block(lay.src, lay.dst, lay.num_src, lay.num_dst, nodes=lay.nodes,
+                  eids=edge_ids[lay.eids.to(op_device(edge_ids))]) for lay in layers]
+
+
+class BlockStage(FedStage):
+    """The sampler's sampling as the sample stage of the loader's process way: blocks with the
+    graph's edge ids, drawn with the seed the training process sent. ``probs`` and
+    ``edge_ids`` are in the order of the lists' positions (host tensors, mapped in place for a
+    GPU that samples)."""
+
+    eids = True
+
+    def __init__(self, fanouts: Sequence[int], replace: bool, probs: Optional[torch.Tensor],
+                 edge_ids: Optional[torch.Tensor]):
+        self.fanouts, self.replace, self.probs, self.edge_ids = list(fanouts), bool(replace), probs, edge_ids
+        self.placed: Optional[Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]] = None  # in the sampling process
+
+    def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> _sampling.PendingSample:
+        if self.placed is None:
+            placement = Placement.MAPPED if graph.indptr.is_cuda else Placement.CPU
+            self.placed = tuple(_place(t, placement, torch.device("cpu"), own=False) for t in (self.probs, self.edge_ids))
+        probs, edge_ids = self.placed
+        return _sampling.PendingSample.done(_layers(graph, seeds, self.fanouts, self.replace, probs, edge_ids,
+                                                    batch.sample_seed))
 
 
 def _lookup(data, name: str, kind: str) -> torch.Tensor:

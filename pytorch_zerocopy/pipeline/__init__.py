@@ -8,7 +8,9 @@ Modules, in the order a minibatch meets them: :mod:`.plan` (every choice, valida
 :mod:`.gather` (one gather per mode), :mod:`.consumer` (the trainer), :mod:`.train_step`
 (eager or CUDA-graph steps), :mod:`.stats` and :mod:`.trace` (what a run reports),
 :mod:`.messages` (what travels between processes), :mod:`.runner` (process supervision),
-:mod:`.partition` and :mod:`.green` (MPS and green-context GPU partitions).
+:mod:`.partition` and :mod:`.green` (MPS and green-context GPU partitions), :mod:`.loader` (the
+same roles running the stages of the PyG and DGL loaders, ``pipeline=True``, for a training
+loop of the user's).
 """
 
 from ..block import Block

@@ -21,10 +21,14 @@ from .plan import Partition, Phase
 @dataclass(frozen=True)
 class Layout:
     """Where the parts of a packed minibatch lie: ``sizes`` of its input node ids, its labels,
-    then ``src`` and ``dst`` of each block; ``shapes`` holds each block's ``(num_src, num_dst)``."""
+    then every block's ``src``, every block's ``dst`` and, with ``eids``, every block's edge ids
+    (each region in block order, so a region of all blocks is one contiguous slice);
+    ``shapes`` holds each block's ``(num_src, num_dst)``. Every block's source nodes are the
+    first ``num_src`` input nodes."""
 
     sizes: Tuple[int, ...]
     shapes: Tuple[Tuple[int, int], ...]
+    eids: bool = False
 
     @property
     def numel(self) -> int:
@@ -35,12 +39,27 @@ class Layout:
         """Input nodes, i.e. feature rows the minibatch needs."""
         return self.sizes[0]
 
+    @property
+    def num_edges(self) -> Tuple[int, ...]:
+        """Each block's edge count."""
+        return self.sizes[2: 2 + len(self.shapes)]
+
+    def region(self, k: int) -> Tuple[int, int]:
+        """``(start, stop)`` of edge region ``k`` (0: src, 1: dst, 2: eids) of every block."""
+        edges = sum(self.num_edges)
+        start = self.sizes[0] + self.sizes[1] + k * edges
+        return start, start + edges
+
 
 @dataclass
 class Minibatch:
-    """One sampled minibatch: its input node ids, its seeds' labels and its blocks, all in one
-    int64 tensor ``packed`` (so sending it to another process shares one shared-memory segment,
-    and moving it to a GPU is one copy); the attributes are views into it.
+    """One sampled minibatch: its input node ids, its labels and its blocks, all in one int64
+    tensor ``packed`` (so sending it to another process shares one shared-memory segment, and
+    moving it to a GPU is one copy); the attributes are views into it.
+
+    Which blocks, in which order, and what the labels are is the sample stage's choice
+    (:class:`~.minibatches.SampleStage`): the training run packs DGL-style blocks (input side
+    first) and its seeds' labels; the loaders' stages pack what their loader builds from.
 
     ``packed`` may be None: the minibatch's description, which pickles without a tensor (the
     GPU ring sends that, the packed tensor itself being in the slot). ``sample_ms``: host time
@@ -56,13 +75,18 @@ class Minibatch:
 
     @classmethod
     def pack(cls, phase: Phase, epoch: int, step: int, blocks: Sequence[Block], labels: torch.Tensor,
-             sample_ms: float = 0.0) -> "Minibatch":
-        """Packs ``blocks`` (``blocks[0].nodes``: the input nodes) and ``labels`` on their device
-        (one concatenation, issued on the current stream)."""
+             sample_ms: float = 0.0, eids: bool = False) -> "Minibatch":
+        """Packs ``blocks`` (``blocks[0].nodes``: the input nodes; with ``eids``, each block's
+        ``eids`` too) and ``labels`` on their device (one concatenation, issued on the current
+        stream)."""
         if blocks[0].nodes is None:
             raise ValueError("Minibatch.pack: blocks[0] must carry its source nodes' ids (Block.nodes)")
-        parts = [blocks[0].nodes, labels] + [t for b in blocks for t in (b.src, b.dst)]
-        layout = Layout(tuple(int(t.numel()) for t in parts), tuple((b.num_src, b.num_dst) for b in blocks))
+        if eids and any(b.eids is None for b in blocks):
+            raise ValueError("Minibatch.pack: eids=True needs every block's edge ids (Block.eids)")
+        parts = [blocks[0].nodes, labels] + [b.src for b in blocks] + [b.dst for b in blocks]
+        if eids:
+            parts += [b.eids for b in blocks]
+        layout = Layout(tuple(int(t.numel()) for t in parts), tuple((b.num_src, b.num_dst) for b in blocks), eids)
         packed = torch.cat([t.reshape(-1).to(torch.int64) for t in parts])
         return cls(phase, epoch, step, layout, packed, sample_ms)
 
@@ -76,10 +100,29 @@ class Minibatch:
         return self.packed[a: a + self.layout.sizes[1]]
 
     @property
+    def src(self) -> torch.Tensor:
+        """Every block's ``src``, in block order (one view)."""
+        return self.packed[slice(*self.layout.region(0))]
+
+    @property
+    def dst(self) -> torch.Tensor:
+        """Every block's ``dst``, in block order (one view)."""
+        return self.packed[slice(*self.layout.region(1))]
+
+    @property
+    def eids(self) -> Optional[torch.Tensor]:
+        """Every block's edge ids, in block order (one view), or None when not packed."""
+        return self.packed[slice(*self.layout.region(2))] if self.layout.eids else None
+
+    @property
     def blocks(self) -> List[Block]:
-        views = list(torch.split(self.packed, list(self.layout.sizes)))[2:]
-        return [Block(views[2 * i], views[2 * i + 1], n_src, n_dst)
-                for i, (n_src, n_dst) in enumerate(self.layout.shapes)]
+        """The blocks (views), each with its source nodes' ids and, when packed, edge ids."""
+        counts = list(self.layout.num_edges)
+        src, dst = torch.split(self.src, counts), torch.split(self.dst, counts)
+        eids = torch.split(self.eids, counts) if self.layout.eids else (None,) * len(counts)
+        nodes = self.input_nodes
+        return [Block(s, d, n_src, n_dst, nodes=nodes[:n_src], eids=e)
+                for s, d, e, (n_src, n_dst) in zip(src, dst, eids, self.layout.shapes)]
 
     def with_packed(self, packed: Optional[torch.Tensor]) -> "Minibatch":
         """The same minibatch over another copy of its packed tensor (e.g. on the GPU), or with

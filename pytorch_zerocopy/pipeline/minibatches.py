@@ -33,12 +33,15 @@ from .trace import Span
 
 @dataclass(frozen=True)
 class SeedBatch:
-    """The seeds of minibatch ``index`` of ``epoch``'s ``phase``."""
+    """The seeds of minibatch ``index`` of ``epoch``'s ``phase``; ``sample_seed``: the seed of
+    its random draws where whoever made the batch chose it (a loader's process way; the
+    training run derives its seeds with :func:`minibatch_seed`)."""
 
     phase: Phase
     epoch: int
     index: int
     seeds: torch.Tensor
+    sample_seed: Optional[int] = None
 
 
 def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
@@ -101,13 +104,49 @@ def sample_blocks(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedB
                                    seed=minibatch_seed(plan.seed, batch.epoch, batch.phase, batch.index))
 
 
-def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: SeedBatch) -> Minibatch:
-    """``batch`` sampled by the CPU op with this process's threads, packed; its ``sample_ms``
-    is the host time sampling took."""
+class SampleStage:
+    """The seeds and sample stages that a sampling role runs (a sampler process, or the
+    :class:`GpuSampler` of the process that gathers): which seed batches come, in which
+    order, and how a batch of seeds becomes the blocks and labels a :class:`Minibatch` packs.
+
+    This one is the training run's: :func:`schedule`'s seeds, DGL-style blocks sampled from
+    the dataset's in-neighbour rows with :func:`minibatch_seed`, the seeds' labels. A loader
+    that runs its stages in processes (:mod:`.loader`) gives its own. A stage travels to the
+    roles' processes: it must pickle.
+    """
+
+    eids = False  # whether its blocks carry edge ids, packed with them
+    # Whether seeds() waits for seed batches that are sent only as earlier minibatches are
+    # delivered (a loader's): a GPU sampler then takes no seeds past a phase mark until it has
+    # handed the mark out, else it keeps samples in flight across phases.
+    waits_for_delivery = False
+
+    def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int) -> Iterator[Union[SeedBatch, EpochMark]]:
+        """The seed batches (and phase marks) of sampling worker ``worker`` of ``workers``."""
+        return schedule(plan, ds, worker, workers)
+
+    def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        """The labels part of the minibatch of ``seeds`` (host tensors), from the dataset's
+        ``labels``."""
+        return labels[seeds]
+
+    def start(self, graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> _sampling.PendingSample:
+        """Samples ``batch`` (its ``seeds`` on ``graph``'s device) from ``graph``: on a GPU
+        queued on the current stream, with no host synchronisation; on the CPU done on return.
+        Its :meth:`~pytorch_zerocopy.sampling.PendingSample.result` is what gets packed, its
+        first block's ``nodes`` the input nodes."""
+        return _sample_async(graph, seeds, plan, batch)
+
+
+def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: SeedBatch,
+                  stage: SampleStage = SampleStage()) -> Minibatch:
+    """``batch`` sampled by ``stage`` on the CPU with this process's threads, packed; its
+    ``sample_ms`` is the host time sampling took."""
     start = time.perf_counter()
-    blocks = sample_blocks(graph, batch.seeds, plan, batch)
+    blocks = stage.start(graph, batch.seeds, plan, batch).result()
     sample_ms = (time.perf_counter() - start) * 1e3
-    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels[batch.seeds], sample_ms)
+    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, stage.labels(labels, batch.seeds), sample_ms,
+                          eids=stage.eids)
 
 
 class Replay:
@@ -168,14 +207,15 @@ def _sample_async(graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedB
 
 
 class GpuSampler:
-    """Samples the plan's minibatches on ``device`` with the library's GPU op, which reads the
-    dataset's in-neighbour lists where ``plan.lists_in`` puts them: mapped in place
+    """Samples the minibatches of ``stage`` (default: the training run's) on ``device`` with
+    the library's GPU op, which reads the dataset's in-neighbour lists where ``plan.lists_in``
+    puts them: mapped in place
     (``unified``: DGL's UVA sampling; no copy of the graph), this process's copy of them in
     managed memory kept in host memory (``managed``), or GPU memory (``cuda``); no host round
     trip for the blocks.
 
     Iterating yields :class:`Sampled` minibatches (packed on ``device``) and
-    :class:`EpochMark` s in schedule order. Sampling runs on its own stream, ``ahead``
+    :class:`EpochMark` s in the stage's order. Sampling runs on its own stream, ``ahead``
     minibatches in flight: before a minibatch is handed out, the samples of the next ``ahead``
     are issued, so they run on the GPU while the caller gathers (and trains) the current ones;
     the host waits only for each sample's sizes, once, when its turn comes.
@@ -184,8 +224,9 @@ class GpuSampler:
     uses it on another stream waits for ``ready`` there and calls ``record_stream``.
     """
 
-    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1, trace=None):
-        self.plan, self.ds, self.device = plan, ds, device
+    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1, trace=None,
+                 stage: SampleStage = SampleStage()):
+        self.plan, self.ds, self.device, self.stage = plan, ds, device, stage
         self.ahead = max(1, ahead)
         self.graph = ds.graph.to(plan.lists_in, device)
         self.labels = ds.labels
@@ -209,8 +250,9 @@ class GpuSampler:
             span = self._begin()
             # Seeds and their labels reach the GPU in one asynchronous copy.
             n = batch.seeds.numel()
-            both = to_device_async(torch.cat([batch.seeds, self.labels[batch.seeds]]), self.device)
-            pending = _sample_async(self.graph, both[:n], self.plan, batch)
+            labels = self.stage.labels(self.labels, batch.seeds)
+            both = to_device_async(torch.cat([batch.seeds, labels.to(torch.int64)]), self.device)
+            pending = self.stage.start(self.graph, both[:n], self.plan, batch)
             self._end(span)
         return pending, both[n:], span
 
@@ -221,25 +263,26 @@ class GpuSampler:
             t = time.perf_counter()
             blocks = pending.result()  # the host waits for the sample's sizes, once
             waited = time.perf_counter() - t
-            mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels)
+            mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels, eids=self.stage.eids)
             ready = torch.cuda.Event()
             ready.record(self.stream)
             self._end(span)
         return Sampled(mb, ready, tuple(s for s in (issued, span) if s is not None), waited)
 
     def __iter__(self) -> Iterator[Union[Sampled, EpochMark]]:
-        work = schedule(self.plan, self.ds)
+        work = self.stage.seeds(self.plan, self.ds, 0, 1)
         queue: Deque[Tuple] = deque()  # (item, started sample or a replayed Sampled)
-        in_flight = 0
+        in_flight = marks = 0  # marks: queued, not yet handed out
 
         def refill() -> None:
-            nonlocal in_flight
-            while in_flight < self.ahead:
+            nonlocal in_flight, marks
+            while in_flight < self.ahead and not (marks and self.stage.waits_for_delivery):
                 item = next(work, None)
                 if item is None:
                     return
                 if isinstance(item, EpochMark):
                     queue.append((item, None))
+                    marks += 1
                     continue
                 kept = self.replay.take(item.phase)
                 queue.append((item, kept if kept is not None else self._start(item)))
@@ -249,6 +292,7 @@ class GpuSampler:
         while queue:
             item, started = queue.popleft()
             if isinstance(item, EpochMark):
+                marks -= 1
                 yield item
                 refill()
                 continue

@@ -192,6 +192,21 @@ class MpsDaemon:
         self.stop()
 
 
+def this_process_client_env(share_percent: float) -> Optional[Dict[str, str]]:
+    """The environment of another client of the MPS daemon this process is a client of (its
+    environment names the daemon's pipe directory), limited to ``share_percent`` of the GPU's
+    threads; None when this process is no MPS client. A running process cannot join a daemon
+    (the CUDA driver reads the variables once, at its first call), so a process that is not a
+    client already can start MPS clients but never share the GPU with them through MPS."""
+    pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if not pipe_dir:
+        return None
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe_dir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": f"{share_percent:g}"}
+    if os.environ.get("CUDA_MPS_LOG_DIRECTORY"):
+        env["CUDA_MPS_LOG_DIRECTORY"] = os.environ["CUDA_MPS_LOG_DIRECTORY"]
+    return env
+
+
 def shared_daemon() -> Optional[MpsDaemon]:
     """The daemon a launcher shares with this process (see :data:`SHARED_DAEMON_ENV`), or None."""
     root = os.environ.get(SHARED_DAEMON_ENV)

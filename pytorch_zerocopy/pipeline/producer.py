@@ -38,7 +38,7 @@ from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import CacheHits, feature_reader, gather_into
 from .messages import EpochMark
-from .minibatches import GpuSampler, Sampled, from_samplers
+from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers
 from .plan import Plan, SampleOn
 from .process import maybe_fail, set_threads, trainer_device
 from .ring import RingWriter
@@ -104,8 +104,9 @@ class _GroupGather:
 
 
 def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
-                  cached_rows: Optional[torch.Tensor] = None) -> None:
-    """Fills ring slots until the minibatches of the run are done (see the module docstring)."""
+                  cached_rows: Optional[torch.Tensor] = None, stage: SampleStage = SampleStage()) -> None:
+    """Fills ring slots until the minibatches of the run are done (see the module docstring);
+    ``stage``: what its :class:`~.minibatches.GpuSampler` samples, when it samples."""
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
     on_gpu = device.type == "cuda"
@@ -113,7 +114,7 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
     hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
     tracer = ProducerTrace(on_gpu) if plan.trace else None
     if plan.sample_on is SampleOn.GPU:
-        source = GpuSampler(plan, ds, trainer_device(plan), ahead=plan.gather_batches, trace=tracer)
+        source = GpuSampler(plan, ds, trainer_device(plan), ahead=plan.gather_batches, trace=tracer, stage=stage)
     else:
         source = from_samplers(batch_q, plan.mark_sources)
     ring = RingWriter(plan, ds, device, ready_q, free_q)

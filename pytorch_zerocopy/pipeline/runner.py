@@ -163,10 +163,12 @@ class Supervisor:
     def pids(self) -> Dict[str, int]:
         return {f"{role}{i}": p.pid for i, (role, p, _) in enumerate(self.procs)}
 
-    def run(self, on_message: Callable[[tuple], None]) -> None:
-        """Blocks until every role has finished; raises :class:`PipelineError` on a failure."""
+    def run(self, on_message: Callable[[tuple], None], timeout: Optional[float] = None) -> None:
+        """Blocks until every role has finished; raises :class:`PipelineError` on a failure,
+        ``TimeoutError`` when roles are still running after ``timeout`` seconds."""
         conns = {conn: role for role, _, conn in self.procs}
         sentinels = {p.sentinel: (role, p, conn) for role, p, conn in self.procs}
+        deadline = None if timeout is None else time.monotonic() + timeout
 
         def handle(conn) -> None:
             try:
@@ -180,7 +182,11 @@ class Supervisor:
                 on_message(msg)
 
         while sentinels:
-            ready = wait(list(conns) + list(sentinels))
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(conns) + list(sentinels), left)
+            if not ready:
+                running = ", ".join(role for role, _, _ in sentinels.values())
+                raise TimeoutError(f"roles still running after {timeout:g} s: {running}")
             for r in ready:
                 if r in conns:
                     handle(r)
@@ -196,6 +202,27 @@ class Supervisor:
         for conn in list(conns):
             while conn in conns and conn.poll():
                 handle(conn)
+
+    def check(self, timeout: float = 0.0) -> None:
+        """Raises :class:`PipelineError` when a role has reported a failure or died, waiting at
+        most ``timeout`` seconds for one to exit. For a parent that does not wait in :meth:`run`
+        (a loader's training loop)."""
+        if timeout:
+            ended = wait([p.sentinel for _, p, _ in self.procs], timeout)
+            for _, proc, _ in self.procs:
+                if proc.sentinel in ended:  # its files are closed; its exit status may come a moment later
+                    proc.join(timeout)
+        for role, proc, conn in self.procs:
+            code = proc.exitcode  # read first: a role reports its failure before it exits
+            try:
+                while conn.poll():
+                    msg = conn.recv()
+                    if msg[0] == "error":
+                        raise PipelineError(role, msg[1])
+            except (EOFError, OSError):
+                pass
+            if code not in (None, 0):
+                raise PipelineError(role, f"the {role} process (pid {proc.pid}) {_describe_exit(code)}")
 
     def shutdown(self) -> None:
         """Ends every role still alive (SIGTERM, then SIGKILL) and joins them all."""

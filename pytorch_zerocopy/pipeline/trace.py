@@ -15,13 +15,18 @@ samplers report theirs with each minibatch; CPU gathers run on the calling threa
 travel with the ``SlotReady`` messages once complete, so they reach the trainer's statistics
 without another channel. A trace costs two event records per timed span and no host
 synchronisation.
+
+A loader's stages (:class:`Stage`: sample, gather, build, deliver) are timed by a
+:class:`StageTimes` the loader is given; the benchmarks print them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -177,3 +182,69 @@ class ProducerTimings:
     def drain(self) -> Dict[str, List[float]]:
         out, self.values = self.values, {}
         return out
+
+
+class Stage(Enum):
+    """The stages of a loader, in the order a minibatch meets them: its seeds are sampled
+    (``SAMPLE``), its input rows read (``GATHER``), the loader's minibatch object made
+    (``BUILD``: PyG's ``Data``, DGL's blocks), and handed to the training loop (``DELIVER``:
+    with the process way, the time the loop waits for it and takes it out of the ring)."""
+
+    SAMPLE = "sample"
+    GATHER = "gather"
+    BUILD = "build"
+    DELIVER = "deliver"
+
+
+class StageTimes:
+    """Milliseconds each minibatch spent in each :class:`Stage` of a loader; a loader whose
+    ``stage_times`` is one records into it.
+
+    Stages that run in the calling process are timed on the host around the stage. GPU work is
+    asynchronous: with ``synchronize`` the timer waits for the GPU before and after each stage,
+    so a stage's GPU work counts in its own time (and stages no longer overlap: a diagnostic,
+    not a timing of the run). Stages that run in the loader's processes report the times their
+    process measured (GPU time between events there, no synchronisation)."""
+
+    def __init__(self, synchronize: bool = False):
+        self.synchronize = bool(synchronize)
+        self.values: Dict[Stage, List[float]] = {s: [] for s in Stage}
+
+    def _sync(self) -> None:
+        if self.synchronize and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def begin(self) -> float:
+        """The start of a timed stretch (pass it to :meth:`end`)."""
+        self._sync()
+        return time.perf_counter()
+
+    def end(self, stage: Stage, began: float) -> None:
+        """Adds the stretch since ``began`` to ``stage``."""
+        self._sync()
+        self.values[stage].append((time.perf_counter() - began) * 1e3)
+
+    @contextlib.contextmanager
+    def timed(self, stage: Stage):
+        """Adds the time the ``with`` body takes to ``stage``."""
+        began = self.begin()
+        try:
+            yield
+        finally:
+            self.end(stage, began)
+
+    def add(self, stage: Stage, ms: Sequence[float]) -> None:
+        self.values[stage].extend(ms)
+
+    def summary(self) -> Dict[str, Dict[str, float]]:
+        """:func:`summarise` of each stage's times, by the stage's value."""
+        return {s.value: summarise(v) for s, v in self.values.items()}
+
+    def clear(self) -> None:
+        for v in self.values.values():
+            v.clear()
+
+
+def timed(times: Optional[StageTimes], stage: Stage):
+    """``times.timed(stage)``, or a context that records nothing when ``times`` is None."""
+    return contextlib.nullcontext() if times is None else times.timed(stage)

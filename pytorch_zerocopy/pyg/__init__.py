@@ -9,7 +9,8 @@ PyG ``Data`` objects with ``x``, ``edge_index``, ``y``, ``batch_size``, ``n_id``
 ``input_id``, ``num_sampled_nodes`` and ``num_sampled_edges`` laid out as PyG's own loader
 lays them out. Where a GPU serves unified tensors, neighbours are sampled on the GPU straight
 from the host-resident graph and feature rows are gathered from host memory by the GPU; without
-one, both run on the CPU.
+one, both run on the CPU. ``NeighborLoader(..., pipeline=True)`` runs sampling and the gather of
+``x`` in the pipeline's processes instead, minibatches in flight while the training loop runs.
 
 The pieces, usable on their own:
 

@@ -20,32 +20,52 @@ Differences from PyG's loader, all reported when asked for:
   once through its ``csc()`` into a host-resident :class:`~pytorch_zerocopy.pyg.GraphStore`;
   a foreign feature store receives node ids on the sampling device.
 
-One addition: ``gpu_cache`` (a :class:`~pytorch_zerocopy.CacheConfig`, applied to node
-feature ``x``, or ``{feature name: CacheConfig}``) keeps the hottest rows of those features in
-GPU memory (:meth:`~pytorch_zerocopy.pyg.FeatureStore.cache_rows`), chosen once when the
-loader is built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
-``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
-``input_nodes`` with ``num_neighbors`` and ``batch_size``.
+Additions:
+
+* ``gpu_cache`` (a :class:`~pytorch_zerocopy.CacheConfig`, applied to node feature ``x``, or
+  ``{feature name: CacheConfig}``) keeps the hottest rows of those features in GPU memory
+  (:meth:`~pytorch_zerocopy.pyg.FeatureStore.cache_rows`), chosen once when the loader is
+  built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
+  ``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
+  ``input_nodes`` with ``num_neighbors`` and ``batch_size``.
+* ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
+  (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
+  their own (on a GPU the producer samples and gathers there), minibatches in flight while the
+  training loop runs its step. The loop gets the same minibatches (the same seeds drawn from
+  torch's generator in this process), and builds them here: ``x`` arrives gathered, the other
+  node tables are read here. ``pipeline`` may also be a :class:`~pytorch_zerocopy.pipeline.Plan`
+  (:func:`~pytorch_zerocopy.pipeline.make_plan`) whose ``gather_in`` is ``producer``; with
+  ``gpu_cache`` a ``CacheConfig``, it is the plan's cache of ``x``. The processes start with the
+  first epoch and end with :meth:`NeighborLoader.close` (or ``with``, or when the loader is
+  collected); ``x`` is moved into shared memory (in place) so that they map it.
+* ``stage_times``: set it to a :class:`~pytorch_zerocopy.pipeline.trace.StageTimes` and the
+  loader records where each minibatch's time goes (sample, gather, build, deliver).
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from dataclasses import replace as _replace
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import torch
 from torch_geometric.data import Data
 from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
+from torch_geometric.sampler import SamplerOutput
 
 from ..feature_table import CacheConfig, cached_rows_for
 from ..graph import CSRGraph
+from ..pipeline.loader import LoaderProcesses, check_plan, loader_dataset, loader_plan
+from ..pipeline.plan import Plan
+from ..pipeline.trace import Stage, StageTimes, timed
+from ..sampling import draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
-from .sampler import NeighborSampler
+from .sampler import NeighborSampler, SampledHops
 
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "worker_init_fn", "multiprocessing_context")
 
@@ -68,9 +88,12 @@ def _graph_store_from_pyg(graph_store: _PygGraphStore) -> GraphStore:
     return GraphStore.from_csc(csc)
 
 
-def _as_stores(data: Any):
-    """``(feature_store, graph_store, extras)`` for a ``Data`` or a store pair."""
+def _as_stores(data: Any, shared: bool = False):
+    """``(feature_store, graph_store, extras)`` for a ``Data`` or a store pair. ``shared``: a
+    ``Data``'s ``x`` is moved into shared memory first (in place), so that processes map it."""
     if isinstance(data, Data):
+        if shared and isinstance(data.get("x"), torch.Tensor) and data.x.device.type == "cpu":
+            data.x.share_memory_()
         return stores_from_data(data)
     if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], _PygFeatureStore) \
             and isinstance(data[1], _PygGraphStore):
@@ -119,8 +142,11 @@ class NeighborLoader(NodeLoader):
     ``num_neighbors[h]``: neighbours sampled per node in hop ``h`` (``-1``: all).
     ``input_nodes``: seed node ids or a boolean mask (default: every node). ``**kwargs``:
     ``batch_size``, ``shuffle``, ``drop_last``, ... of ``torch.utils.data.DataLoader``.
-    ``gpu_cache``: GPU caches of hot feature rows (see the module docstring).
+    ``gpu_cache``: GPU caches of hot feature rows; ``pipeline``: the process way (see the
+    module docstring).
     """
+
+    stage_times: Optional[StageTimes] = None
 
     def __init__(
         self,
@@ -141,6 +167,7 @@ class NeighborLoader(NodeLoader):
         neighbor_sampler: Optional[NeighborSampler] = None,
         directed: bool = True,
         gpu_cache: Optional[Union[CacheConfig, Dict[str, CacheConfig]]] = None,
+        pipeline: Union[bool, Plan] = False,
         **kwargs,
     ):
         if input_time is not None or time_attr is not None:
@@ -159,7 +186,12 @@ class NeighborLoader(NodeLoader):
             raise NotImplementedError("input_nodes with a node type is for heterogeneous graphs, "
                                       "which are not supported")
 
-        feature_store, graph_store, extras = _as_stores(data)
+        if not isinstance(pipeline, (bool, Plan)):
+            raise TypeError(f"pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan, got {pipeline!r}")
+        if pipeline is not False and gpu_cache is not None and not isinstance(gpu_cache, CacheConfig):
+            raise TypeError("with pipeline, gpu_cache is the plan's cache of x: a pytorch_zerocopy.CacheConfig, got "
+                            f"{gpu_cache!r}")
+        feature_store, graph_store, extras = _as_stores(data, shared=pipeline is not False)
         if neighbor_sampler is None:
             neighbor_sampler = NeighborSampler((feature_store, graph_store), num_neighbors, replace=replace,
                                                subgraph_type=subgraph_type)
@@ -179,7 +211,7 @@ class NeighborLoader(NodeLoader):
             warnings.warn("minibatches are built on the GPU: pin_memory is ignored", stacklevel=2)
         if input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
-        if gpu_cache is not None:
+        if gpu_cache is not None and pipeline is False:
             _cache_features(feature_store, graph_store, gpu_cache, num_neighbors, input_nodes,
                             kwargs.get("batch_size", 1))
 
@@ -193,6 +225,110 @@ class NeighborLoader(NodeLoader):
             **kwargs,
         )
 
+        self.processes: Optional[LoaderProcesses] = None
+        if pipeline is not False:
+            self.processes = self._processes(pipeline, gpu_cache)
+            weakref.finalize(self, self.processes.close)
+
+    def _processes(self, pipeline: Union[bool, Plan], cache: Optional[CacheConfig]) -> LoaderProcesses:
+        """The process way's roles over this loader's stores (started by the first epoch)."""
+        if not isinstance(self.node_sampler, NeighborSampler):
+            raise TypeError("pipeline needs pytorch_zerocopy.pyg.NeighborSampler (or a subclass) as neighbor_sampler, "
+                            f"got {type(self.node_sampler).__name__}")
+        if not isinstance(self.feature_store, FeatureStore) or self.feature_store.get_tensor_size(None, "x") is None:
+            raise ValueError("pipeline needs a node feature table 'x' in this package's FeatureStore: its producer "
+                             "process gathers x")
+        x = self.feature_store.get_tensor(None, "x", None).cpu()
+        ds = loader_dataset("pyg", self.graph_store.csc_graph.cpu(), x, self.input_data.node)
+        fanouts = list(reversed(self.node_sampler.fanouts))
+        plan = (loader_plan(fanouts, self.batch_size or 1, ds.row_bytes, ds.feature_source.nbytes, cache)
+                if pipeline is True else check_plan(pipeline))
+        return LoaderProcesses(plan, ds, self.node_sampler.stage())
+
+    def __iter__(self) -> Iterator:
+        if self.processes is None:
+            return super().__iter__()
+        return self._iter_processes()
+
+    def _iter_processes(self) -> Iterator[Data]:
+        shape = self.feature_store.get_tensor_size(None, "x")[1:]
+        for input_id, mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
+            out = self.node_sampler.output(SampledHops.from_minibatch(mb), input_id)
+            yield self.filter_fn(out, {"x": x.view((x.shape[0],) + tuple(shape))})
+
+    def _seed_batches(self):
+        """``(input_id, seeds, sample seed)`` of each minibatch of an epoch, drawn as the
+        in-process loader draws them (torch's DataLoader iterator: its base seed, then the
+        batch sampler's order; one sampling seed per minibatch)."""
+        indices = torch.utils.data.DataLoader._get_iterator(self)
+        while True:
+            try:
+                index = indices._next_index()
+            except StopIteration:
+                return
+            batch = self.input_data[index]
+            yield batch.input_id, batch.node, draw_seed()
+
+    def collate_fn(self, index) -> Any:
+        with timed(self.stage_times, Stage.SAMPLE):
+            return super().collate_fn(index)
+
+    def filter_fn(self, out: SamplerOutput, gathered: Optional[Dict[str, torch.Tensor]] = None) -> Data:
+        """The minibatch of ``out`` as PyG's loader makes it from a store pair: every node table
+        read at ``out.node`` (``gathered``: tables already read there, by name), ``n_id``,
+        ``e_id``, ``input_id``, ``batch_size``, the per-hop counts; then the transforms. With
+        ``gathered`` (the process way, whose producer gathers) all of it counts as build time
+        in :attr:`stage_times`."""
+        if not gathered:
+            return self._filter(out, {}, self.stage_times)
+        with timed(self.stage_times, Stage.BUILD):
+            return self._filter(out, gathered, None)
+
+    def _filter(self, out: SamplerOutput, gathered: Dict[str, torch.Tensor], times: Optional[StageTimes]) -> Data:
+        if self.transform_sampler_output:
+            out = self.transform_sampler_output(out)
+        if not isinstance(out, SamplerOutput):
+            raise TypeError(f"{type(self).__name__} builds minibatches from a SamplerOutput, got {type(out).__name__}")
+        with timed(times, Stage.GATHER):
+            attrs = self.feature_store.get_all_tensor_attrs()
+            for attr in attrs:
+                attr.index = out.node
+            read = iter(self.feature_store.multi_get_tensor([a for a in attrs if a.attr_name not in gathered]))
+            tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else next(read)) for a in attrs]
+        with timed(times, Stage.BUILD):
+            data = self.custom_cls() if self.custom_cls is not None else Data()
+            data.edge_index = torch.stack([out.row, out.col], dim=0)
+            if tables:
+                data.num_nodes = out.node.size(0)
+            for name, table in tables:
+                data[name] = table
+            data.n_id = out.node
+            if out.edge is not None:
+                edge = out.edge.to(torch.long)
+                perm = self.node_sampler.edge_permutation
+                data.e_id = perm[edge] if perm is not None else edge
+            data.batch = out.batch
+            data.num_sampled_nodes = out.num_sampled_nodes
+            data.num_sampled_edges = out.num_sampled_edges
+            if out.orig_row is not None and out.orig_col is not None:
+                data._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
+            data.input_id = out.metadata[0]
+            data.seed_time = out.metadata[1]
+            data.batch_size = out.metadata[0].size(0)
+            return data if self.transform is None else self.transform(data)
+
+    def close(self) -> None:
+        """Ends the process way's processes (nothing to do in-process); the loader cannot be
+        iterated with ``pipeline`` afterwards."""
+        if self.processes is not None:
+            self.processes.close()
+
+    def __enter__(self) -> "NeighborLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _complete(self, batch: Data) -> Data:
         """What PyG's loader adds for a ``Data`` and a store pair lacks, then the user's
         transform."""
@@ -201,4 +337,6 @@ class NeighborLoader(NodeLoader):
         return batch if self.user_transform is None else self.user_transform(batch)
 
     def __repr__(self) -> str:
+        if self.processes is not None:
+            return f"{self.__class__.__name__}(in processes: {self.processes.plan.describe()})"
         return f"{self.__class__.__name__}(sampling on {self.graph_store.csc_graph.indptr.device})"

@@ -17,22 +17,34 @@ compaction into the minibatch's node list. It runs where the graph lives: on the
 unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists in place; on the
 CPU for a CPU graph. Its outputs live there too.
 
-Randomness: each hop's draw takes a seed from torch's default CPU generator, so
-``torch.manual_seed`` makes a run repeatable. ``fanout = -1`` takes every neighbour and is
+Randomness: a minibatch's draws follow from one seed (hop ``h`` draws with a seed derived from
+it and ``h``), by default drawn from torch's default CPU generator, so ``torch.manual_seed``
+makes a run repeatable; the loader's process way draws the same seeds in the training process
+and sends them with the seed batches. ``fanout = -1`` takes every neighbour and is
 deterministic.
+
+Processes: :class:`HopStage` is this sampling as a stage of the loader's process way
+(:mod:`pytorch_zerocopy.pipeline.loader`): the hops travel packed as blocks
+(:meth:`SampledHops.blocks`, :meth:`SampledHops.from_minibatch`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 
+from ..block import Block
 from ..graph import CSRGraph
-from ..sampling import compact, sample_layers
+from ..pipeline.loader import FedStage
+from ..pipeline.messages import Minibatch
+from ..placement import to_device_async
+from ..sampling import PendingSample, compact, draw_seed, sample_layers
+
+_MASK63 = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,28 @@ class SampledHops:
     num_sampled_nodes: List[int]
     num_sampled_edges: List[int]
 
+    def blocks(self) -> List[Block]:
+        """The hops as blocks, the seeds' hop first: hop ``h``'s block has every node as a
+        source (``src`` = its ``row``, indices into :attr:`node`) and the nodes reached before
+        hop ``h`` as destinations (``dst`` = its ``col``), its edges' ids as ``eids``; the
+        first block's ``nodes`` are :attr:`node`. What a :class:`Minibatch` packs."""
+        total, reached = int(self.node.numel()), 0
+        out = []
+        pieces = zip(torch.split(self.row, self.num_sampled_edges), torch.split(self.col, self.num_sampled_edges),
+                     torch.split(self.edge, self.num_sampled_edges), self.num_sampled_nodes)
+        for h, (row, col, edge, new) in enumerate(pieces):
+            reached += new
+            out.append(Block(row, col, total, reached, nodes=self.node if h == 0 else None, eids=edge))
+        return out
+
+    @classmethod
+    def from_minibatch(cls, mb: Minibatch) -> "SampledHops":
+        """The hops a :class:`Minibatch` packed from :meth:`blocks` (views of its tensor)."""
+        reached = [num_dst for _, num_dst in mb.layout.shapes]
+        total = mb.layout.shapes[0][0]
+        counts = [reached[0]] + [b - a for a, b in zip(reached, reached[1:])] + [total - reached[-1]]
+        return cls(mb.input_nodes, mb.src, mb.dst, mb.eids, counts, list(mb.layout.num_edges))
+
 
 def _check_fanouts(fanouts: Sequence[int]) -> List[int]:
     if not isinstance(fanouts, (list, tuple)):
@@ -65,12 +99,14 @@ def _check_fanouts(fanouts: Sequence[int]) -> List[int]:
 
 
 def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
-                replace: bool = False) -> SampledHops:
+                replace: bool = False, seed: Optional[int] = None) -> SampledHops:
     """Samples ``fanouts[h]`` in-neighbours per node in hop ``h`` (PyG's order: the first
     fanout applies to the seeds) from ``csc``, a ``CSRGraph`` whose row ``v`` lists the sources
     of ``v``'s in-edges and whose ``eids`` give the edges' ids. ``seeds`` must be distinct.
+    ``seed``: the minibatch's random seed (None: drawn from torch's default generator).
     """
     fanouts = _check_fanouts(fanouts)
+    seed = draw_seed() if seed is None else seed
     nodes = seeds.reshape(-1).long()
     rows: List[torch.Tensor] = []
     cols: List[torch.Tensor] = []
@@ -78,9 +114,10 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
     num_nodes = [int(nodes.numel())]
     num_edges: List[int] = []
     start = 0  # nodes[start:] is the frontier: the nodes first reached in the previous hop
-    for fanout in fanouts:
+    for hop, fanout in enumerate(fanouts):
         frontier = nodes[start:]
-        (block,) = sample_layers(csc, frontier, [fanout], edge_dir="out", replace=replace)
+        (block,) = sample_layers(csc, frontier, [fanout], edge_dir="out", replace=replace,
+                                 seed=(seed * 1_000_003 + hop) & _MASK63)
         if not rows:  # the first hop moved the seeds to where sampling runs
             nodes = block.nodes[: block.num_dst]
         width = block.num_dst
@@ -144,9 +181,13 @@ class NeighborSampler(BaseSampler):
         if index.time is not None:
             raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
         hops = sample_hops(self.graph_store.csc_graph, index.node, self.fanouts, replace=self.replace)
-        input_id = index.input_id
+        return self.output(hops, index.input_id)
+
+    def output(self, hops: SampledHops, input_id: Optional[torch.Tensor]) -> SamplerOutput:
+        """``hops`` as PyG's sampler output (made bidirectional when the sampler is), with
+        ``input_id`` moved to where the hops are (without the host waiting for the GPU)."""
         if input_id is not None:
-            input_id = input_id.to(hops.node.device)
+            input_id = to_device_async(input_id, hops.node.device)
         out = SamplerOutput(node=hops.node, row=hops.row, col=hops.col, edge=hops.edge,
                             num_sampled_nodes=hops.num_sampled_nodes,
                             num_sampled_edges=hops.num_sampled_edges,
@@ -155,5 +196,23 @@ class NeighborSampler(BaseSampler):
             out = out.to_bidirectional()
         return out
 
+    def stage(self) -> "HopStage":
+        """This sampler as a stage of the loader's process way."""
+        return HopStage(self.fanouts, self.replace)
+
     def sample_from_edges(self, index, neg_sampling=None):
         raise NotImplementedError("link-level sampling (LinkNeighborLoader) is not supported by this sampler")
+
+
+class HopStage(FedStage):
+    """:func:`sample_hops` as the sample stage of the loader's process way: a seed batch's hops,
+    drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks`."""
+
+    eids = True
+
+    def __init__(self, fanouts: Sequence[int], replace: bool):
+        self.fanouts, self.replace = list(fanouts), bool(replace)
+
+    def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> PendingSample:
+        hops = sample_hops(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
+        return PendingSample.done(hops.blocks())

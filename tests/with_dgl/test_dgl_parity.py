@@ -142,3 +142,26 @@ def test_edge_probabilities_like_dgl(graph):
     assert bool((w[z.edata[dgl.EID]] > 0).all()), "sampled a zero-probability edge"
     # Both take min(fanout, number of positive in-edges) per destination.
     assert torch.equal(d.in_degrees(), z.in_degrees())
+
+
+def test_process_way_yields_the_in_process_dgl_blocks(graph):
+    """pipeline=True over a DGL graph: real DGL blocks equal to the in-process loader's (same
+    seeds and samples), the first prefetched feature gathered by the producer process."""
+    g, data = graph
+    sampler = zdgl.NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"],
+                                   prefetch_edge_feats=["w"])
+    torch.manual_seed(4)
+    with zdgl.DataLoader(g, data.train_idx, sampler, batch_size=128, shuffle=True, pipeline=True) as loader:
+        got = list(loader)
+    torch.manual_seed(4)
+    want = list(zdgl.DataLoader(g, data.train_idx, sampler, batch_size=128, shuffle=True))
+    assert len(got) == len(want) > 1
+    for (a_in, a_out, a_blocks), (b_in, b_out, b_blocks) in zip(got, want):
+        assert torch.equal(a_in, b_in) and torch.equal(a_out, b_out)
+        for a, b in zip(a_blocks, b_blocks):
+            assert isinstance(a, dgl.DGLGraph) and a.is_block
+            assert (a.num_src_nodes(), a.num_dst_nodes()) == (b.num_src_nodes(), b.num_dst_nodes())
+            assert all(torch.equal(x, y) for x, y in zip(a.edges(), b.edges()))
+            assert torch.equal(a.edata[dgl.EID], b.edata[dgl.EID]) and torch.equal(a.edata["w"], b.edata["w"])
+        assert torch.equal(a_blocks[0].srcdata["feat"], g.ndata["feat"][a_in])
+        assert torch.equal(a_blocks[-1].dstdata["label"], b_blocks[-1].dstdata["label"])

@@ -1,0 +1,359 @@
+"""The process way of running a loader's stages: seeds -> sample -> gather -> deliver, with the
+pipeline's roles in processes of their own feeding the calling process (the training loop).
+
+A loader (:class:`pytorch_zerocopy.pyg.NeighborLoader`, :class:`pytorch_zerocopy.dgl.DataLoader`)
+runs its stages in the calling process unless asked for this way (``pipeline=True``). Then a
+:class:`LoaderProcesses` runs them: the plan's sampler process (``Plan.sample_on`` cpu), or the
+producer's own GPU sampler (``gpu``), runs the loader's :class:`FedStage`; the producer
+gathers each minibatch's input rows into the ring (:mod:`.ring`); the calling process takes
+them out, builds the loader's minibatch and hands it to the training loop while the next
+minibatches are sampled and gathered, so loading overlaps the loop's step.
+
+Seeds: the calling process decides them, in the loader's own order (shuffling draws from
+torch's generator there, as in-process), and sends each seed batch to a sampling role, keeping
+``Plan.num_slots + Plan.queue_depth`` batches in flight; an epoch ends with an
+:class:`~.messages.EpochMark` from every sampling role.
+
+Lifetime: the processes start with the first epoch and serve every later one. :meth:`close`
+ends them (the loaders call it from their own ``close()``, when they are garbage-collected,
+and at interpreter exit), and they die with the thread that started them whatever happens
+(:mod:`pytorch_zerocopy._process`). Leaving an epoch early (``break``) drains the minibatches
+in flight once the epoch's iterator is closed or collected; the next epoch starts clean. One
+epoch at a time: a second iterator while one is open raises ``RuntimeError``.
+
+Delivered tensors: slots are reused, so a minibatch's feature rows (and, in GPU slots, its
+packed tensor) are copied out of the slot before it goes back to the producer; the loop owns
+what it gets, as in-process (one device copy of the rows per minibatch).
+
+Failures: a role that fails or dies raises :class:`~.runner.PipelineError` in the loop, at the
+next minibatch it waits for, and every role is ended.
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+from dataclasses import replace
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..datasets.base import NodeDataset, shared_host_tensor
+from ..feature_table import CacheConfig
+from ..graph import CSRGraph
+from .gather import choose_cached_rows
+from .messages import EpochMark, Minibatch, SlotReady
+from .minibatches import SampleStage, SeedBatch
+from .partition import this_process_client_env
+from .plan import GatherIn, Partition, Phase, Plan, PlanError, make_plan
+from .producer import producer_main
+from .ring import RingReader
+from .runner import PipelineError, Supervisor, cpu_role_environment
+from .sampler import sampler_main
+from .trace import Stage, StageTimes
+
+HEALTH_CHECK_SECONDS = 0.5  # how often a loop waiting for a minibatch checks the roles are alive
+CLOSE_TIMEOUT_SECONDS = 60.0
+_PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
+
+
+class FedStage(SampleStage):
+    """A loader's sample stage, whose seeds come from the loader's process: sampling role ``w``
+    reads :class:`~.minibatches.SeedBatch` es and marks from ``queues[w]`` until None
+    (:class:`LoaderProcesses` sets :attr:`queues` before the roles start). No labels are
+    packed: the loader reads what else it needs itself."""
+
+    queues: Optional[list] = None
+    waits_for_delivery = True
+
+    def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int):
+        q = self.queues[worker]
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            yield item
+
+    def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
+        return seeds.new_empty(0)
+
+
+def loader_plan(fanouts: Sequence[int], batch_size: int, row_bytes: int, table_bytes: int,
+                cache: Optional[CacheConfig] = None) -> Plan:
+    """The plan of a loader's process way: :func:`~.plan.make_plan` of mode ``zerocopy`` for
+    the loader's ``fanouts`` (input side first; a fanout of 0 sizes slots as 1) and
+    ``batch_size`` on this machine. The GPU is partitioned with MPS only where this process is
+    itself an MPS client (:func:`~.partition.this_process_client_env`). ``cache``: the plan's
+    cache of the gathered table (None: the plan's default)."""
+    partition = "mps" if this_process_client_env(100.0) is not None else "none"
+    settings = {} if cache is None else {"cache": cache}
+    return make_plan("zerocopy", partition, row_bytes=row_bytes, table_bytes=table_bytes,
+                     fanouts=tuple(f if f != 0 else 1 for f in fanouts), batch_size=batch_size, cuda_graph=False,
+                     **settings)
+
+
+def check_plan(plan: Plan) -> Plan:
+    """``plan`` if a loader's process way can run it (a producer gathers), else
+    :class:`~.plan.PlanError`."""
+    if not isinstance(plan, Plan):
+        raise TypeError(f"pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan, got {plan!r}")
+    if plan.gather_in is not GatherIn.PRODUCER:
+        raise PlanError("gather_in", "a loader's process way gathers in a producer process: the plan's gather_in "
+                                     f"must be 'producer', got {plan.gather_in.value!r}")
+    if plan.partition is Partition.MPS and this_process_client_env(plan.producer_share) is None:
+        raise PlanError("partition", "partition 'mps' shares the GPU between the producer and this process, which "
+                                     "is no MPS client (start it with CUDA_MPS_PIPE_DIRECTORY naming a running "
+                                     "daemon), or use partition 'none'")
+    return plan
+
+
+def loader_dataset(name: str, lists: CSRGraph, table: torch.Tensor, seeds: torch.Tensor) -> NodeDataset:
+    """What a loader's roles read: ``lists`` (the rows its stage samples, with their ``eids``
+    if any), ``table`` (the rows the producer gathers, one per node) and ``seeds`` (the ids a
+    cache's pre-sampling starts from); no labels. Host tensors already in shared memory are
+    used in place, others copied there once (a tensor another process maps must not move)."""
+    none = torch.empty(0, dtype=torch.int64)
+    graph = CSRGraph(_shared(lists.indptr), _shared(lists.indices), placement="cpu", validate=False,
+                     eids=None if lists.eids is None else _shared(lists.eids))
+    rows = _shared(table).reshape(table.shape[0], -1)
+    return NodeDataset(name, graph, rows, none, seeds.reshape(-1).long(), none, none, 0)
+
+
+def _shared(t: torch.Tensor) -> torch.Tensor:
+    t = t.cpu()
+    if t.is_shared() and t.is_contiguous():
+        return t
+    return shared_host_tensor(t.shape, t.dtype).copy_(t)
+
+
+class _Watched:
+    """``get`` of a queue that checks, while it waits, that every role is alive. A message
+    that cannot be received (its tensors were shared by a role that died meanwhile) raises the
+    role's failure."""
+
+    def __init__(self, q, sup: Supervisor):
+        self.q, self.sup = q, sup
+
+    def get(self):
+        while True:
+            try:
+                return self.q.get(timeout=HEALTH_CHECK_SECONDS)
+            except queue.Empty:
+                self.sup.check()
+            except (OSError, EOFError, RuntimeError):
+                self.sup.check(timeout=HEALTH_CHECK_SECONDS)
+                raise
+
+
+class _Epoch:
+    """One epoch's seed batches, sent ``limit`` ahead of delivery; the keys the loader gave
+    them, by step; the marks received."""
+
+    def __init__(self, queues: list, epoch: int, todo: Iterator[Tuple[Any, torch.Tensor, int]], limit: int):
+        self.queues, self.epoch, self.todo, self.limit = queues, epoch, todo, limit
+        self.keys: Dict[int, Any] = {}
+        self.sent = self.in_flight = self.marks = 0
+        self.ended = False
+
+    def top_up(self) -> None:
+        while not self.ended and self.in_flight < self.limit:
+            nxt = next(self.todo, None)
+            if nxt is None:
+                self.end()
+                return
+            key, seeds, sample_seed = nxt
+            self.keys[self.sent] = key
+            batch = SeedBatch(Phase.TRAIN, self.epoch, self.sent, seeds, sample_seed)
+            self.queues[self.sent % len(self.queues)].put(batch)
+            self.sent += 1
+            self.in_flight += 1
+
+    def end(self) -> None:
+        if not self.ended:
+            for q in self.queues:
+                q.put(EpochMark(self.epoch, Phase.TRAIN))
+            self.ended = True
+
+    @property
+    def complete(self) -> bool:
+        return self.marks == len(self.queues)
+
+    def delivered(self, step: int) -> Any:
+        self.in_flight -= 1
+        return self.keys.pop(step)
+
+
+class LoaderProcesses:
+    """A loader's stages run by the pipeline's roles (module docstring). ``stage`` samples
+    (it must pickle), ``ds`` is what the roles read (:func:`loader_dataset`), ``plan`` how
+    (:func:`loader_plan`, or a user's plan that :func:`check_plan` accepts)."""
+
+    def __init__(self, plan: Plan, ds: NodeDataset, stage: FedStage):
+        self.plan, self.ds, self.stage = check_plan(plan), ds, stage
+        self.device = torch.device(plan.device)
+        self.sup: Optional[Supervisor] = None
+        self.reader: Optional[RingReader] = None
+        self.incoming: Optional[Iterator] = None
+        self.queues: List = []
+        self.open: Optional[_Epoch] = None
+        self.epochs = 0
+        self.closed = False
+
+    # --- start and end ------------------------------------------------------------------
+
+    def _start(self, trace: bool) -> None:
+        plan = replace(self.plan, trace=trace)
+        sup = Supervisor()
+        ctx = sup.ctx
+        seed_queues = [ctx.Queue() for _ in range(plan.mark_sources)]
+        samplers = plan.sampler_processes
+        batch_q = ctx.Queue(maxsize=plan.queue_depth * samplers) if samplers else None
+        ready_q, free_q, self.consumed = ctx.Queue(), ctx.Queue(), ctx.Event()
+        self.seed_queues = seed_queues
+        self.queues = [q for q in seed_queues + [batch_q, ready_q, free_q] if q is not None]
+        stage = copy.copy(self.stage)
+        stage.queues = seed_queues
+        self.sup = sup
+        try:
+            self.ds.share_memory_()
+            cached_rows = choose_cached_rows(plan, self.ds)
+            env = cpu_role_environment(plan)
+            for w in range(samplers):
+                sup.start("sampler", sampler_main, (plan, self.ds, w, batch_q, self.consumed, None, stage), env)
+            producer_env = dict(env)
+            if plan.partition is Partition.MPS:  # a client of this process's daemon (check_plan)
+                producer_env.update(this_process_client_env(plan.producer_share))
+            sup.start("producer", producer_main, (plan, self.ds, batch_q, ready_q, free_q, cached_rows, stage),
+                      producer_env)
+            self.reader = RingReader(_Watched(ready_q, sup), free_q, self.device)
+        except BaseException:
+            self._end()
+            raise
+        self.incoming = iter(self.reader)
+
+    def close(self) -> None:
+        """Ends the roles, after the epoch in flight (if any) is drained; idempotent. Raises
+        what a role reported, if one failed."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.sup is None:
+            return
+        try:
+            if self.open is not None:
+                self._drain(self.open)
+            for q in self.seed_queues:
+                q.put(None)
+            for item, _ in self.incoming:  # the producer's end of the run
+                if isinstance(item, SlotReady):
+                    self.reader.release(item)
+            self.reader.close()
+            self.consumed.set()
+            self.sup.run(lambda message: None, timeout=CLOSE_TIMEOUT_SECONDS)
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        """Ends every role now (SIGTERM, then SIGKILL) and closes the queues."""
+        sup, self.sup = self.sup, None
+        self.closed = True
+        self.open = None
+        if sup is None:
+            return
+        self.reader = self.incoming = None
+        try:
+            self.consumed.set()
+            sup.shutdown()
+        finally:
+            for q in self.queues:
+                q.close()
+                q.cancel_join_thread()
+            self.queues = []
+
+    # --- epochs ---------------------------------------------------------------------------
+
+    def epoch(self, batches, times: Optional[StageTimes] = None) -> Iterator[Tuple[Any, Minibatch, torch.Tensor]]:
+        """Runs one epoch: ``batches`` yields ``(key, seeds, sample_seed)`` (seeds: CPU int64
+        node ids; sample_seed: the seed of the batch's random draws, or None);
+        yields ``(key, minibatch, features)`` in the order the producer finished them (the
+        order of ``batches`` with one sampling role). ``times`` records the deliver stage, and
+        the sample and gather times the producer measured."""
+        if self.closed:
+            raise RuntimeError("this loader's processes were closed; make a new loader")
+        if self.sup is None:
+            self._start(trace=times is not None)
+        return self._run(iter(batches), times)
+
+    def _run(self, todo, times: Optional[StageTimes]):
+        if self.open is not None:
+            raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
+                               "iterator before starting another")
+        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.plan.num_slots + self.plan.queue_depth)
+        self.epochs += 1
+        try:
+            run.top_up()
+            while True:
+                began = times.begin() if times is not None else 0.0
+                got = self._next(run)
+                if got is None:
+                    break
+                item, batch, feats = got
+                if times is not None:
+                    times.end(Stage.DELIVER, began)
+                    for key, values in (item.trace or {}).items():
+                        if key in _PRODUCER_STAGES:
+                            times.add(_PRODUCER_STAGES[key], values)
+                key = run.delivered(batch.step)
+                run.top_up()
+                yield key, batch, feats
+        finally:
+            if self.open is run and not self.closed:
+                self._drain(run)
+
+    def _next(self, run: _Epoch) -> Optional[Tuple[SlotReady, Minibatch, torch.Tensor]]:
+        """The next minibatch of ``run``, out of its slot, or None once its marks are in."""
+        if self.open is not run:
+            raise RuntimeError("this epoch was ended: the loader's processes were closed during it")
+        while not run.complete:
+            item, feats = self._receive()
+            if isinstance(item, EpochMark):
+                run.marks += 1
+                continue
+            batch, feats = self._take(item, feats)
+            return item, batch, feats
+        self.open = None
+        return None
+
+    def _receive(self):
+        try:
+            got = next(self.incoming, None)
+            if got is None:
+                self.sup.check()
+                raise PipelineError("producer", "the producer ended the run before the epoch was complete")
+            return got
+        except BaseException:
+            self._end()
+            raise
+
+    def _take(self, item: SlotReady, feats: torch.Tensor) -> Tuple[Minibatch, torch.Tensor]:
+        """The minibatch and its rows as tensors of their own; the slot goes back."""
+        batch = item.batch
+        if self.reader.gpu_slots:
+            batch = batch.with_packed(batch.packed.clone())
+        if self.reader.gpu_slots or not self.reader.copy_in:
+            feats = feats.clone()
+        self.reader.release(item)
+        return batch, feats
+
+    def _drain(self, run: _Epoch) -> None:
+        """Ends ``run`` early: no more seeds are sent, and the minibatches in flight are taken
+        and given back unused."""
+        run.end()
+        while not run.complete:
+            item, _ = self._receive()
+            if isinstance(item, EpochMark):
+                run.marks += 1
+            else:
+                self.reader.release(item)
+        self.open = None
+
