@@ -123,7 +123,7 @@ def test_a_short_soak_of_the_cpu_pipeline(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "soak.py"), "--minutes", "0.35", "--period", "2",
            "--grace", "30", "--out", str(tmp_path), "--name", "soak_test", "--",
            "--dataset", "papers-like:3k:4", "--feature-dim", "8", "--batch-size", "64", "--fanouts", "3,3",
-           "--hidden", "8", "--epochs", "1000"]
+           "--hidden", "8", "--epochs", "1000000"]
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, check=False)
     path = tmp_path / "soak_test.json"
