@@ -91,6 +91,11 @@ def papers_dataset(table_gib: float, width: int, degree: int, train_fraction: fl
     return ds
 
 
+def trace_mean(summary: Optional[Dict[str, float]]) -> float:
+    """The mean of one timing of a trace summary (nan where it has no values)."""
+    return summary["mean"] if summary and summary.get("n") else float("nan")
+
+
 def data_bytes(ds) -> int:
     """The bytes a training job must hold: features, graph and labels."""
     return ds.feature_source.nbytes + ds.graph_bytes + ds.labels.numel() * ds.labels.element_size()

@@ -45,8 +45,8 @@ from typing import Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,  # noqa: E402
-                                        machine_info, measure_ceilings, papers_dataset, trace_lines, used_host_bytes,
-                                        write_report)
+                                        machine_info, measure_ceilings, papers_dataset, trace_lines, trace_mean,
+                                        used_host_bytes, write_report)
 
 LABELLED_ROWS = {
     "default[mapped]": ("zerocopy", {"feature_placement": "unified"}),
@@ -59,10 +59,6 @@ BAR_OVER_GPU = 1.25
 BAR_OVER_BASELINE = 2.0
 BAR_HOST_BYTES = 1.2
 BAR_SCALE = 1.15
-
-
-def _mean(summary: Optional[Dict[str, float]]) -> float:
-    return summary["mean"] if summary and summary.get("n") else float("nan")
 
 
 def _run(ds, label: str, mode: str, args, baseline_bytes: int, ceiling_gbs: float, **settings) -> Dict:
@@ -89,7 +85,8 @@ def _run(ds, label: str, mode: str, args, baseline_bytes: int, ceiling_gbs: floa
     floor_ms = rows * ds.row_bytes / (ceiling_gbs * 1e9) * 1e3 if ceiling_gbs == ceiling_gbs else float("nan")
     return {"mode": label, "base_mode": mode, "plan": plan.describe(), "settings": plan.settings(),
             "ms_per_minibatch": ms, "minibatches": last.train_batches,
-            "sample_ms": _mean(trace.producer.get("sample_ms")), "gather_ms": _mean(trace.producer.get("gather_ms")),
+            "sample_ms": trace_mean(trace.producer.get("sample_ms")),
+            "gather_ms": trace_mean(trace.producer.get("gather_ms")),
             "train_ms": statistics.fmean(train_ms) if train_ms else float("nan"),
             "gpu_busy_share": sum(train_ms) / (seconds * 1e3) if gpu and seconds > 0 else float("nan"),
             "input_wait_share": last.input_wait_share, "input_rows": rows, "link_floor_ms": floor_ms,

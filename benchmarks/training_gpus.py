@@ -41,7 +41,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,
-                                        machine_info, measure_ceilings, papers_dataset, used_host_bytes, write_report)
+                                        machine_info, measure_ceilings, papers_dataset, trace_mean, used_host_bytes,
+                                        write_report)
 
 BAR_SCALING = {2: 1.85, 4: 3.5}     # default on N GPUs over 1 GPU (epoch-time ratio of medians)
 BAR_OVER_BASELINE = 2.0             # default over the best baseline on the largest GPU count
@@ -51,10 +52,6 @@ BAR_SOAK_MIB = 64.0
 LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 25.0}),
                  "default[no_cache]": ("zerocopy", {"cache": None})}
 ROWS = {**CORE_ROWS, **LABELLED_ROWS}
-
-
-def _mean(summary: Optional[Dict[str, float]]) -> float:
-    return summary["mean"] if summary and summary.get("n") else float("nan")
 
 
 def rank_record(rank: int, last) -> Dict[str, Any]:
@@ -68,8 +65,8 @@ def rank_record(rank: int, last) -> Dict[str, Any]:
             "feature_bytes_per_s": (last.steady_bytes / steady) if last.steady_batches >= 1 and steady > 0 else 0.0,
             "input_wait_share": last.input_wait_share,
             "gpu_busy_share": sum(train_ms) / (steady * 1e3) if train_ms and steady > 0 else float("nan"),
-            "sample_ms": _mean(trace.producer.get("sample_ms")) if trace is not None else float("nan"),
-            "gather_ms": _mean(trace.producer.get("gather_ms")) if trace is not None else float("nan"),
+            "sample_ms": trace_mean(trace.producer.get("sample_ms")) if trace is not None else float("nan"),
+            "gather_ms": trace_mean(trace.producer.get("gather_ms")) if trace is not None else float("nan"),
             "cache_hit_rate": last.cache_hit_rate, "val_acc": last.val_acc, "loss": last.loss,
             "partition": _partition(last.partition), "train_step": last.train_step,
             "param_checksum": last.param_checksum}

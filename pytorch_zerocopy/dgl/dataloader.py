@@ -50,7 +50,7 @@ import torch
 from .. import unified as _unified
 from ..feature_table import node_cache_configs
 from ..graph import CSRGraph
-from ..pipeline.loader import LoaderProcesses, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import StageTimes
 from ..placement import Placement
@@ -59,7 +59,7 @@ from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, NodeCache, _graph_device, _lookup
 
 
-class DataLoader:
+class DataLoader(ProcessWay):
     """Iterates over ``(input_nodes, output_nodes, blocks)`` mini-batches of ``indices``.
 
     ``graph``: a :class:`~pytorch_zerocopy.graph.CSRGraph` (node and edge data in its
@@ -178,18 +178,6 @@ class DataLoader:
                             cache_configs.get(name)) if pipeline is True else check_plan(pipeline))
         self.node_caches.pop(name, None)  # the producer gathers it (through the plan's cache)
         return LoaderProcesses(plan, ds, sampler.stage(self.graph))
-
-    def close(self) -> None:
-        """Ends the process way's processes (nothing to do in-process); the loader cannot be
-        iterated with ``pipeline`` afterwards."""
-        if self.processes is not None:
-            self.processes.close()
-
-    def __enter__(self) -> "DataLoader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _node_caches(self, configs) -> dict:
         """One :class:`NodeCache` per node feature named in ``gpu_cache`` that lives in host

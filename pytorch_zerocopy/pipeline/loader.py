@@ -357,3 +357,22 @@ class LoaderProcesses:
                 self.reader.release(item)
         self.open = None
 
+
+
+class ProcessWay:
+    """What a loader that may run its stages in processes shares: ``processes`` (its
+    :class:`LoaderProcesses`, None in-process) and their end, by :meth:`close` or ``with``.
+    After ``close`` the loader cannot be iterated with ``pipeline`` again."""
+
+    processes: Optional[LoaderProcesses] = None
+
+    def close(self) -> None:
+        """Ends the process way's processes (nothing to do in-process)."""
+        if self.processes is not None:
+            self.processes.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -58,7 +58,7 @@ from torch_geometric.sampler import SamplerOutput
 
 from ..feature_table import CacheConfig, cached_rows_for
 from ..graph import CSRGraph
-from ..pipeline.loader import LoaderProcesses, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import Stage, StageTimes, timed
 from ..sampling import draw_seed
@@ -134,7 +134,7 @@ def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neigh
         feature_store.cache_rows(name, rows)
 
 
-class NeighborLoader(NodeLoader):
+class NeighborLoader(ProcessWay, NodeLoader):
     """PyG's ``NeighborLoader`` (same signature, same minibatches; see the module docstring).
 
     ``data``: a PyG ``Data`` (its tables are used in place, see
@@ -316,18 +316,6 @@ class NeighborLoader(NodeLoader):
             data.seed_time = out.metadata[1]
             data.batch_size = out.metadata[0].size(0)
             return data if self.transform is None else self.transform(data)
-
-    def close(self) -> None:
-        """Ends the process way's processes (nothing to do in-process); the loader cannot be
-        iterated with ``pipeline`` afterwards."""
-        if self.processes is not None:
-            self.processes.close()
-
-    def __enter__(self) -> "NeighborLoader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def _complete(self, batch: Data) -> Data:
         """What PyG's loader adds for a ``Data`` and a store pair lacks, then the user's
