@@ -50,7 +50,10 @@ BAR_HOST_BYTES = 1.2                # peak host memory over features + graph on 
 BAR_SOAK_MIB = 64.0
 # Settings a user could pick, run where the baselines run (never a bar).
 LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 25.0}),
-                 "default[no_cache]": ("zerocopy", {"cache": None})}
+                 "default[no_cache]": ("zerocopy", {"cache": None}),
+                 # A producer per GPU, every one mapping one shared table (the default before the
+                 # machine's one gatherer).
+                 "default[producer_per_gpu]": ("zerocopy", {"gather_in": "producer"})}
 ROWS = {**CORE_ROWS, **LABELLED_ROWS}
 
 

@@ -42,6 +42,7 @@ tensor: the same calls run on the CPU.
 
 from __future__ import annotations
 
+import copy
 import enum
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Protocol, Sequence, Union, runtime_checkable
@@ -350,6 +351,30 @@ class FeatureTable(_TableLike):
             ids = to_device_async(ids, self.device)
         return gather_rows(self.source, ids, out, index_sorted=ids_sorted, check_bounds=check_bounds,
                            tuning=self.tuning)
+
+    def for_device(self, device: DeviceLike) -> "FeatureTable":
+        """This table read by ``device``, another GPU of this process, over the same memory (no
+        copy): host memory is one address every GPU of the process reads (``MAPPED`` tables
+        are registered for every GPU, ``MANAGED`` ones advised for every GPU when made). The
+        view keeps this table's memory alive. ``CPU`` tables, and a ``device`` that is already
+        the table's, give the table itself; a ``GPU`` table is in one GPU's memory only."""
+        if self.device.type == "cpu":
+            return self
+        dev = gpu(device)
+        if dev == self.device:
+            return self
+        if self.placement is Placement.GPU:
+            raise PlacementError(f"FeatureTable: a table in {self.device}'s memory cannot be read by {dev} in place; "
+                                 "copy it there (placement 'cuda' on that device) or hold it in host memory")
+        view = copy.copy(self)
+        view.device = dev
+        if self.placement is Placement.MAPPED:
+            view.source = _unified._C.device_alias(self._data, dev)
+        else:  # managed memory: the same address, as a tensor of the other device
+            storage = torch._C._construct_storage_from_data_pointer(self.source.data_ptr(), dev, self.source.nbytes)
+            view.source = torch.empty(0, dtype=self.dtype, device=dev).set_(storage, 0, self.source.shape,
+                                                                           self.source.stride())
+        return view
 
     def with_cache(self, cached_rows: Optional[torch.Tensor]) -> "CachedTable":
         """A :class:`CachedTable` holding ``cached_rows`` of this table in GPU memory."""

@@ -140,11 +140,13 @@ def _printer(plan: Plan, ds, quiet: bool) -> ProgressPrinter:
 
 
 def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = False,
-             cached_rows: Optional[torch.Tensor] = None) -> List:
+             cached_rows: Optional[torch.Tensor] = None, gatherer: Optional[str] = None) -> List:
     """Runs ``plan`` on ``dataset`` with a progress display. ``mps_fallback``: the MPS partition
     was the package's choice, not the user's; where its daemon cannot start, run unpartitioned.
-    ``cached_rows``: the rows of ``plan.cache`` when already chosen (else chosen here). A plan
-    that resumes starts from the epoch after its checkpoint's (:func:`.pipeline.checkpoint.resolve`)."""
+    ``cached_rows``: the rows of ``plan.cache`` when already chosen (else chosen here);
+    ``gatherer``: the address of the machine's gatherer serving this plan's trainer, when one is
+    running. A plan that resumes starts from the epoch after its checkpoint's
+    (:func:`.pipeline.checkpoint.resolve`)."""
     from .pipeline import checkpoint, run_pipeline
     from .pipeline.partition import MpsError
 
@@ -153,7 +155,7 @@ def run_plan(plan: Plan, dataset, *, mps_fallback: bool = False, quiet: bool = F
         print(f"resuming after epoch {plan.first_epoch - 1} from the checkpoint in {plan.checkpoint_dir}", flush=True)
     printer = _printer(plan, dataset, quiet)
     try:
-        return run_pipeline(plan, dataset, printer, cached_rows=cached_rows)
+        return run_pipeline(plan, dataset, printer, cached_rows=cached_rows, gatherer=gatherer)
     except MpsError as e:
         if not mps_fallback:
             raise
@@ -189,9 +191,12 @@ def lost_a_peer(message: str) -> bool:
     return any(s in message for s in _PEER_LOST)
 
 
-def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) -> List:
+def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None,
+               gatherer: Optional[str] = None) -> List:
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
-    worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard.
+    worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard; with
+    ``gatherer`` (``Plan.gather_in`` machine), its trainer reads what the machine's gatherer at
+    that address samples and gathers for it.
 
     The worker only supervises its pipeline's processes and never opens a CUDA context itself
     (so under a shared MPS daemon every GPU client is a role with its thread share). A worker
@@ -210,7 +215,7 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None) 
         raise RuntimeError(f"worker {rank} has local rank {local_rank}, but this machine has "
                            f"{torch.cuda.device_count()} GPU(s): ask for at most that many with --gpus")
     try:
-        return run_plan(plan, dataset, quiet=rank != 0, cached_rows=cached_rows)
+        return run_plan(plan, dataset, quiet=rank != 0, cached_rows=cached_rows, gatherer=gatherer)
     except PipelineError as e:
         if lost_a_peer(str(e)):
             # A consequence of another rank's failure, not a cause: give the failing rank time to
@@ -240,8 +245,11 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     The plan is made once, here (``settings``: :class:`Plan` fields), unless ``plan`` is given
     (made by :func:`make_plan` with ``local_processes=nproc``); each worker takes its rank's
     share of it (:meth:`Plan.for_rank`). The dataset is put in shared memory once, here, and
-    every worker maps it; a feature table in a shareable placement (``unified``, the default
-    with several workers) is made here once too, so the machine holds one copy of it. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
+    every worker maps it. The machine holds one copy of the feature table: on GPUs the plan's
+    default has one process of the machine (``Plan.gather_in`` machine,
+    :mod:`.pipeline.machine`) load it, in the host memory kind the GPUs read fastest, and sample
+    and gather for every worker's trainer; a table in a shareable placement (``unified``) that
+    every worker's own producer maps is made here once. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
     partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
     control daemon that serves every GPU of the machine, each pipeline's producer and trainer
     connect to it with their thread shares, and it is stopped when the run ends, also when a
@@ -255,7 +263,7 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     worker when one dies, and they resume from the last checkpoint: the job loses at most the
     epoch in flight, and the statistics returned are those of the last attempt's epochs.
     """
-    from .launch import LaunchOptions, launch
+    from .launch import LaunchOptions
     from .pipeline import checkpoint
     from .pipeline.gather import choose_cached_rows
     from .pipeline.partition import MpsDaemon, MpsError
@@ -276,7 +284,7 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     if cached_rows is None:
         cached_rows = choose_cached_rows(plan, dataset)  # once, for every rank
     if plan.partition is not Partition.MPS:
-        return launch(_rank_main, (dataset, plan, cached_rows), options)
+        return _launch_ranks(plan, dataset, cached_rows, options, None, quiet)
     daemon = MpsDaemon()
     try:
         daemon.start()
@@ -285,14 +293,47 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
             raise
         if not quiet:
             print(f"MPS is not usable here ({e}); running without a GPU partition")
-        return launch(_rank_main, (dataset, replace(plan, partition=Partition.NONE), cached_rows), options)
+        return _launch_ranks(replace(plan, partition=Partition.NONE), dataset, cached_rows, options, None, quiet)
     try:
         if not quiet:
             print(f"GPU partition: MPS, one daemon for all {nproc} pipelines of this machine")
         options.extra_env = {**options.extra_env, **daemon.shared_env()}
-        return launch(_rank_main, (dataset, plan, cached_rows), options)
+        return _launch_ranks(plan, dataset, cached_rows, options, daemon, quiet)
     finally:
         daemon.stop()
+
+
+def _launch_ranks(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], options, daemon, quiet: bool) -> Dict[int, List]:
+    """Launches the ranks of :func:`train_data_parallel`; with ``Plan.gather_in`` machine, the
+    machine's gatherer first (a child of this process under ``daemon``'s producer share, when
+    MPS partitions the GPUs), serving every attempt's trainers until the job ends. A job that
+    fails after the gatherer did raises the gatherer's failure."""
+    from .launch import launch
+    from .pipeline import GatherIn
+    from .pipeline.machine import gatherer_main
+    from .pipeline.runner import Supervisor, cpu_role_environment
+
+    if plan.gather_in is not GatherIn.MACHINE:
+        return launch(_rank_main, (dataset, plan, cached_rows), options)
+    sup = Supervisor()
+    try:
+        env = dict(cpu_role_environment(plan))
+        if daemon is not None:
+            env.update(daemon.client_env(plan.producer_share))
+        sock = sup.listen()
+        sup.start("gatherer", gatherer_main, (plan, dataset, cached_rows, sock), env)
+        address = sock.getsockname()
+        sock.close()
+        if not quiet:
+            print(f"one gatherer for all {options.nproc_per_node} trainers of this machine: "
+                  f"the feature table in {plan.table_in.describe}", flush=True)
+        try:
+            return launch(_rank_main, (dataset, plan, cached_rows, address), options)
+        except BaseException:
+            sup.check(timeout=1.0)  # the gatherer's own failure, when it is the cause
+            raise
+    finally:
+        sup.shutdown()
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -251,15 +251,20 @@ def _shm_left_by(pids: Set[int], before: Set[str]) -> Set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks_on", [pytest.param("cpu", id="cpu-gloo"),
+                                      pytest.param("cpu-machine", id="cpu-gloo-one-gatherer"),
                                       pytest.param("cuda", id="two-gpus-nccl",
                                                    marks=[pytest.mark.cuda, needs_two_gpus])])
 def test_a_killed_rank_costs_at_most_the_epoch_in_flight(tmp_path, ranks_on):
     """Rank 1's trainer is killed (SIGKILL) in the middle of epoch 1's training; elastic restarts
     the job, which resumes after epoch 0 from the checkpoint, finishes, and ends where a job that
     never failed ends. Nothing is left: processes, shared memory (the job's semaphores included:
-    its resource tracker reports any it had to clean up), temp directories, MPS daemons."""
-    on_cpu = ranks_on == "cpu"
+    its resource tracker reports any it had to clean up), temp directories, MPS daemons. With
+    one gatherer for the machine (``cpu-machine``; the default on GPUs), the restarted trainers
+    are served by the gatherer that served the first attempt."""
+    on_cpu = ranks_on.startswith("cpu")
     settings = dict(RUN, epochs=2, use_gpu=not on_cpu)
+    if ranks_on == "cpu-machine":
+        settings["gather_in"] = "machine"
     marker = uuid.uuid4().hex
     # The jobs' temp directories (zc-*) go to a directory of this test's, short enough for the
     # Unix sockets multiprocessing keeps in them.

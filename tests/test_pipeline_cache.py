@@ -164,12 +164,13 @@ def test_feature_reader_reads_through_the_cache_and_counts_hits(small, gen):
         feature_reader(cpu_plan(mode=Mode.CPU, gather_in=GatherIn.TRAINER), small, torch.device("cpu"), ids)
 
 
-@pytest.mark.parametrize("gather_in", ["producer", "trainer"])
+@pytest.mark.parametrize("gather_in", ["producer", "trainer", "machine"])
 def test_cpu_pipeline_with_a_cache_trains_identically_and_counts_hits(small, gather_in):
-    """The same run with and without a cache (in the producer, or gathered by the trainer):
-    the same losses and parameters, and each epoch's hit count is exactly the share of its
-    training minibatches' input rows among the cached rows."""
-    plan = cpu_plan(gather_in=gather_in, epochs=2, max_batches=6, val_batches=2)
+    """The same run with and without a cache (in the producer, gathered by the trainer, or in
+    the machine's gatherer): the same losses and parameters, and each epoch's hit count is
+    exactly the share of its training minibatches' input rows among the cached rows."""
+    plan = cpu_plan(gather_in=gather_in, epochs=2, max_batches=6, val_batches=2,
+                    **(dict(num_samplers=0) if gather_in == "machine" else {}))
     cached = replace(plan, cache=CacheConfig(policy=CachePolicy.DEGREE, fraction=0.2))
     pids, before = {}, snapshot()
     with_cache = run_pipeline(cached, small, on_start=pids.update)
@@ -211,8 +212,10 @@ def gpu_plan(ds, **settings):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("settings", [dict(), dict(gather_in="trainer"), dict(gather_batches=1, num_slots=3),
-                                      dict(partition="auto"), dict(feature_placement="managed")],
-                         ids=["producer", "trainer", "one-minibatch-per-gather", "mps-if-available", "managed-table"])
+                                      dict(partition="auto"), dict(feature_placement="managed"),
+                                      dict(gather_in="machine", feature_placement="managed", partition="auto")],
+                         ids=["producer", "trainer", "one-minibatch-per-gather", "mps-if-available", "managed-table",
+                              "machine-gatherer"])
 def test_gpu_pipeline_with_a_cache_trains_like_without(power_law, settings):
     """Zero-copy training on the GPU with a cache of 10% of the rows: the same losses and
     parameters as without (up to float tolerance: GPU reductions are not bitwise

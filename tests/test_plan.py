@@ -195,8 +195,15 @@ def test_the_default_is_the_fast_path(gpu_machine):
     assert (mapped.feature_placement, mapped.producer_share, mapped.gather_tuning) == (Placement.MAPPED, 10.0,
                                                                                        GatherTuning())
     assert make_plan("zerocopy", row_bytes=512, producer_share=15).producer_share == 15
-    # Several gathering processes on one machine share one mapped table.
-    assert make_plan("zerocopy", row_bytes=512, local_processes=2).feature_placement is Placement.MAPPED
+    # Several trainers on one machine: one gatherer for all of them holds the table in the kind
+    # measured fastest; a producer per trainer shares one mapped table instead.
+    several = make_plan("zerocopy", row_bytes=512, local_processes=2)
+    assert (several.gather_in, several.feature_placement, several.partition) == (GatherIn.MACHINE, Placement.MANAGED,
+                                                                                Partition.MPS)
+    assert several.num_samplers == 0 and "machine's gatherer" in several.describe()
+    assert several.producer_share == 25.0 and several.gather_tuning == GatherTuning(blocks_per_sm=4, unroll=16)
+    each = make_plan("zerocopy", row_bytes=512, local_processes=2, gather_in="producer")
+    assert (each.gather_in, each.feature_placement) == (GatherIn.PRODUCER, Placement.MAPPED)
     # No bounded grid without MPS, or with green contexts.
     for other in (make_plan("zerocopy", "none", row_bytes=512), make_plan("zerocopy", "green")):
         assert other.feature_placement is Placement.MANAGED and other.gather_tuning == GatherTuning()

@@ -1,7 +1,8 @@
 """The trainer (the pipeline's consumer): trains GraphSAGE on the minibatches its source yields
 and reports progress and per-epoch statistics to the parent.
 
-Its source is the ring (``Plan.gather_in`` producer: :class:`~.ring.RingReader`) or
+Its source is the ring (``Plan.gather_in`` producer: :class:`~.ring.RingReader`; ``machine``:
+the same over its connection to the machine's gatherer, :mod:`.machine`) or
 :class:`InlineSource`, which gathers in this process (``trainer``), sampling on the GPU here too
 when the plan says so.
 """
@@ -22,6 +23,7 @@ from ..placement import to_device_async
 from . import checkpoint
 from .gather import CacheHits, feature_reader
 from .messages import EpochMark, SlotReady, StepDone
+from .machine import connect
 from .minibatches import GpuSampler, Sampled, from_samplers, run_phases, trainer_seed
 from .plan import GatherIn, Partition, Phase, Plan, SampleOn
 from .process import maybe_fail, set_threads, trainer_device
@@ -158,6 +160,9 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
 
     if plan.gather_in is GatherIn.PRODUCER:
         source = RingReader(queues["ready"], queues["free"], device)
+    elif plan.gather_in is GatherIn.MACHINE:
+        link = connect(queues["gatherer"], plan)
+        source = RingReader(link, link, device)
     else:
         side = None
         if plan.partition is Partition.GREEN:

@@ -3,7 +3,8 @@
 Sampler -> producer / trainer: :class:`Minibatch` and :class:`EpochMark` on the batch queue.
 Producer -> trainer: :class:`RingHandles` once, then :class:`SlotReady` and :class:`EpochMark` on
 the ready queue; trainer -> producer: :class:`FreeEvents` once, then slot numbers on the free
-queue, then :data:`RELEASED`. Trainer -> parent (through the supervisor's report pipe):
+queue, then :data:`RELEASED`. With the machine's gatherer both directions share one connection,
+which the trainer opens with a :class:`GatherRequest`; :class:`GathererFailed` ends it. Trainer -> parent (through the supervisor's report pipe):
 :class:`StepDone`, :class:`PartitionInfo` and :class:`~.stats.EpochStats`.
 """
 
@@ -15,7 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..block import Block
-from .plan import Partition, Phase
+from .plan import Partition, Phase, Plan
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,22 @@ class FreeEvents:
 
 
 RELEASED = "released"  # trainer -> producer: all shared buffers dropped; the producer may exit
+
+
+@dataclass(frozen=True)
+class GatherRequest:
+    """Trainer -> the machine's gatherer, first on its connection: gather for ``plan`` (the
+    trainer's rank's plan: its GPU, its shard, the epoch it starts at)."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class GathererFailed:
+    """The machine's gatherer -> a trainer, in place of its next ring message: serving that
+    trainer failed, as ``remote_traceback`` says."""
+
+    remote_traceback: str
 
 
 # --- trainer -> parent ------------------------------------------------------------------------

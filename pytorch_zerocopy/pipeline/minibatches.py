@@ -186,6 +186,16 @@ class Sampled:
     waited: float = 0.0
 
 
+def sample_here(plan: Plan, ds: NodeDataset, stage: SampleStage = SampleStage()) -> Iterator[Union[Sampled, EpochMark]]:
+    """Every minibatch of ``stage``'s seeds (and its phase marks) sampled on the CPU by this
+    process, in order: the source of a process that gathers without sampler processes."""
+    for item in stage.seeds(plan, ds, 0, 1):
+        if isinstance(item, EpochMark):
+            yield item
+        else:
+            yield Sampled(sample_on_cpu(ds.graph, ds.labels, plan, item, stage))
+
+
 def from_samplers(batch_q, sources: int) -> Iterator[Union[Sampled, EpochMark]]:
     """What ``sources`` sampler processes put on ``batch_q``, until each has sent its end (None)."""
     finished = 0

@@ -20,7 +20,9 @@ Vocabulary (one word per thing, in every layer):
                   ``gpu``: the process that gathers samples with the library's GPU op, reading
                   the graph's in-neighbour lists from unified (host) memory
 ``GatherIn``      ``producer``: a producer process gathers into a ring of slots shared with the
-                  trainer; ``trainer``: the trainer gathers inline
+                  trainer; ``trainer``: the trainer gathers inline; ``machine``: one process of
+                  the machine (:mod:`.machine`) holds the table and samples and gathers for
+                  every local trainer, a thread, a stream and a ring per trainer
 ``cache``         a :class:`~pytorch_zerocopy.feature_table.CacheConfig`: the feature rows the
                   gathering process keeps in GPU memory (a
                   :class:`~pytorch_zerocopy.feature_table.CachedTable`), mode ``zerocopy``
@@ -79,6 +81,12 @@ class SampleOn(Enum):
 class GatherIn(Enum):
     PRODUCER = "producer"
     TRAINER = "trainer"
+    MACHINE = "machine"
+
+    @property
+    def ring(self) -> bool:
+        """Whether another process gathers into a ring the trainer reads."""
+        return self is not GatherIn.TRAINER
 
 
 class Phase(Enum):
@@ -338,8 +346,11 @@ class Plan:
             ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
             ("lr", self.lr > 0, "> 0"),
             ("seed", self.seed >= 0, ">= 0"),
-            ("num_samplers", self.num_samplers >= (1 if self.sample_on is SampleOn.CPU else 0),
+            ("num_samplers", self.gather_in is GatherIn.MACHINE
+             or self.num_samplers >= (1 if self.sample_on is SampleOn.CPU else 0),
              ">= 1 (sampler processes)" if self.sample_on is SampleOn.CPU else ">= 0"),
+            ("num_samplers", self.gather_in is not GatherIn.MACHINE or self.num_samplers == 0,
+             "0 with gather_in 'machine' (the machine's gatherer samples in its own threads)"),
             ("sampler_threads", self.sampler_threads >= 1, ">= 1"),
             ("producer_threads", self.producer_threads >= 1, ">= 1"),
             ("consumer_threads", self.consumer_threads >= 1, ">= 1"),
@@ -384,9 +395,12 @@ class Plan:
                 raise PlanError("partition", f"partition {part.value!r} partitions a GPU: it needs a CUDA device")
             if mode is not Mode.ZEROCOPY:
                 raise PlanError("partition", f"partition {part.value!r} applies to mode 'zerocopy' only")
-        if part is Partition.MPS and self.gather_in is not GatherIn.PRODUCER:
+        if part is Partition.MPS and not self.gather_in.ring:
             raise PlanError("partition", "partition 'mps' puts the producer in its own process: gather_in must "
-                                         "be 'producer'")
+                                         "be 'producer' or 'machine'")
+        if self.gather_in is GatherIn.MACHINE and mode is not Mode.ZEROCOPY:
+            raise PlanError("gather_in", "gather_in 'machine' (one process of the machine gathers for every local "
+                                         f"trainer) applies to mode 'zerocopy', not {mode.value!r}")
         if part is Partition.GREEN and self.gather_in is not GatherIn.TRAINER:
             raise PlanError("partition", "partition 'green' gathers on a stream of the trainer's process: "
                                          "gather_in must be 'trainer'")
@@ -405,10 +419,9 @@ class Plan:
         if self.cache is not None and mode is not Mode.ZEROCOPY:
             raise PlanError("cache", f"cache applies to mode 'zerocopy' only (rows gathered zero-copy from the host "
                                      f"table), not {mode.value!r}")
-        if self.gather_tuning != GatherTuning() and not (mode is Mode.ZEROCOPY and cuda
-                                                         and self.gather_in is GatherIn.PRODUCER):
+        if self.gather_tuning != GatherTuning() and not (mode is Mode.ZEROCOPY and cuda and self.gather_in.ring):
             raise PlanError("gather_tuning", "gather_tuning tunes the producer's gathers on a GPU: it needs mode "
-                                             "'zerocopy', a CUDA device and gather_in 'producer'")
+                                             "'zerocopy', a CUDA device and gather_in 'producer' or 'machine'")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
@@ -482,8 +495,9 @@ class Plan:
 
     @property
     def sampler_processes(self) -> int:
-        """Sampler processes to start (none when the gathering process samples on the GPU)."""
-        return self.num_samplers if self.sample_on is SampleOn.CPU else 0
+        """Sampler processes to start (none when the gathering process samples: on the GPU, or
+        the machine's gatherer)."""
+        return self.num_samplers if self.sample_on is SampleOn.CPU and self.gather_in is not GatherIn.MACHINE else 0
 
     @property
     def mark_sources(self) -> int:
@@ -500,8 +514,12 @@ class Plan:
 
     def describe(self) -> str:
         """One line: the mode and where sampling, gathering and training run."""
-        device, where = self.device, f"in the {self.gather_in.value} process"
-        if self.sample_on is SampleOn.CPU:
+        device = self.device
+        where = ("in the machine's gatherer process (one for every GPU of the machine)"
+                 if self.gather_in is GatherIn.MACHINE else f"in the {self.gather_in.value} process")
+        if self.sample_on is SampleOn.CPU and self.gather_in is GatherIn.MACHINE:
+            sampling = f"sampling on the CPU {where}"
+        elif self.sample_on is SampleOn.CPU:
             n = self.sampler_processes
             sampling = f"sampling on the CPU in {n} sampler process{'es' if n != 1 else ''}"
         else:
@@ -517,7 +535,7 @@ class Plan:
         parts = [f"mode {self.mode.value}: {sampling}", gathering, f"training on {device}"]
         if self.partition is not Partition.NONE:
             parts.append(f"GPU partition {self.partition.value}")
-        if self.gather_in is GatherIn.PRODUCER and self.on_gpu and not self.host_slots:
+        if self.gather_in.ring and self.on_gpu and not self.host_slots:
             parts.append(f"{self.gather_batches} minibatch(es) per gather")
         if self.cache is not None:
             parts.append(f"{'GPU' if self.on_gpu else 'host'} cache of {describe_cache_size(self.cache)} "
@@ -609,8 +627,9 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
 
     For ``zerocopy`` on a GPU, the fast path: ``feature_placement`` is the host memory kind this
     machine's GPU reads fastest (:func:`pytorch_zerocopy.probe.host_read_rates`, measured once
-    per machine; ``unified`` where several processes of the machine gather,
-    ``local_processes > 1``, so they share one copy); ``cache`` (when not given at all; None
+    per machine); with ``local_processes > 1`` on a GPU, ``gather_in`` is ``machine``: one
+    process of the machine holds that table and gathers for every local trainer (a plan that
+    keeps a producer per trainer shares one ``unified`` copy instead); ``cache`` (when not given at all; None
     means no cache) is a tenth of the rows chosen by pre-sampling, at most a quarter of the
     GPU's memory for a table of ``table_bytes``; ``producer_share`` is 25 with a cache in front
     of managed memory under MPS, else 10; ``gather_tuning`` a bounded grid under MPS from managed
@@ -646,17 +665,19 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
     gather_in = settings.pop("gather_in", None)
     if gather_in is None:
         producer = mode in (Mode.DMA, Mode.ZEROCOPY) and partition is not Partition.GREEN
-        gather_in = GatherIn.PRODUCER if producer else GatherIn.TRAINER
+        machine = producer and mode is Mode.ZEROCOPY and on_gpu and local_processes > 1
+        gather_in = GatherIn.MACHINE if machine else GatherIn.PRODUCER if producer else GatherIn.TRAINER
     gather_in = _enum(GatherIn, gather_in, "gather_in")
-    if (auto and mode is Mode.ZEROCOPY and on_gpu and gather_in is GatherIn.PRODUCER
+    if (auto and mode is Mode.ZEROCOPY and on_gpu and gather_in.ring
             and shutil.which("nvidia-cuda-mps-control")):
         partition = Partition.MPS
     num_samplers = settings.pop("num_samplers", None)
     if num_samplers is None:
-        num_samplers = (2 if mode is Mode.DMA else 1) if sample_on is SampleOn.CPU else 0
+        num_samplers = ((2 if mode is Mode.DMA else 1) if sample_on is SampleOn.CPU and gather_in is not GatherIn.MACHINE
+                        else 0)
     samplers = num_samplers if sample_on is SampleOn.CPU and isinstance(num_samplers, int) else 0
     resolved = _threads(mode, on_gpu, samplers, available_cores())
-    gpu_ring = gather_in is GatherIn.PRODUCER and on_gpu and mode is not Mode.DMA
+    gpu_ring = gather_in.ring and on_gpu and mode is not Mode.DMA
     groups = settings.get("gather_batches")
     if groups is None:
         groups = resolved["gather_batches"] = default_gather_batches(row_bytes) if gpu_ring and row_bytes else 1
@@ -671,8 +692,10 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
 
         rates = host_read_rates(quiet=quiet)
     if fast_path and "feature_placement" not in settings:
-        resolved["feature_placement"] = (Placement.MAPPED if local_processes > 1 or rates is None
-                                         else rates.fastest)
+        # Several processes gathering on one machine share one mapped copy; the machine's one
+        # gatherer holds its own copy in the fastest kind.
+        shared = local_processes > 1 and gather_in is not GatherIn.MACHINE
+        resolved["feature_placement"] = Placement.MAPPED if shared or rates is None else rates.fastest
     if fast_path and "cache" not in settings:
         resolved["cache"] = default_cache(table_bytes, rates.gpu_memory_bytes if rates is not None else None)
     try:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import List, Optional
+from typing import Iterator, List, Optional, Union
 
 import torch
 
@@ -38,7 +38,7 @@ from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import CacheHits, feature_reader, gather_into
 from .messages import EpochMark
-from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers
+from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers, sample_here
 from .plan import Plan, SampleOn
 from .process import maybe_fail, set_threads, trainer_device
 from .ring import RingWriter
@@ -103,21 +103,37 @@ class _GroupGather:
             offset += n
 
 
+def sample_source(plan: Plan, ds: NodeDataset, batch_q, device: torch.device, tracer: Optional[ProducerTrace],
+                  stage: SampleStage = SampleStage()) -> Iterator[Union[Sampled, EpochMark]]:
+    """Where the process that gathers takes its minibatches from: its own
+    :class:`~.minibatches.GpuSampler` on ``device`` (``Plan.sample_on`` gpu), the sampler
+    processes' ``batch_q``, or, with no sampler process (the machine's gatherer on the CPU),
+    its own calls of the CPU sampling op."""
+    if plan.sample_on is SampleOn.GPU:
+        return iter(GpuSampler(plan, ds, device, ahead=plan.gather_batches, trace=tracer, stage=stage))
+    if plan.sampler_processes:
+        return from_samplers(batch_q, plan.mark_sources)
+    return sample_here(plan, ds, stage)
+
+
 def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
                   cached_rows: Optional[torch.Tensor] = None, stage: SampleStage = SampleStage()) -> None:
     """Fills ring slots until the minibatches of the run are done (see the module docstring);
     ``stage``: what its :class:`~.minibatches.GpuSampler` samples, when it samples."""
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
-    on_gpu = device.type == "cuda"
     reader = feature_reader(plan, ds, device, cached_rows)
+    tracer = ProducerTrace(device.type == "cuda") if plan.trace else None
+    source = sample_source(plan, ds, batch_q, trainer_device(plan) if plan.on_gpu else device, tracer, stage)
+    produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q), tracer)
+
+
+def produce(plan: Plan, source: Iterator[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
+            tracer: Optional[ProducerTrace]) -> None:
+    """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, groups
+    of ``plan.gather_batches``, forwarding each epoch mark after the minibatches before it (with
+    the cache's hit counts when ``reader`` is a :class:`CachedTable`), then closes the ring."""
     hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
-    tracer = ProducerTrace(on_gpu) if plan.trace else None
-    if plan.sample_on is SampleOn.GPU:
-        source = GpuSampler(plan, ds, trainer_device(plan), ahead=plan.gather_batches, trace=tracer, stage=stage)
-    else:
-        source = from_samplers(batch_q, plan.mark_sources)
-    ring = RingWriter(plan, ds, device, ready_q, free_q)
     stream = ring.stream
     gather_group = _GroupGather(reader, ring)
     group: List[Sampled] = []

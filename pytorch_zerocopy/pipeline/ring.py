@@ -2,7 +2,8 @@
 and :class:`RingReader` (trainer side).
 
 Slot ownership is a pair of blocking queues (``ready``: producer -> trainer, ``free``: trainer
--> producer), so neither side sleeps or polls. Slot ``s`` belongs to the producer from the
+-> producer; both directions of one connection with the machine's gatherer, :mod:`.machine`),
+so neither side sleeps or polls. Slot ``s`` belongs to the producer from the
 moment it takes ``s`` from ``free`` until it puts ``SlotReady(s)`` on ``ready``; then to the
 trainer until it puts ``s`` back. On a GPU the ordering of the GPU work itself is carried by
 one IPC-shared CUDA event per slot and direction, recorded by the side that finished with the
@@ -20,13 +21,14 @@ slot must grow (rare: the first slots hold the largest possible input set, up to
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Iterator, List, Optional, Tuple
 
 import torch
 
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..unified import to_unified
-from .messages import RELEASED, EpochMark, FreeEvents, Minibatch, RingHandles, SlotReady
+from .messages import RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady
 from .plan import Plan
 
 
@@ -66,8 +68,7 @@ class RingWriter:
         if not isinstance(handshake, FreeEvents):
             raise RuntimeError(f"producer: expected the trainer's events first, got {handshake!r}")
         self.free_events = handshake.events
-        for s in range(plan.num_slots):
-            free_q.put(s)
+        self._unused = deque(range(plan.num_slots))  # slots never handed out yet
 
     def feature_buffer(self, rows: int) -> torch.Tensor:
         """An uninitialised buffer of ``rows`` feature rows where this ring's slots live."""
@@ -77,7 +78,7 @@ class RingWriter:
     def take(self, n: int) -> List[int]:
         """``n`` free slots (blocks until the trainer gives them back); on a GPU the current
         stream then waits for the trainer's last use of each."""
-        slots = [self.free_q.get() for _ in range(n)]
+        slots = [self._unused.popleft() if self._unused else self.free_q.get() for _ in range(n)]
         if self.on_gpu:
             for slot in slots:
                 self.stream.wait_event(self.free_events[slot])
@@ -143,6 +144,8 @@ class RingReader:
     def __init__(self, ready_q, free_q, device: torch.device):
         self.ready_q, self.free_q, self.device = ready_q, free_q, device
         handles = ready_q.get()
+        if isinstance(handles, GathererFailed):
+            raise RuntimeError(f"the machine's gatherer failed:\n{handles.remote_traceback}")
         if not isinstance(handles, RingHandles):
             raise RuntimeError(f"trainer: expected the ring's buffers first, got {handles!r}")
         self.buffers = list(handles.buffers)
@@ -181,6 +184,8 @@ class RingReader:
             item = self.ready_q.get()
             if item is None:
                 return
+            if isinstance(item, GathererFailed):
+                raise RuntimeError(f"the machine's gatherer failed:\n{item.remote_traceback}")
             if isinstance(item, EpochMark):
                 yield item, None
                 continue

@@ -37,6 +37,7 @@ from .._process import enter_child
 from ..datasets.base import NodeDataset
 from . import checkpoint
 from .consumer import consumer_main
+from .machine import gatherer_main, listen
 from .gather import choose_cached_rows
 from .messages import CacheChoice, PartitionInfo
 from .plan import GatherIn, Partition, Plan
@@ -160,6 +161,13 @@ class Supervisor:
         send.close()
         self.procs.append((role, proc, recv))
 
+    def listen(self):
+        """A listening Unix socket in this supervisor's temp directory (:func:`.machine.listen`),
+        for a role to accept connections on; the directory goes at :meth:`shutdown`."""
+        if self.tempdir is None:
+            self.tempdir = tempfile.mkdtemp(prefix="zc-")
+        return listen(self.tempdir)
+
     def pids(self) -> Dict[str, int]:
         return {f"{role}{i}": p.pid for i, (role, p, _) in enumerate(self.procs)}
 
@@ -276,9 +284,11 @@ def cpu_role_environment(plan: Plan) -> Dict[str, str]:
 
 def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[object], None]] = None,
                  on_start: Optional[Callable[[Dict[str, int]], None]] = None,
-                 cached_rows: Optional[torch.Tensor] = None) -> List[EpochStats]:
+                 cached_rows: Optional[torch.Tensor] = None, gatherer: Optional[str] = None) -> List[EpochStats]:
     """Runs the plan's roles to completion: ``plan.sampler_processes`` samplers, a producer
-    (``plan.gather_in`` producer) and the trainer. The plan was validated when it was built.
+    (``plan.gather_in`` producer) or the machine's gatherer (``machine``: started here, serving
+    this trainer only, unless ``gatherer`` gives the address of one already serving the
+    machine), and the trainer. The plan was validated when it was built.
 
     Returns the trainer's per-epoch statistics. ``on_message`` sees every progress message
     (:class:`~.messages.StepDone`, :class:`~.messages.PartitionInfo`,
@@ -325,6 +335,11 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     if plan.gather_in is GatherIn.PRODUCER:
         queues["ready"] = ctx.Queue()
         queues["free"] = ctx.Queue()
+    if gatherer is not None:
+        if plan.gather_in is not GatherIn.MACHINE:
+            raise ValueError(f"run_pipeline: a gatherer address serves a plan whose gather_in is 'machine', not "
+                             f"{plan.gather_in.value!r}")
+        queues["gatherer"] = gatherer
     batch_q = queues.get("batch")
     stack = contextlib.ExitStack()
     try:
@@ -352,6 +367,11 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
             if plan.gather_in is GatherIn.PRODUCER:
                 sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"], cached_rows),
                           producer_env)
+            if plan.gather_in is GatherIn.MACHINE and gatherer is None:
+                sock = sup.listen()
+                sup.start("gatherer", gatherer_main, (plan, ds, cached_rows, sock, 1), producer_env)
+                queues["gatherer"] = sock.getsockname()
+                sock.close()
             inline_rows = cached_rows if plan.gather_in is GatherIn.TRAINER else None
             sup.start("consumer", consumer_main, (plan, ds, queues, inline_rows), consumer_env)
             if on_start is not None:
@@ -364,7 +384,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
         raise KeyboardInterrupt("terminated by SIGTERM") from None
     finally:
         for name, q in queues.items():
-            if name == "consumed":
+            if name in ("consumed", "gatherer"):
                 continue
             q.close()
             q.cancel_join_thread()

@@ -1,0 +1,156 @@
+"""The machine's gatherer (``Plan.gather_in`` machine): one process of the machine holds the
+feature table and samples and gathers for every trainer of the machine.
+
+Why one: the host memory a GPU reads fastest on the machines measured, managed memory kept in
+host memory, is private to the process that made it (CUDA cannot share it between processes),
+and a copy per trainer would not fit a large table even twice. So one process loads the table,
+once, straight from the dataset's feature source into the plan's ``table_in``, and every GPU of
+the machine reads that one copy in place (:meth:`~pytorch_zerocopy.FeatureTable.for_device`).
+
+Shape. The parent binds a Unix socket (:func:`listen`) before any trainer starts and starts
+:func:`gatherer_main` with it. A trainer connects (:func:`connect`) and sends a
+:class:`~.messages.GatherRequest` with its rank's plan; the gatherer serves it in a thread of
+its own, with that trainer's GPU current: a sampler of the rank's minibatches
+(:func:`~.producer.sample_source`), the table viewed for that GPU behind that GPU's own cache of
+the chosen rows, and the producer's loop (:func:`~.producer.produce`) into a ring whose two
+queues are the two directions of the connection (:class:`Link`). A trainer that connects before
+the table is loaded waits in the socket's backlog: nothing polls.
+
+Lifetime. With ``serve`` given the process ends once it has served that many trainers (one
+pipeline's); without, it serves until it is stopped, so the trainers of an elastic restart
+connect again and find the table loaded. A connection that ends (its trainer died) ends its
+thread, whose GPU buffers go with it. A failure while serving is sent to the trainer as
+:class:`~.messages.GathererFailed`, which its run raises, and, with ``serve``, fails this role.
+
+Threads. Each trainer served costs one Python thread of this process; torch's ops run without
+the GIL, and the host work of a minibatch is issuing its sample and its share of a gather.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from typing import List, Optional
+
+import torch
+
+from ..datasets.base import NodeDataset
+from ..feature_table import CachedTable, FeatureReader
+from .gather import feature_reader
+from .messages import GatherRequest, GathererFailed
+from .minibatches import SampleStage
+from .plan import Plan
+from .process import set_threads, trainer_device
+from .producer import produce, sample_source
+from .ring import RingWriter
+from .trace import ProducerTrace
+
+SOCKET_NAME = "gatherer.sock"
+
+
+class LinkClosed(ConnectionError):
+    """The other end of a :class:`Link` has gone (its process ended or closed it)."""
+
+
+class Link:
+    """One end of a connection carrying a ring's two queues: :meth:`put` sends, :meth:`get`
+    receives (the ring's writer and reader each pass it as both their ``ready`` and ``free``
+    queue). ``peer`` names the other end in :class:`LinkClosed`'s message."""
+
+    def __init__(self, conn: Connection, peer: str):
+        self.conn, self.peer = conn, peer
+
+    def put(self, item) -> None:
+        try:
+            self.conn.send(item)
+        except (BrokenPipeError, ConnectionResetError, OSError) as e:
+            raise LinkClosed(f"{self.peer} closed the connection ({e})") from None
+
+    def get(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, ConnectionResetError, OSError) as e:
+            raise LinkClosed(f"{self.peer} closed the connection"
+                             + (f" ({e})" if str(e) else ": it ended or was stopped")) from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def listen(directory: str) -> socket.socket:
+    """A Unix socket bound in ``directory`` (the run's private temp directory), listening: made
+    by the parent before the gatherer or any trainer starts, so a trainer can connect at once."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(os.path.join(directory, SOCKET_NAME))
+    sock.listen(64)
+    return sock
+
+
+def connect(address: str, plan: Plan) -> Link:
+    """A trainer's link to the gatherer listening at ``address``, its request (``plan``) sent."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(address)
+    except OSError as e:
+        sock.close()
+        raise LinkClosed(f"cannot reach the machine's gatherer at {address}: {e}") from None
+    link = Link(Connection(sock.detach()), "the machine's gatherer")
+    link.put(GatherRequest(plan))
+    return link
+
+
+def gatherer_main(plan: Plan, ds: NodeDataset, cached_rows: Optional[torch.Tensor], sock: socket.socket,
+                  serve: Optional[int] = None, stage: SampleStage = SampleStage()) -> None:
+    """Loads the table (``plan.table_in``), then serves every trainer that connects to ``sock``
+    (at most ``serve`` of them, then returns once they are done; None: until stopped). See the
+    module docstring."""
+    set_threads(plan.producer_threads)
+    device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
+    table = feature_reader(plan, ds, device)
+    setup = threading.Lock()  # one trainer's GPU state is made at a time
+    failures: List[str] = []
+    threads: List[threading.Thread] = []
+    while serve is None or len(threads) < serve:
+        conn, _ = sock.accept()
+        link = Link(Connection(conn.detach()), "a trainer")
+        thread = threading.Thread(target=_serve, args=(link, table, ds, cached_rows, stage, setup, failures),
+                                  name=f"zerocopy-gather-{len(threads)}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    sock.close()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"serving a trainer failed:\n{failures[0]}")
+
+
+def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optional[torch.Tensor],
+           stage: SampleStage, setup: threading.Lock, failures: List[str]) -> None:
+    """Serves one trainer until its run ends, or until it goes."""
+    try:
+        plan = link.get().plan
+        on_gpu = not plan.host_slots
+        device = trainer_device(plan) if on_gpu else torch.device("cpu")
+        with setup:
+            reader = table.for_device(device) if on_gpu else table
+            if cached_rows is not None:
+                reader = CachedTable(reader, cached_rows)
+            tracer = ProducerTrace(on_gpu) if plan.trace else None
+            source = sample_source(plan, ds, None, device, tracer, stage)
+        produce(plan, source, reader, RingWriter(plan, ds, device, link, link), tracer)
+    except LinkClosed:
+        pass  # the trainer went: what it was sent dies with this thread
+    except BaseException:  # noqa: BLE001 - the trainer must hear of it, whatever it is
+        remote = traceback.format_exc()
+        failures.append(remote)
+        print(f"zerocopy gatherer: serving a trainer failed:\n{remote}", file=sys.stderr, flush=True)
+        try:
+            link.put(GathererFailed(remote))
+        except LinkClosed:
+            pass
+    finally:
+        link.close()
