@@ -45,7 +45,7 @@ from __future__ import annotations
 import copy
 import enum
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Dict, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import torch
 
@@ -56,7 +56,7 @@ from .ops import DEFAULT_TUNING, GatherTuning, gather_rows
 from .placement import Placement, PlacementError, gpu, place, to_device_async
 
 __all__ = ["CacheConfig", "CachePolicy", "CachedTable", "FeatureReader", "FeatureTable", "cached_rows_for",
-           "gather_rows_cached", "node_cache_configs"]
+           "default_reading", "gather_rows_cached", "loader_cache", "node_cache_configs"]
 
 DeviceLike = Union[str, int, torch.device, None]
 
@@ -590,3 +590,49 @@ def node_cache_configs(gpu_cache: Any, policy: CachePolicy = CachePolicy.DEGREE)
     if not isinstance(nodes, dict):
         raise ValueError(f"gpu_cache['node'] must map feature names to row counts, got {nodes!r}")
     return {name: CacheConfig(policy=policy, rows=rows) for name, rows in nodes.items()}
+
+
+AUTO = "auto"
+
+
+def loader_cache(cache: Any, setting: str = "gpu_cache") -> Union[str, CacheConfig, None]:
+    """A loader's cache argument, parsed once where the user gives it: ``"auto"`` (the default:
+    on a GPU, the cache a plan keeps, :func:`default_reading`), None (no cache), a share of the
+    rows such as ``"10%"`` or a number of rows (both chosen by pre-sampling), or a
+    :class:`CacheConfig` (used as given). ``setting`` names the argument in the error."""
+    if cache is None or isinstance(cache, CacheConfig):
+        return cache
+    if isinstance(cache, str):
+        text = cache.strip().lower()
+        if text == AUTO:
+            return AUTO
+        if text.endswith("%"):
+            try:
+                share = float(text[:-1])
+            except ValueError:
+                share = -1.0
+            if 0 <= share <= 100:
+                return CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=share / 100)
+    elif isinstance(cache, int) and not isinstance(cache, bool) and cache >= 0:
+        return CacheConfig(policy=CachePolicy.PRESAMPLE, rows=cache)
+    raise ValueError(f"{setting} must be 'auto', None (no cache), a share of the rows such as '10%', a number of "
+                     f"rows >= 0 or a pytorch_zerocopy.CacheConfig, got {cache!r}")
+
+
+def default_reading(table_bytes: int) -> Tuple[Placement, CacheConfig]:
+    """Where a loader on a GPU reads a feature table of ``table_bytes`` from, and the cache it
+    keeps in front of it, when the user names neither: what a ``zerocopy`` plan chooses
+    (:func:`pytorch_zerocopy.pipeline.make_plan`): the host memory kind this machine's GPU
+    reads fastest (:func:`pytorch_zerocopy.probe.host_read_rates`, measured once per machine;
+    ``MAPPED`` where it cannot be measured or where several processes of this machine load,
+    ``LOCAL_WORLD_SIZE > 1``, so that they share one copy) and
+    :func:`pytorch_zerocopy.pipeline.plan.default_cache`."""
+    import os
+
+    from .pipeline.plan import default_cache
+    from .probe import host_read_rates
+
+    rates = host_read_rates()
+    shared = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1
+    placement = Placement.MAPPED if rates is None or shared else rates.fastest
+    return placement, default_cache(table_bytes, None if rates is None else rates.gpu_memory_bytes)

@@ -16,6 +16,7 @@ from pytorch_zerocopy.dgl import (NID, EID, Block, CSRGraph, DataLoader, MultiLa
 from pytorch_zerocopy.dgl.nn import SAGEConv
 from pytorch_zerocopy.pipeline import PlanError, make_plan
 from pytorch_zerocopy.pipeline.trace import StageTimes
+from pytorch_zerocopy.placement import PlacementError
 from test_pipeline_failures import _assert_nothing_left, snapshot
 
 
@@ -406,3 +407,48 @@ def test_process_way_bad_arguments_and_stage_times(data):
         n = len(list(loader))
     summary = loader.stage_times.summary()
     assert all(summary[stage]["n"] == n for stage in ("sample", "gather", "build", "deliver")), summary
+
+
+def test_feature_placement_is_for_a_gpu_reading_host_features(data):
+    cg, graph = data
+    sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"])
+    with pytest.raises(PlacementError, match="feature_placement must be one of"):
+        DataLoader(graph, cg.train_idx, sampler, feature_placement="disk")
+    with pytest.raises(PlacementError, match="feature_placement must be 'unified', 'managed' or 'cuda'"):
+        DataLoader(graph, cg.train_idx, sampler, feature_placement="cpu")
+    with pytest.raises(ValueError, match="with pipeline, the plan says where the feature is read from"):
+        DataLoader(graph, cg.train_idx, sampler, feature_placement="managed", pipeline=True)
+    if not zc.gpu_backed():
+        with pytest.raises(PlacementError, match="for a GPU reading a host graph's features"):
+            DataLoader(graph, cg.train_idx, sampler, use_uva=True, feature_placement="managed")
+        # The CPU loader reads as it did: no cache unless asked for.
+        assert DataLoader(graph, cg.train_idx, sampler, use_uva=True).node_caches == {}
+
+
+@pytest.mark.cuda
+def test_gpu_default_reading_equals_the_table(data):
+    """On a GPU reading host features: the plan's placement and default cache for the first
+    prefetched feature; minibatches equal the mapped, uncached loader's under the same seed."""
+    if not zc.gpu_backed():
+        pytest.skip("this build serves unified tensors on the CPU")
+    from pytorch_zerocopy.feature_table import default_reading
+
+    cg, _ = data
+    feat = torch.randn(cg.num_nodes, 24)
+    graph = make_graph((cg.src, cg.dst), num_nodes=cg.num_nodes, ndata={"feat": feat, "label": cg.label})
+    sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    torch.manual_seed(2)
+    fast = DataLoader(graph, cg.train_idx, sampler, batch_size=100, use_uva=True, shuffle=True)
+    cache = fast.node_caches["feat"].features
+    assert cache.placement is default_reading(feat.numel() * 4)[0]
+    assert cache.cache_rows == round(0.1 * cg.num_nodes)
+    torch.manual_seed(2)
+    mapped = DataLoader(graph, cg.train_idx, sampler, batch_size=100, use_uva=True, shuffle=True,
+                        feature_placement="unified", gpu_cache=None)
+    assert mapped.node_caches["feat"].features.cache_rows == 0
+    for (ia, oa, ba), (ib, ob, bb) in zip(fast, mapped):
+        torch.cuda.current_stream().synchronize()
+        assert torch.equal(ia, ib) and torch.equal(oa, ob)
+        assert torch.equal(ba[0].srcdata["feat"], bb[0].srcdata["feat"])
+        assert torch.equal(ba[0].srcdata["feat"].cpu(), feat[ia.cpu()])
+        assert torch.equal(ba[-1].dstdata["label"].cpu(), cg.label[oa.cpu()])

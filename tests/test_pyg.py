@@ -32,6 +32,7 @@ from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader, data
 from pytorch_zerocopy.pipeline import PipelineError, PlanError, make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import InjectedFailure  # noqa: E402
 from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
+from pytorch_zerocopy.placement import PlacementError  # noqa: E402
 from test_pipeline_failures import _assert_nothing_left, snapshot  # noqa: E402
 
 PYG_CAN_SAMPLE = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
@@ -694,3 +695,118 @@ def test_benchmark_quick_mode(tmp_path):
         assert bars[bar] > 0, bar
     assert set(modes["pyg_pipeline"]["stages_ms"]) == {"sample", "gather", "build", "deliver"}
     assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG and DGL loaders against the pipeline")
+
+
+# --- reading x as the plan does; one minibatch ahead ------------------------------------------
+
+
+def test_first_hop_needs_no_compaction(small):
+    """Why sample_hops compacts from the second hop only: the first hop's block already is the
+    minibatch's node list (seeds first), and compacting it changes nothing."""
+    from pytorch_zerocopy.sampling import compact, sample_layers
+
+    graph = GraphStore.from_csc(stores_from_data(small, placement="cpu")[1].csc_graph, "cpu").csc_graph
+    seeds = torch.randperm(small.num_nodes)[:50]
+    (block,) = sample_layers(graph, seeds, [4], edge_dir="out", seed=11)
+    reached, position = compact(seeds.long(), block.nodes[block.num_dst:])
+    assert torch.equal(reached, block.nodes)
+    assert torch.equal(position, torch.arange(block.num_dst, block.num_src))
+
+
+def test_cache_argument_is_parsed_once():
+    from pytorch_zerocopy.feature_table import CachePolicy, loader_cache
+
+    assert loader_cache("10%") == zc.CacheConfig(policy=CachePolicy.PRESAMPLE, fraction=0.1)
+    assert loader_cache(" 2.5% ").fraction == pytest.approx(0.025)
+    assert loader_cache(300) == zc.CacheConfig(policy=CachePolicy.PRESAMPLE, rows=300)
+    assert loader_cache(None) is None and loader_cache("auto") == "auto"
+    config = zc.CacheConfig(rows=5)
+    assert loader_cache(config) is config
+    for bad in ("ten", "150%", "-1%", -1, True, 1.5, ["x"]):
+        with pytest.raises(ValueError, match="gpu_cache must be 'auto', None"):
+            loader_cache(bad)
+
+
+@pytest.mark.skipif(zc.gpu_backed(), reason="what the loader does where sampling runs on the CPU")
+def test_cpu_loader_keeps_its_reading_and_refuses_placements(small):
+    torch.manual_seed(3)
+    default = list(NeighborLoader(small, [4, 3], batch_size=128, shuffle=True))
+    torch.manual_seed(3)
+    uncached = NeighborLoader(small, [4, 3], batch_size=128, shuffle=True, gpu_cache=None)
+    assert uncached.feature_store.cache_of("x") is None
+    for a, b in zip(default, uncached):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+    torch.manual_seed(3)
+    cached = NeighborLoader(small, [4, 3], batch_size=128, shuffle=True, gpu_cache="10%")
+    assert cached.feature_store.cache_of("x").cache_rows == round(0.1 * small.num_nodes)
+    for a, b in zip(default, cached):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    with pytest.raises(PlacementError, match="sampling runs on the CPU here"):
+        NeighborLoader(small, [4, 3], batch_size=128, feature_placement="managed")
+
+
+def test_new_options_are_refused_clearly(small):
+    with pytest.raises(PlacementError, match="feature_placement must be one of"):
+        NeighborLoader(small, [4, 3], feature_placement="disk")
+    with pytest.raises(PlacementError, match="feature_placement must be 'unified', 'managed' or 'cuda'"):
+        NeighborLoader(small, [4, 3], feature_placement="cpu")
+    with pytest.raises(ValueError, match="with pipeline, the plan says where x is read from"):
+        NeighborLoader(small, [4, 3], feature_placement="managed", pipeline=True)
+    with pytest.raises(ValueError, match="gpu_cache must be 'auto', None"):
+        NeighborLoader(small, [4, 3], gpu_cache="lots")
+    store = stores_from_data(small)[0]
+    with pytest.raises(PlacementError, match="read_from placement must be 'unified', 'managed' or 'cuda'"):
+        store.read_from("x", "cpu")
+    with pytest.raises(KeyError, match="read_from: no table 'z'"):
+        store.read_from("z", "managed")
+
+
+def test_tensors_of_a_minibatch_and_one_ahead_without_gpu(small):
+    from pytorch_zerocopy.block import Block
+    from pytorch_zerocopy.pipeline.ahead import one_ahead, tensors_of
+
+    batch = next(iter(NeighborLoader(small, [4, 3], batch_size=64)))
+    found = {id(t) for t in tensors_of(batch)}
+    assert {id(batch.x), id(batch.edge_index), id(batch.n_id), id(batch.e_id), id(batch.y)} <= found
+    block = Block(torch.tensor([0, 1]), torch.tensor([0, 0]), 2, 1, nodes=torch.tensor([5, 6]))
+    block.srcdata["feat"] = torch.randn(2, 3)
+    assert {id(block.src), id(block.dst), id(block.srcdata["feat"])} <= {id(t) for t in tensors_of((None, [block]))}
+    source = iter([1, 2, 3])
+    assert one_ahead(source, torch.device("cpu")) is source
+
+
+@pytest.mark.cuda
+def test_gpu_default_reading_equals_the_mapped_uncached_reader():
+    """On a GPU: x read from the plan's host memory kind behind the plan's cache, one minibatch
+    ahead on side streams, gives the minibatches of the mapped, uncached reader (fresh random
+    features; same seed)."""
+    if not zc.gpu_backed():
+        pytest.skip("this build serves unified tensors on the CPU")
+    from pytorch_zerocopy.feature_table import default_reading
+
+    data = to_data(community_graph(num_nodes=3000, num_classes=8, avg_degree=8, feature_dim=32, seed=9))
+    data.x = torch.randn(data.num_nodes, 32)
+    placement, _ = default_reading(data.x.numel() * 4)
+    torch.manual_seed(5)
+    fast = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True)
+    assert fast.feature_store.placement_of("x") is placement
+    assert fast.feature_store.cache_of("x").cache_rows == round(0.1 * data.num_nodes)
+    torch.manual_seed(5)
+    mapped = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, feature_placement="unified", gpu_cache=None)
+    assert mapped.feature_store.cache_of("x") is None
+    n = 0
+    for a, b in zip(fast, mapped):
+        torch.cuda.current_stream().synchronize()
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.x, b.x) and torch.equal(a.x.cpu(), data.x[a.n_id.cpu()])
+        assert torch.equal(a.y.cpu(), data.y[a.n_id.cpu()]) and torch.equal(a.e_id, b.e_id)
+        n += 1
+    assert n == len(mapped)
+    # The sample equals the CPU's (the kernels' draws match), here through the overlap.
+    torch.manual_seed(5)
+    cpu = NeighborLoader(stores_from_data(data, placement="cpu")[:2], [6, 4], batch_size=256, shuffle=True,
+                         input_nodes=torch.arange(data.num_nodes))
+    torch.manual_seed(5)
+    gpu = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, input_nodes=torch.arange(data.num_nodes))
+    for a, b in zip(cpu, gpu):
+        assert torch.equal(a.n_id, b.n_id.cpu()) and torch.equal(a.x, b.x.cpu())

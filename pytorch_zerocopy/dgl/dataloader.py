@@ -12,6 +12,15 @@ Differences from DGL, all on the permissive side:
   (host-mapped) structure instead of failing.
 * The graph and the indices may be on different devices; indices are moved to where sampling
   runs.
+* On a GPU reading a host graph (``use_uva``), the first feature of the sampler's
+  ``prefetch_node_feats`` is read the way ``zerocopy train``'s plan reads features: from the host
+  memory kind this machine's GPU reads fastest
+  (:func:`pytorch_zerocopy.feature_table.default_reading`; ``"managed"`` is a private copy of
+  the feature in managed memory kept on the host) behind a GPU cache of a tenth of its rows
+  chosen by pre-sampling the loader's seeds. ``feature_placement`` names the placement instead
+  (``"unified"``: mapped in place, no copy; ``"managed"``; ``"cuda"``), without a cache unless
+  ``gpu_cache`` asks for one; ``gpu_cache=None`` keeps the placement and drops the cache. On the
+  CPU nothing changes.
 * ``gpu_cache={"node": {name: rows}}`` keeps ``rows`` rows of node feature ``name`` in GPU
   memory: a static cache (:class:`~pytorch_zerocopy.FeatureTable`) of the nodes found in the
   most neighbour lists the sampler reads, filled once when the loader is built, where DGL's
@@ -48,12 +57,15 @@ from typing import Any, Iterator, Optional, Union
 import torch
 
 from .. import unified as _unified
-from ..feature_table import node_cache_configs
+from dataclasses import replace as _replace
+
+from ..feature_table import AUTO, CacheConfig, default_reading, node_cache_configs
 from ..graph import CSRGraph
+from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import StageTimes
-from ..placement import Placement
+from ..placement import Placement, PlacementError
 from ..sampling import draw_seed
 from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, NodeCache, _graph_device, _lookup
@@ -83,7 +95,8 @@ class DataLoader(ProcessWay):
         use_alternate_streams: Optional[bool] = None,
         pin_prefetcher: Optional[bool] = None,
         use_uva: bool = False,
-        gpu_cache: Any = None,
+        gpu_cache: Any = AUTO,
+        feature_placement: Optional[str] = None,
         num_workers: int = 0,
         pipeline: Union[bool, Plan] = False,
         **kwargs: Any,
@@ -99,7 +112,17 @@ class DataLoader(ProcessWay):
             raise NotImplementedError("index dicts are for heterogeneous graphs, which are not supported")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        cache_configs = node_cache_configs(gpu_cache)
+        auto_cache = isinstance(gpu_cache, str) and gpu_cache.strip().lower() == AUTO
+        cache_configs = {} if auto_cache else node_cache_configs(gpu_cache)
+        placement = None
+        if feature_placement is not None:
+            placement = Placement.parse(feature_placement, "feature_placement")
+            if placement not in (Placement.MAPPED, Placement.MANAGED, Placement.GPU):
+                raise PlacementError(f"feature_placement must be 'unified', 'managed' or 'cuda' (where a GPU reads the "
+                                     f"prefetched feature from), got {feature_placement!r}")
+            if pipeline is not False:
+                raise ValueError("with pipeline, the plan says where the feature is read from: pass "
+                                 "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
         indices = torch.as_tensor(indices)
         if indices.dtype == torch.bool:
             indices = indices.nonzero().flatten()
@@ -148,8 +171,15 @@ class DataLoader(ProcessWay):
             self._seed_device = torch.device("cpu")
 
         self.node_caches = {}
-        if cache_configs:
-            self.node_caches = self._node_caches(cache_configs)
+        gpu_reads_host = self.placement is Placement.MAPPED and self._seed_device.type == "cuda"
+        if placement is not None and not gpu_reads_host:
+            raise PlacementError(f"feature_placement {placement.value!r} is for a GPU reading a host graph's features "
+                                 "(use_uva=True on a GPU); this loader reads them where they lie")
+        placements = {}
+        if gpu_reads_host and pipeline is False:
+            placements, cache_configs = self._reading(placement, auto_cache, cache_configs)
+        if cache_configs or placements:
+            self.node_caches = self._node_caches(cache_configs, placements)
 
         self._rank, self._world = 0, 1
         if use_ddp:
@@ -179,15 +209,38 @@ class DataLoader(ProcessWay):
         self.node_caches.pop(name, None)  # the producer gathers it (through the plan's cache)
         return LoaderProcesses(plan, ds, sampler.stage(self.graph))
 
-    def _node_caches(self, configs) -> dict:
-        """One :class:`NodeCache` per node feature named in ``gpu_cache`` that lives in host
-        memory (a feature already in GPU memory is read from there: warned, not cached)."""
+    def _reading(self, placement: Optional[Placement], auto_cache: bool, configs: dict):
+        """On a GPU reading host features: ``({name: placement}, cache configs)`` for the first
+        prefetched node feature (module docstring), the other configs as given."""
+        names = getattr(self.graph_sampler, "prefetch_node_feats", None) or []
+        ndata = self.graph.ndata if hasattr(self.graph, "ndata") else {}
+        if not names or names[0] not in ndata or ndata[names[0]].device.type == "cuda" \
+                or not hasattr(self.graph_sampler, "lists"):
+            if placement is not None:
+                raise ValueError("feature_placement needs the sampler's first prefetch_node_feats to name a node "
+                                 "feature in host memory")
+            return {}, configs
+        name, table = names[0], ndata[names[0]]
+        fast, cache = default_reading(table.numel() * table.element_size())
+        configs = dict(configs)
+        if auto_cache and placement is None and name not in configs:
+            configs[name] = _replace(cache, fanouts=tuple(self.graph_sampler.fanouts), batch_size=self.batch_size,
+                                     edge_dir="out")
+        return {name: placement or fast}, configs
+
+    def _node_caches(self, configs, placements=None) -> dict:
+        """One :class:`NodeCache` per node feature named in ``gpu_cache`` (or given a placement
+        to read from) that lives in host memory (a feature already in GPU memory is read from
+        there: warned, not cached)."""
         if not hasattr(self.graph_sampler, "lists"):
             raise TypeError("gpu_cache needs pytorch_zerocopy.dgl.NeighborSampler (or a subclass) as graph_sampler")
         ndata = self.graph.ndata if hasattr(self.graph, "ndata") else {}
         # The cache lives on the GPU that gathers: the output device's, else the sampling one's.
         device = next((d for d in (self.device, self._seed_device) if d.type == "cuda"), torch.device("cpu"))
         caches = {}
+        placements = placements or {}
+        for name in placements:
+            configs.setdefault(name, CacheConfig(rows=0))
         for name, config in configs.items():
             try:
                 table = ndata[name]
@@ -198,7 +251,7 @@ class DataLoader(ProcessWay):
                               stacklevel=3)
                 continue
             caches[name] = NodeCache(name, table, self.graph_sampler.lists(self.graph, self.placement), config,
-                                     device)
+                                     device, placements.get(name), seeds=self.indices.cpu())
         return caches
 
     def set_epoch(self, epoch: int) -> None:
@@ -236,10 +289,11 @@ class DataLoader(ProcessWay):
     def _iter_here(self) -> Iterator:
         ids = self._epoch_indices().to(self._seed_device)
         out = self.graph_sampler.output_device or self.device
-        for b in range(len(self)):
-            seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
-            yield self.graph_sampler.sample_with(self.graph, seeds, self.placement, out,
-                                                 node_caches=self.node_caches, times=self.stage_times)
+        batches = (self.graph_sampler.sample_with(self.graph, ids[b * self.batch_size: (b + 1) * self.batch_size],
+                                                  self.placement, out, node_caches=self.node_caches,
+                                                  times=self.stage_times)
+                   for b in range(len(self)))
+        yield from one_ahead(batches, self._seed_device)
 
     def _iter_processes(self) -> Iterator:
         sampler = self.graph_sampler

@@ -77,14 +77,17 @@ class _GraphState:
 class NodeCache:
     """A node feature table read through a :class:`~pytorch_zerocopy.CachedTable`: the rows
     ``config`` picks from the neighbour lists a sampler reads (``CachePolicy.DEGREE``: the
-    nodes in the most lists) held on ``device`` (a GPU, or the CPU without one), the rest read
-    from host memory in the same call.
+    nodes in the most lists; ``CachePolicy.PRESAMPLE``: the nodes most read by minibatches
+    pre-sampled from ``seeds``) held on ``device`` (a GPU, or the CPU without one), the rest
+    read from host memory in the same call: the table mapped in place, or a copy in
+    ``placement`` (``MANAGED``, ``GPU``) when given.
 
     Lifetime: the cache is a snapshot of ``table``; in-place writes to it make the next read
     raise (see :mod:`pytorch_zerocopy.feature_table`), and a graph whose feature is replaced by
     another tensor must get a new loader."""
 
-    def __init__(self, name: str, table: torch.Tensor, lists: CSRGraph, config: CacheConfig, device: torch.device):
+    def __init__(self, name: str, table: torch.Tensor, lists: CSRGraph, config: CacheConfig, device: torch.device,
+                 placement: Optional[Placement] = None, seeds: Optional[torch.Tensor] = None):
         if not isinstance(table, torch.Tensor) or table.dim() == 0 or table.shape[0] != lists.num_nodes:
             raise ValueError(f"gpu_cache: node feature {name!r} must hold one row per node ({lists.num_nodes}), "
                              f"got {getattr(table, 'shape', type(table).__name__)}")
@@ -92,9 +95,12 @@ class NodeCache:
             raise ValueError(f"gpu_cache: node feature {name!r} must be contiguous to be cached in place")
         rows = table.view(table.shape[0], -1)
         ids = cached_rows_for((lists.indptr, lists.indices), config, rows.shape[0],
-                              rows.shape[1] * rows.element_size())
+                              rows.shape[1] * rows.element_size(), seeds=seeds)
         self.name, self.table = name, table
-        placement = Placement.MAPPED if device.type == "cuda" or _unified.is_unified(rows) else Placement.CPU
+        if placement is None:
+            placement = Placement.MAPPED if device.type == "cuda" or _unified.is_unified(rows) else Placement.CPU
+        elif placement is not Placement.MAPPED and _unified.is_unified(rows):
+            rows = rows.cpu()  # copied into `placement` from the host bytes
         self.features = CachedTable(FeatureTable(rows, placement, device=device if device.type == "cuda" else None), ids)
 
     def gather(self, table: torch.Tensor, index: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -389,8 +395,10 @@ def _reader(state: _GraphState, kind: str, name: str, table: torch.Tensor, devic
 
 def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index: torch.Tensor,
             device: torch.device) -> torch.Tensor:
-    """``table[index]`` on ``device``, read through the table's :func:`_reader`."""
+    """``table[index]`` on ``device``, read through the table's :func:`_reader`. ``index`` holds
+    valid ids (a sample's nodes, edge ids, or seeds its kernels checked): no bounds check, which
+    would cost a GPU a host synchronisation."""
     reader = _reader(state, kind, name, table, device)
     rows = reader.read(index.to(reader.device) if index.device != reader.device and reader.device.type == "cpu"
-                       else index)
+                       else index, check_bounds=False)
     return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)

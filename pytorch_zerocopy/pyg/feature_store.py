@@ -18,6 +18,13 @@ chooses the rows (highest degree, or most often pre-sampled) and caches them. Ro
 ``put_tensor(..., index=...)`` are re-read into the cache; a table put again whole keeps the
 same cached ids.
 
+Where rows are read from: by default a GPU reads a host table where it lies, mapped in place.
+:meth:`FeatureStore.read_from` names another placement for one table (``"managed"``: a copy in
+managed memory kept on the host, which some GPUs read several times faster; ``"cuda"``: a copy in
+GPU memory); ``NeighborLoader`` does it for ``x`` on a GPU, with the placement a plan chooses,
+unless the table was given one here. Such a copy is private to this process and is made again
+when rows are written with ``put_tensor``.
+
 Aliasing: :meth:`get_tensor` without an index returns the stored table itself (not a copy);
 writing into it changes the store.
 """
@@ -33,7 +40,7 @@ from torch_geometric.data import TensorAttr
 
 from .. import unified as _unified
 from ..feature_table import CachedTable, FeatureReader, FeatureTable
-from ..placement import Placement
+from ..placement import Placement, PlacementError
 
 Key = Tuple[Optional[str], str]
 
@@ -76,6 +83,7 @@ class FeatureStore(_PygFeatureStore):
         self._tables: Dict[Key, torch.Tensor] = {}
         self._readers: Dict[Key, FeatureTable] = {}
         self._caches: Dict[Key, CachedTable] = {}
+        self._placements: Dict[Key, Placement] = {}  # tables read from a placement named by read_from
         self.map_host_tables = _unified.gpu_backed() if map_host_tables is None else bool(map_host_tables)
 
     # --- PyG's interface ---------------------------------------------------------------
@@ -85,7 +93,7 @@ class FeatureStore(_PygFeatureStore):
         key = (attr.group_name, attr.attr_name)
         if attr.index is None:
             self._tables[key] = self._place(tensor)
-            self._readers[key] = self._reader(self._tables[key])
+            self._readers[key] = self._reader(self._tables[key], self._placements.get(key))
             cache = self._caches.pop(key, None)
             if cache is not None and self._tables[key].shape[0] == cache.num_rows:
                 self._caches[key] = self._cached(key, cache.cached_ids)
@@ -97,6 +105,10 @@ class FeatureStore(_PygFeatureStore):
         index = _index_tensor(attr.index) if not isinstance(attr.index, slice) else attr.index
         host = table.cpu() if table.device.type != "cuda" else table
         host[index if isinstance(index, slice) else index.to(host.device).long()] = tensor.to(host.device, host.dtype)
+        if self._placements.get(key) in (Placement.MANAGED, Placement.GPU):  # a copy: made again
+            self._readers[key] = self._reader(table, self._placements[key])
+            if key in self._caches:
+                self._caches[key] = self._cached(key, self._caches[key].cached_ids)
         if key in self._caches:
             self._caches[key].refresh()
         return True
@@ -116,6 +128,7 @@ class FeatureStore(_PygFeatureStore):
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._caches.pop((attr.group_name, attr.attr_name), None)
+        self._placements.pop((attr.group_name, attr.attr_name), None)
         self._readers.pop((attr.group_name, attr.attr_name), None)
         return self._tables.pop((attr.group_name, attr.attr_name), None) is not None
 
@@ -139,12 +152,53 @@ class FeatureStore(_PygFeatureStore):
         return _unified.to_unified(tensor) if self.map_host_tables else tensor
 
     @staticmethod
-    def _reader(table: torch.Tensor) -> FeatureTable:
-        """The reader of a placed table (rows: its first dimension), over the same bytes."""
+    def _reader(table: torch.Tensor, placement: Optional[Placement] = None) -> FeatureTable:
+        """The reader of a placed table (rows: its first dimension): over the same bytes, or
+        over a copy in ``placement`` (``MANAGED``, ``GPU``) when given."""
         rows = table.reshape(table.shape[0], -1)
         if table.device.type == "cuda":
             return FeatureTable(rows, Placement.GPU)
+        if placement in (Placement.MANAGED, Placement.GPU):
+            return FeatureTable(rows.cpu() if _unified.is_unified(rows) else rows, placement)
         return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU)
+
+    def read_from(self, attr_name: str, placement, group_name: Optional[str] = None) -> None:
+        """Reads table ``attr_name`` from ``placement`` from now on: ``"managed"`` (a copy in
+        managed memory kept on the host) or ``"cuda"`` (a copy in GPU memory), both private to
+        this process, or ``"unified"`` (the table mapped in place, the default on a GPU). A
+        cache of the table is kept (refilled from the new reader). Needs a GPU that reads the
+        table: a table kept on the CPU (``map_host_tables=False``) raises ``PlacementError``."""
+        key = (group_name, attr_name)
+        if key not in self._tables:
+            raise KeyError(f"read_from: no table {attr_name!r} (group {group_name!r}) in this FeatureStore")
+        parsed = Placement.parse(placement, "read_from placement")
+        allowed = (Placement.MAPPED, Placement.MANAGED, Placement.GPU)
+        if parsed not in allowed:
+            raise PlacementError(f"read_from placement must be 'unified', 'managed' or 'cuda', got {placement!r}")
+        table = self._tables[key]
+        if table.device.type == "cuda":
+            raise PlacementError(f"read_from: table {attr_name!r} is already in GPU memory, where it is read")
+        if not _unified.is_unified(table) or not _unified.gpu_backed():
+            raise PlacementError(f"read_from: table {attr_name!r} is read on the CPU here (no GPU reads it); "
+                                 "placements are for tables a GPU reads")
+        self._readers[key] = self._reader(table, parsed)
+        self._placements[key] = parsed
+        cache = self._caches.get(key)
+        if cache is not None:
+            self._caches[key] = self._cached(key, cache.cached_ids)
+
+    def placement_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[Placement]:
+        """The placement :meth:`read_from` named for table ``attr_name`` (None: none named)."""
+        return self._placements.get((group_name, attr_name))
+
+    def read_rows(self, attr_name: str, index: torch.Tensor, group_name: Optional[str] = None) -> torch.Tensor:
+        """Rows ``index`` of table ``attr_name`` through its reader (and cache), without the
+        bounds check that costs a GPU a host synchronisation: ``index`` must hold valid node
+        ids, as a sampler's nodes do (the loader's read of every minibatch)."""
+        key = (group_name, attr_name)
+        table = self._tables[key]
+        reader = self._caches.get(key) or self._readers[key]
+        return self._gather_rows(table, index.reshape(-1), reader, check_bounds=False)
 
     # --- GPU cache -----------------------------------------------------------------------
 
@@ -177,14 +231,15 @@ class FeatureStore(_PygFeatureStore):
         # the CPU, and so is its cache.
         return CachedTable(self._readers[key], rows)
 
-    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor, reader: FeatureReader) -> torch.Tensor:
+    def _gather_rows(self, table: torch.Tensor, index: torch.Tensor, reader: FeatureReader,
+                     check_bounds: bool = True) -> torch.Tensor:
         """Rows ``index`` of ``table`` in index order, through its ``reader``: the one place this
         store reads rows. Unified tables are read by the GPU from host memory (the index may be
         on the CPU or the GPU) or, without a GPU, on the CPU; CPU and CUDA tables on their own
-        device, the index moved there. Out-of-range ids raise ``IndexError``."""
+        device, the index moved there. Out-of-range ids raise ``IndexError`` (``check_bounds``)."""
         if reader.device.type == "cpu":
             index = index.cpu()
-        out = reader.read(index)
+        out = reader.read(index, check_bounds=check_bounds)
         return out.view((index.numel(),) + tuple(table.shape[1:]))
 
     def __repr__(self) -> str:

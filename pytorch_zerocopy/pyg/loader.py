@@ -22,12 +22,27 @@ Differences from PyG's loader, all reported when asked for:
 
 Additions:
 
-* ``gpu_cache`` (a :class:`~pytorch_zerocopy.CacheConfig`, applied to node feature ``x``, or
-  ``{feature name: CacheConfig}``) keeps the hottest rows of those features in GPU memory
+* On a GPU the loader reads node feature ``x`` the way ``zerocopy train``'s plan does: from the
+  host memory kind this machine's GPU reads fastest (:func:`pytorch_zerocopy.feature_table.default_reading`;
+  ``"managed"`` makes a private copy of ``x`` in managed memory kept on the host, the only
+  copy the loader reads) behind a GPU cache of a tenth of its rows chosen by pre-sampling.
+  ``feature_placement`` names the placement instead (``"unified"``: ``x`` mapped in place, no
+  copy; ``"managed"``; ``"cuda"``: all of ``x`` in GPU memory), and a table the feature store
+  was already told to read from a placement (:meth:`~pytorch_zerocopy.pyg.FeatureStore.read_from`)
+  is kept so; either way no cache is added unless ``gpu_cache`` asks for one. On the CPU
+  nothing changes: tables are read where they are, without a cache unless asked for.
+* ``gpu_cache``: ``"auto"`` (the default above), None (no cache), a share of the rows such as
+  ``"10%"`` or a number of rows of ``x`` (both chosen by pre-sampling), a
+  :class:`~pytorch_zerocopy.CacheConfig` for ``x``, or ``{feature name: CacheConfig}``: the
+  hottest rows of those features kept in GPU memory
   (:meth:`~pytorch_zerocopy.pyg.FeatureStore.cache_rows`), chosen once when the loader is
   built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
   ``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
   ``input_nodes`` with ``num_neighbors`` and ``batch_size``.
+* On a GPU, minibatch ``i + 1`` is sampled, gathered and built on side streams while the loop
+  works on minibatch ``i`` (:mod:`pytorch_zerocopy.pipeline.ahead`); rows of sampled nodes are
+  read without bounds checks (the sampler's ids are valid), so building a minibatch waits for
+  the GPU only in sampling.
 * ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
@@ -56,11 +71,13 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import SamplerOutput
 
-from ..feature_table import CacheConfig, cached_rows_for
+from ..feature_table import AUTO, CacheConfig, cached_rows_for, default_reading, loader_cache
 from ..graph import CSRGraph
+from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import Stage, StageTimes, timed
+from ..placement import Placement, PlacementError, op_device
 from ..sampling import draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
@@ -105,6 +122,29 @@ def _as_stores(data: Any, shared: bool = False):
                     f"{type(data).__name__} (HeteroData is not supported)")
 
 
+def _read_x(feature_store, placement: Optional[Placement], gpu_cache):
+    """Where the loader on a GPU reads ``x`` from (module docstring): ``feature_store`` told to
+    read it from ``placement`` (the plan's choice when None and the store names none); returns
+    the cache to keep (``"auto"`` resolved: the plan's default cache where the placement is
+    the loader's own choice, else none)."""
+    if not isinstance(feature_store, FeatureStore) or feature_store.get_tensor_size(None, "x") is None:
+        if placement is not None:
+            raise ValueError("feature_placement needs a node feature table 'x' in this package's FeatureStore")
+        return None if gpu_cache == AUTO else gpu_cache
+    chosen = placement is not None or feature_store.placement_of("x") is not None
+    table = feature_store.get_tensor(None, "x", None)
+    if table.device.type == "cuda":  # in GPU memory already: read there, nothing to cache
+        return None if gpu_cache == AUTO else gpu_cache
+    auto_placement, auto_cache = default_reading(table.numel() * table.element_size())
+    if feature_store.placement_of("x") is None:
+        feature_store.read_from("x", placement or auto_placement)
+    if gpu_cache != AUTO:
+        return gpu_cache
+    if chosen or feature_store.cache_of("x") is not None:
+        return None
+    return auto_cache
+
+
 def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neighbors, input_nodes,
                     batch_size: int) -> None:
     """Caches the rows ``gpu_cache`` chooses of each named node feature (see the module docstring)."""
@@ -142,8 +182,8 @@ class NeighborLoader(ProcessWay, NodeLoader):
     ``num_neighbors[h]``: neighbours sampled per node in hop ``h`` (``-1``: all).
     ``input_nodes``: seed node ids or a boolean mask (default: every node). ``**kwargs``:
     ``batch_size``, ``shuffle``, ``drop_last``, ... of ``torch.utils.data.DataLoader``.
-    ``gpu_cache``: GPU caches of hot feature rows; ``pipeline``: the process way (see the
-    module docstring).
+    ``gpu_cache``: GPU caches of hot feature rows; ``feature_placement``: where a GPU reads
+    ``x`` from; ``pipeline``: the process way (see the module docstring).
     """
 
     stage_times: Optional[StageTimes] = None
@@ -166,7 +206,8 @@ class NeighborLoader(ProcessWay, NodeLoader):
         filter_per_worker: Optional[bool] = None,
         neighbor_sampler: Optional[NeighborSampler] = None,
         directed: bool = True,
-        gpu_cache: Optional[Union[CacheConfig, Dict[str, CacheConfig]]] = None,
+        gpu_cache: Union[str, int, None, CacheConfig, Dict[str, CacheConfig]] = AUTO,
+        feature_placement: Optional[str] = None,
         pipeline: Union[bool, Plan] = False,
         **kwargs,
     ):
@@ -188,6 +229,19 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
         if not isinstance(pipeline, (bool, Plan)):
             raise TypeError(f"pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan, got {pipeline!r}")
+        if not isinstance(gpu_cache, dict):
+            gpu_cache = loader_cache(gpu_cache)
+        placement = None
+        if feature_placement is not None:
+            placement = Placement.parse(feature_placement, "feature_placement")
+            if placement not in (Placement.MAPPED, Placement.MANAGED, Placement.GPU):
+                raise PlacementError(f"feature_placement must be 'unified', 'managed' or 'cuda' (where a GPU reads x "
+                                     f"from), got {feature_placement!r}")
+            if pipeline is not False:
+                raise ValueError("with pipeline, the plan says where x is read from: pass "
+                                 "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
+        if pipeline is not False and gpu_cache == AUTO:
+            gpu_cache = None  # the plan's default cache
         if pipeline is not False and gpu_cache is not None and not isinstance(gpu_cache, CacheConfig):
             raise TypeError("with pipeline, gpu_cache is the plan's cache of x: a pytorch_zerocopy.CacheConfig, got "
                             f"{gpu_cache!r}")
@@ -200,6 +254,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
         self.extras: Optional[DataExtras] = extras
         self.user_transform = transform
 
+        self.device = op_device(graph_store.csc_graph.indptr)  # where sampling runs
         on_gpu = graph_store.csc_graph.indptr.device.type == "cuda"
         if kwargs.get("num_workers", 0):
             warnings.warn("pytorch_zerocopy.pyg.NeighborLoader samples in the calling process (on the GPU, "
@@ -211,6 +266,13 @@ class NeighborLoader(ProcessWay, NodeLoader):
             warnings.warn("minibatches are built on the GPU: pin_memory is ignored", stacklevel=2)
         if input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
+        if pipeline is False and self.device.type == "cuda":
+            gpu_cache = _read_x(feature_store, placement, gpu_cache)
+        elif placement is not None:
+            raise PlacementError(f"feature_placement {placement.value!r}: sampling runs on the CPU here, where tables "
+                                 "are read as they lie")
+        elif gpu_cache == AUTO:
+            gpu_cache = None
         if gpu_cache is not None and pipeline is False:
             _cache_features(feature_store, graph_store, gpu_cache, num_neighbors, input_nodes,
                             kwargs.get("batch_size", 1))
@@ -247,7 +309,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def __iter__(self) -> Iterator:
         if self.processes is None:
-            return super().__iter__()
+            return one_ahead(super().__iter__(), self.device)
         return self._iter_processes()
 
     def _iter_processes(self) -> Iterator[Data]:
@@ -291,10 +353,15 @@ class NeighborLoader(ProcessWay, NodeLoader):
             raise TypeError(f"{type(self).__name__} builds minibatches from a SamplerOutput, got {type(out).__name__}")
         with timed(times, Stage.GATHER):
             attrs = self.feature_store.get_all_tensor_attrs()
-            for attr in attrs:
-                attr.index = out.node
-            read = iter(self.feature_store.multi_get_tensor([a for a in attrs if a.attr_name not in gathered]))
-            tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else next(read)) for a in attrs]
+            if isinstance(self.feature_store, FeatureStore):  # sampled ids: read without bounds checks
+                tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else
+                           self.feature_store.read_rows(a.attr_name, out.node, a.group_name)) for a in attrs]
+            else:
+                for attr in attrs:
+                    attr.index = out.node
+                read = iter(self.feature_store.multi_get_tensor([a for a in attrs if a.attr_name not in gathered]))
+                tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else next(read))
+                          for a in attrs]
         with timed(times, Stage.BUILD):
             data = self.custom_cls() if self.custom_cls is not None else Data()
             data.edge_index = torch.stack([out.row, out.col], dim=0)

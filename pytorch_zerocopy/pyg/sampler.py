@@ -12,10 +12,14 @@ PyG's ``NeighborLoader`` returns one subgraph per minibatch, not one block per l
 * ``e_id``: the edge's id (its column in the ``edge_index`` the graph was built from).
 
 :func:`sample_hops` produces that with one call of
-:func:`pytorch_zerocopy.sampling.sample_layers` per hop (seeded by the hop's frontier) and one
-compaction into the minibatch's node list. It runs where the graph lives: on the GPU for a
-unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists in place; on the
-CPU for a CPU graph. Its outputs live there too.
+:func:`pytorch_zerocopy.sampling.sample_layers` per hop (seeded by the hop's frontier) and, from
+the second hop on, one compaction into the minibatch's node list (the first hop's block already
+is that list: its frontier is every node reached so far). It runs where the graph lives: on the
+GPU for a unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists in
+place; on the CPU for a CPU graph. Its outputs live there too. On the GPU it waits for the GPU
+once per hop (the hop's sizes, which the next hop's frontier needs) and once per compaction:
+``2 L - 1`` host synchronisations for ``L`` hops, all on the current stream, so that the
+loader runs it on a side stream of its own.
 
 Randomness: a minibatch's draws follow from one seed (hop ``h`` draws with a seed derived from
 it and ``h``), by default drawn from torch's default CPU generator, so ``torch.manual_seed``
@@ -118,14 +122,18 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
         frontier = nodes[start:]
         (block,) = sample_layers(csc, frontier, [fanout], edge_dir="out", replace=replace,
                                  seed=(seed * 1_000_003 + hop) & _MASK63)
-        if not rows:  # the first hop moved the seeds to where sampling runs
-            nodes = block.nodes[: block.num_dst]
         width = block.num_dst
-        # block.nodes = frontier, then its neighbours not in the frontier; place those in the
-        # minibatch's list (appending the ones not reached before) and map block ids to it.
-        reached, position = compact(nodes, block.nodes[width:])
-        local = torch.cat([torch.arange(start, start + width, device=position.device), position])
-        rows.append(local[block.src])
+        if not rows:
+            # The first hop's frontier is every node reached so far (the seeds): the block's
+            # nodes are already the minibatch's list and its ids the local ids.
+            reached = block.nodes
+            rows.append(block.src)
+        else:
+            # block.nodes = frontier, then its neighbours not in the frontier; place those in the
+            # minibatch's list (appending the ones not reached before) and map block ids to it.
+            reached, position = compact(nodes, block.nodes[width:])
+            local = torch.cat([torch.arange(start, start + width, device=position.device), position])
+            rows.append(local[block.src])
         cols.append(block.dst + start)
         edges.append(block.eids)
         num_nodes.append(int(reached.numel()) - int(nodes.numel()))

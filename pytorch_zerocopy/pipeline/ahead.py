@@ -1,0 +1,96 @@
+"""One minibatch ahead on side CUDA streams: how the in-process loaders overlap their work with
+the training loop's.
+
+:func:`one_ahead` wraps the iterator of a loader's minibatches. On a GPU, before it hands out
+minibatch ``i`` it has already queued minibatch ``i + 1`` (sampling, gather, build: whatever
+``next(source)`` does) on a side stream of its own, so the host work of one minibatch, and the
+host synchronisations its sampling makes (which wait for the side stream only), run while the
+GPU still works on the loop's step. Two side streams alternate, so that sampling minibatch
+``i + 1`` does not wait for the gather of minibatch ``i``.
+
+Ordering and lifetime: the stream that is current when the loop asks for a minibatch waits for
+the minibatch's event (recorded on its side stream after it was built) before the minibatch is
+returned, and every tensor of it is marked as used on that stream (``record_stream``), so the
+caching allocator reuses its memory only after the loop's work on it has run. Tensors are found
+in tuples, lists, dicts, PyG ``Data`` and blocks (``src``/``dst``, ``srcdata``, ``dstdata``,
+``edata``); a minibatch type holding tensors elsewhere must be used on the stream it was built
+on.
+
+The side streams never wait for the loop's stream: the graph and the tables must not be written
+on the GPU while an epoch runs (host writes, as ``put_tensor`` makes, are seen by the next
+minibatch built).
+
+Randomness: minibatch ``i + 1`` draws its sampling seed from torch's default CPU generator
+before the loop's body for minibatch ``i`` runs. The minibatches are the same as without the
+overlap unless that body itself draws from torch's CPU generator between minibatches.
+
+Without a GPU the source is returned as it is: nothing runs ahead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Tuple
+
+import torch
+
+__all__ = ["one_ahead", "tensors_of"]
+
+
+def tensors_of(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor a minibatch holds (see the module docstring for where it looks)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from tensors_of(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from tensors_of(item)
+    elif hasattr(obj, "stores") and hasattr(obj, "to_dict"):  # PyG Data / HeteroData
+        for store in obj.stores:
+            for item in store.values():
+                yield from tensors_of(item)
+    elif hasattr(obj, "srcdata") and hasattr(obj, "edata"):  # a block
+        for name in ("src", "dst"):
+            t = getattr(obj, name, None)
+            if isinstance(t, torch.Tensor):
+                yield t
+        for frame in (obj.srcdata, obj.dstdata, obj.edata):
+            for key in list(frame.keys()):
+                yield from tensors_of(frame[key])
+
+
+def one_ahead(source: Iterator[Any], device: torch.device) -> Iterator[Any]:
+    """``source``'s items, each built one ahead on a side stream of ``device`` (module
+    docstring); ``source`` itself where ``device`` is not a GPU."""
+    if device.type != "cuda":
+        return source
+    return _ahead(source, device)
+
+
+def _ahead(source: Iterator[Any], device: torch.device) -> Iterator[Any]:
+    streams = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+
+    def build(k: int) -> Optional[Tuple[Any, torch.cuda.Event]]:
+        stream = streams[k % 2]
+        with torch.cuda.stream(stream):
+            try:
+                item = next(source)
+            except StopIteration:
+                return None
+            event = torch.cuda.Event()
+            event.record(stream)
+        return item, event
+
+    k = 0
+    pending = build(k)
+    while pending is not None:
+        item, event = pending
+        k += 1
+        pending = build(k)
+        consumer = torch.cuda.current_stream(device)
+        consumer.wait_event(event)
+        for t in tensors_of(item):
+            if t.is_cuda:
+                t.record_stream(consumer)
+        yield item
