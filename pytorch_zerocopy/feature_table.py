@@ -593,6 +593,9 @@ def node_cache_configs(gpu_cache: Any, policy: CachePolicy = CachePolicy.DEGREE)
 
 
 AUTO = "auto"
+# A loader's private managed copy of a table may take at most this share of the host memory
+# still available; a larger table is read where it is (mapped).
+COPY_SHARE_OF_FREE_HOST = 0.5
 
 
 def loader_cache(cache: Any, setting: str = "gpu_cache") -> Union[str, CacheConfig, None]:
@@ -624,8 +627,9 @@ def default_reading(table_bytes: int) -> Tuple[Placement, CacheConfig]:
     keeps in front of it, when the user names neither: what a ``zerocopy`` plan chooses
     (:func:`pytorch_zerocopy.pipeline.make_plan`): the host memory kind this machine's GPU
     reads fastest (:func:`pytorch_zerocopy.probe.host_read_rates`, measured once per machine;
-    ``MAPPED`` where it cannot be measured or where several processes of this machine load,
-    ``LOCAL_WORLD_SIZE > 1``, so that they share one copy) and
+    ``MAPPED`` where it cannot be measured, where several processes of this machine load,
+    ``LOCAL_WORLD_SIZE > 1``, so that they share one copy, or where the private copy would take
+    more than half the host memory still available) and
     :func:`pytorch_zerocopy.pipeline.plan.default_cache`."""
     import os
 
@@ -635,4 +639,7 @@ def default_reading(table_bytes: int) -> Tuple[Placement, CacheConfig]:
     rates = host_read_rates()
     shared = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1
     placement = Placement.MAPPED if rates is None or shared else rates.fastest
+    available = _unified.available_host_memory()
+    if placement is Placement.MANAGED and available is not None and table_bytes > COPY_SHARE_OF_FREE_HOST * available:
+        placement = Placement.MAPPED  # a private copy would crowd the host: read the table in place
     return placement, default_cache(table_bytes, None if rates is None else rates.gpu_memory_bytes)
