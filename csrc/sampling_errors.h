@@ -37,6 +37,23 @@ inline int64_t value_at(const at::Tensor& t, int64_t i) {
 
 }  // namespace detail
 
+// Raises for node v whose offsets are not 0 <= indptr[v] <= indptr[v + 1] <= num_edges (the
+// arrays' names as the op's arguments call them: "indptr"/"indices", or a transpose's).
+[[noreturn]] inline void raise_bad_offsets(const char* op, int64_t v, const at::Tensor& indptr, int64_t num_edges,
+                                           const char* indptr_name = "indptr", const char* indices_name = "indices") {
+  TORCH_CHECK_VALUE(false, op, ": ", indptr_name, " is not a valid offset array at node ", v, ": ", indptr_name, "[",
+                    v, "] = ", detail::value_at(indptr, v), ", ", indptr_name, "[", v + 1, "] = ",
+                    detail::value_at(indptr, v + 1), " with ", num_edges, " entries in ", indices_name, " (need 0 <= ",
+                    indptr_name, "[v] <= ", indptr_name, "[v + 1] <= len(", indices_name, "))");
+}
+
+// Raises for position e of an id array whose id is outside [0, num_nodes).
+[[noreturn]] inline void raise_bad_neighbor(const char* op, int64_t e, const at::Tensor& indices, int64_t num_nodes,
+                                            const char* indices_name = "indices") {
+  TORCH_CHECK_VALUE(false, op, ": ", indices_name, "[", e, "] = ", detail::value_at(indices, e),
+                    " is out of range for a graph with ", num_nodes, " nodes");
+}
+
 // Raises for a bad seed (kBadSeed: out of [0, num_nodes); kDuplicateSeed: repeats an earlier
 // one) recorded at `where`.
 [[noreturn]] inline void raise_seed_error(const char* op, int kind, int64_t where, const at::Tensor& seeds,
@@ -59,13 +76,9 @@ inline int64_t value_at(const at::Tensor& t, int64_t i) {
     case kDuplicateSeed:
       raise_seed_error(op, kind, where, in.seeds, num_nodes);
     case kBadIndptr:
-      TORCH_CHECK_VALUE(false, op, ": indptr is not a valid offset array at node ", where, ": indptr[", where,
-                        "] = ", detail::value_at(in.indptr, where), ", indptr[", where + 1, "] = ",
-                        detail::value_at(in.indptr, where + 1), " with ", num_edges,
-                        " entries in indices (need 0 <= indptr[v] <= indptr[v + 1] <= len(indices))");
+      raise_bad_offsets(op, where, in.indptr, num_edges);
     case kBadNeighbor:
-      TORCH_CHECK_VALUE(false, op, ": indices[", where, "] = ", detail::value_at(in.indices, where),
-                        " is out of range for a graph with ", num_nodes, " nodes");
+      raise_bad_neighbor(op, where, in.indices, num_nodes);
     case kBadEdgeId:
       TORCH_CHECK_VALUE(false, op, ": eids[", where, "] = ", detail::value_at(*in.eids, where),
                         " is not an edge id of a graph with ", num_edges, " edges");

@@ -344,26 +344,42 @@ MALFORMED_CSR = [
     ([1, 2, 2], [1, 0], "indptr\\[0\\] must be 0"),
     ([0, 5, 2], [1, 0], "never decrease"),
     ([0, 2, 1, 2], [1, 0], "never decrease"),
+    ([0, -1, 2], [1, 0], "never decrease"),
     ([0, 1, 3], [1, 0], "number of edges"),
     ([0, 1, 2], [1, 7], "indices\\[1\\] = 7 is not a vertex id"),
     ([0, 1, 2], [-1, 0], "indices\\[0\\] = -1 is not a vertex id"),
 ]
 
 
+def raw_calls(op, ip, ix, variant, weights=None, symmetric=False):
+    """The compiled op `op` on the arrays (ip, ix) in `variant` (an OP_VARIANTS name), as a
+    callable; bfs's direction variant reads (ip, ix) as its in-neighbour lists too."""
+    from pytorch_zerocopy.graph import Variant
+
+    v = int(Variant[variant.upper()])
+    if op == "bfs":
+        lists = (ip, ix) if variant == "direction" else (None, None)
+        return lambda: torch.ops.zerocopy.graph_bfs.default(ip, ix, 0, v, True, *lists)
+    if op == "sssp":
+        return lambda: torch.ops.zerocopy.graph_sssp.default(ip, ix, weights, 0, v)
+    if op == "connected_components":
+        return lambda: torch.ops.zerocopy.graph_connected_components.default(ip, ix, v, symmetric)
+    return lambda: torch.ops.zerocopy.graph_pagerank.default(ip, ix, 0.85, 1e-4, 20, v)
+
+
+@pytest.mark.parametrize("placement", HOST_PLACEMENTS)
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("indptr,indices,message", MALFORMED_CSR)
-def test_raw_ops_refuse_malformed_graphs(indptr, indices, message, index_dtype):
+def test_raw_ops_refuse_malformed_graphs(indptr, indices, message, index_dtype, placement):
     """The compiled ops check the offsets and ids they are given (every caller, not only
-    CSRGraph's), so a malformed graph raises instead of reading out of bounds."""
-    ip, ix = torch.tensor(indptr), torch.tensor(indices, dtype=index_dtype)
-    w = torch.ones(ix.numel())
-    calls = [lambda: torch.ops.zerocopy.graph_bfs.default(ip, ix, 0, 3, True),
-             lambda: torch.ops.zerocopy.graph_sssp.default(ip, ix, w, 0, 3),
-             lambda: torch.ops.zerocopy.graph_connected_components.default(ip, ix, 3),
-             lambda: torch.ops.zerocopy.graph_pagerank.default(ip, ix, 0.85, 1e-4, 20, 3)]
-    for call in calls:
-        with pytest.raises((ValueError, IndexError), match=message):
-            call()
+    CSRGraph's), so a malformed graph raises instead of reading out of bounds: on the CPU (and
+    for a unified graph without a GPU) in full, before any list is followed, in every variant."""
+    g = CSRGraph(torch.tensor(indptr), torch.tensor(indices, dtype=index_dtype), torch.ones(len(indices)),
+                 validate=False).to(placement)
+    for op in OP_VARIANTS:
+        for variant in OP_VARIANTS[op]:
+            with pytest.raises((ValueError, IndexError), match=message):
+                raw_calls(op, g.indptr, g.indices, variant, weights=g.weights)()
 
 
 @pytest.mark.parametrize("placement", HOST_PLACEMENTS)
@@ -499,6 +515,86 @@ def test_bfs_gpu(placement, variant, index_dtype, seed):
     poison_cuda_cache()
     run_bfs_checks(placement, variant, index_dtype, seed, device=0)
     run_bfs_checks(placement, variant, index_dtype, seed + 1, device=0, symmetrize=True)
+
+
+# Graphs whose offsets or ids would make a kernel read out of bounds, and what the GPU ops say
+# about each. Three vertices; source 0 reaches every list, in both directions (the direction
+# variant reads the same arrays as its in-lists and names them in_indptr / in_indices when a
+# bottom-up level finds the fault first), and every list holds at most two ids, so the
+# sampled cc reads them all. Each case has one offender (the negative offset spoils vertices 1
+# and 2, read by the same kernel, so the smallest, 1, is the one named).
+MALFORMED_GPU = [
+    ("decreasing", [0, 3, 1, 4], [1, 2, 0, 0], "indptr is not a valid offset array at node 1:"),
+    ("past the edge list", [0, 2, 3, 6], [1, 2, 0, 0], "indptr is not a valid offset array at node 2:"),
+    ("negative offset", [0, 2, -1, 4], [1, 2, 0, 0], "indptr is not a valid offset array at node 1:"),
+    ("id >= num_nodes", [0, 1, 2, 4], [1, 7, 0, 1], "indices\\[1\\] = 7 is out of range for a graph with 3 nodes"),
+    ("negative id", [0, 1, 2, 4], [1, -1, 0, 1], "indices\\[1\\] = -1 is out of range for a graph with 3 nodes"),
+]
+
+
+def check_gpu_op_matches_cpu(op, variant, placement):
+    """A valid traversal of `op` in `variant` on the GPU, against the CPU's (the CUDA context is
+    still usable after an op refused a bad graph)."""
+    from pytorch_zerocopy.graph import kronecker_graph
+
+    g = kronecker_graph(9, 4, seed=11, weights="int", device="cpu")
+    pg = g.to(placement, 0)
+    if op == "bfs":
+        assert torch.equal(bfs(pg, 3, variant=variant).cpu(), bfs(g, 3)), variant
+    elif op == "sssp":
+        assert torch.equal(sssp(pg, 3, variant=variant).cpu(), sssp(g, 3)), variant
+    elif op == "connected_components":
+        assert torch.equal(connected_components(pg, variant=variant).cpu(), connected_components(g)), variant
+    else:
+        got = pagerank(pg, tol=1e-6, max_iter=500, variant=variant).cpu().double()
+        assert (got - pagerank(g, tol=1e-9, max_iter=500).double()).abs().sum() <= 1e-6 + 2e-6, variant
+    torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("op", list(OP_VARIANTS))
+@pytest.mark.parametrize("index_dtype", ID_DTYPES)
+@pytest.mark.parametrize("case,indptr,indices,message", MALFORMED_GPU)
+def test_gpu_ops_refuse_malformed_graphs(case, indptr, indices, message, index_dtype, op, placement):
+    """The GPU kernels check every offset and id they read, so a malformed graph raises a
+    ValueError naming the offending vertex or position (no fault, no hang: the async worklists
+    end too), in every variant and placement, and the GPU keeps working: a valid traversal run
+    next matches the CPU's."""
+    g = CSRGraph(torch.tensor(indptr), torch.tensor(indices, dtype=index_dtype), torch.ones(len(indices)),
+                 validate=False)
+    pg = g.to(placement, 0)
+    for variant in OP_VARIANTS[op]:
+        for symmetric in ((False, True) if op == "connected_components" else (False,)):
+            for weights in ((None, pg.weights) if op == "sssp" else (None,)):
+                with pytest.raises(ValueError, match=message):
+                    raw_calls(op, pg.indptr, pg.indices, variant, weights=weights, symmetric=symmetric)()
+        check_gpu_op_matches_cpu(op, variant, placement)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+def test_gpu_staged_cc_refuses_malformed_graphs_in_every_chunk(placement):
+    """The staged cc, with chunks smaller than the edge list: a bad id in a later chunk, and
+    offsets past the edge list on the last vertex (whose edges the chunks map back by binary
+    search), are reported like any other variant's."""
+    from pytorch_zerocopy.graph import kronecker_graph
+
+    g = kronecker_graph(11, 8, seed=5, device="cpu")
+    for fault in ("id", "offsets"):
+        indptr, indices = g.indptr.clone(), g.indices.clone()
+        if fault == "id":
+            pos = g.num_edges - 3
+            indices[pos] = g.num_nodes + 5
+            message = f"indices\\[{pos}\\] = {g.num_nodes + 5} is out of range"
+        else:
+            indptr[-1] += 100
+            message = f"indptr is not a valid offset array at node {g.num_nodes - 1}:"
+        pg = CSRGraph(indptr, indices, symmetric=True, validate=False).to(placement, 0)
+        for chunk in (7, 1000, 1 << 20):
+            with pytest.raises(ValueError, match=message):
+                torch.ops.zerocopy.graph_connected_components.default(pg.indptr, pg.indices, 7, True, chunk)
+    check_gpu_op_matches_cpu("connected_components", "staged", placement)
 
 
 @pytest.mark.cuda

@@ -42,6 +42,11 @@
 // it runs ahead of the wave and assigns values that later improve, so callers enable it from
 // the mean degree.
 //
+// Bad graphs. A taken vertex whose offsets are not a list of the edge array is expanded as an
+// empty list, and an id outside [0, num_nodes) is neither relaxed nor scheduled; both are
+// recorded in the error words (GraphGuard, traversal_common.cuh). The run is then a search of
+// a smaller graph, so it ends as any other (pending reaches 0), and the host raises.
+//
 // An Op supplies:
 //   Item   a scalar carried from begin to relax (the vertex's value, or what it pushes);
 //   Edge   what is read per edge besides the neighbour id (its weight, or nothing);
@@ -229,7 +234,7 @@ __global__ void async_seed_source_kernel(AsyncQueueView<T> q, unsigned long long
 template <typename T, bool kCarry, typename Op>
 __global__ void __launch_bounds__(kAsyncBlock)
     async_worklist_kernel(const int64_t* __restrict__ indptr, const T* __restrict__ indices, Op op,
-                          AsyncQueueView<T> q, long long* stats) {
+                          AsyncQueueView<T> q, GraphGuard g, long long* stats) {
   using Item = typename Op::Item;
   using Edge = typename Op::Edge;
   using Peek = typename Op::Peek;
@@ -255,6 +260,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
     v = w;
     e = indptr[w];
     end = indptr[w + 1];
+    g.list(w, e, end);
     has = op.begin(w, e, end, item) && e < end;
     return !has;
   };
@@ -294,11 +300,13 @@ __global__ void __launch_bounds__(kAsyncBlock)
       warp_for_each<true>(indices, bs, be, lane, [&](int64_t x, bool valid) {
         T u = 0;
         Edge w{};
+        bool ok = false;
         if (valid) {
           u = indices[x];
-          w = op.load(x);
+          ok = g.id(u, x);
+          if (ok) w = op.load(x);
         }
-        const bool push = valid && op.relax(bv, static_cast<int64_t>(u), w, bitem, op.peek(static_cast<int64_t>(u)));
+        const bool push = ok && op.relax(bv, static_cast<int64_t>(u), w, bitem, op.peek(static_cast<int64_t>(u)));
         async_push_warp(q, push, u, lane);
       });
       if (lane == 0) edges += static_cast<unsigned long long>(be - bs);
@@ -315,17 +323,19 @@ __global__ void __launch_bounds__(kAsyncBlock)
     {
       Edge w[kLaneEdges];
       Peek pk[kLaneEdges];
+      bool ok[kLaneEdges];
       const int count = has ? static_cast<int>(end - e) : 0;
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
         u[j] = j < count ? indices[e + j] : T(0);
-        w[j] = j < count ? op.load(e + j) : Edge{};
+        ok[j] = j < count && g.id(u[j], e + j);
+        w[j] = ok[j] ? op.load(e + j) : Edge{};
       }
 #pragma unroll
-      for (int j = 0; j < kLaneEdges; ++j) pk[j] = j < count ? op.peek(static_cast<int64_t>(u[j])) : Peek{};
+      for (int j = 0; j < kLaneEdges; ++j) pk[j] = ok[j] ? op.peek(static_cast<int64_t>(u[j])) : Peek{};
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
-        push[j] = j < count && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
+        push[j] = ok[j] && op.relax(v, static_cast<int64_t>(u[j]), w[j], item, pk[j]);
         if (kCarry && push[j] && carry < 0 && chain < q.tuning.carry_chain) {
           carry = static_cast<int64_t>(u[j]);
           push[j] = false;
@@ -425,24 +435,24 @@ struct AsyncQueue {
   // been expanded in this run (~0: no limit); `carry` picks the depth-first continuation. A later
   // run may use the same ring after its items were seeded: tickets carry on.
   template <typename Op>
-  void run(const int64_t* indptr, const T* indices, const Op& op, long long* stats, unsigned long long work_budget,
-           bool carry, cudaStream_t stream) {
+  void run(const int64_t* indptr, const T* indices, const Op& op, const GraphGuard& g, long long* stats,
+           unsigned long long work_budget, bool carry, cudaStream_t stream) {
     view.work_budget = work_budget;
     C10_CUDA_CHECK(cudaMemsetAsync(view.done, 0, sizeof(unsigned), stream));
     C10_CUDA_CHECK(cudaMemsetAsync(view.work, 0, sizeof(unsigned long long), stream));
     if (carry) {
-      launch(async_worklist_kernel<T, true, Op>, indptr, indices, op, stats, stream);
+      launch(async_worklist_kernel<T, true, Op>, indptr, indices, op, g, stats, stream);
     } else {
-      launch(async_worklist_kernel<T, false, Op>, indptr, indices, op, stats, stream);
+      launch(async_worklist_kernel<T, false, Op>, indptr, indices, op, g, stats, stream);
     }
   }
 
   template <typename Kernel, typename Op>
-  void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, long long* stats,
-              cudaStream_t stream) {
+  void launch(Kernel kernel, const int64_t* indptr, const T* indices, const Op& op, const GraphGuard& g,
+              long long* stats, cudaStream_t stream) {
     const int threads = view.tuning.block_warps * kWarp;
     kernel<<<resident_blocks(kernel, threads, view.tuning.blocks_per_sm), threads, 0, stream>>>(indptr, indices, op,
-                                                                                                view, stats);
+                                                                                                view, g, stats);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
@@ -456,21 +466,24 @@ inline bool carry_pays(int64_t num_nodes, int64_t num_edges) { return num_edges 
 
 // A label-correcting search from `source` (bfs, sssp) over one 64-bit key per vertex, value
 // above a queued bit: the keys start at `unreached`, the source's at `source_key`, and
-// make_op(keys) gives the Op that relaxes them. Returns the final keys. `work_budget` bounds the
-// edges expanded (~0: none); running out of it is an error naming `op_name`.
+// make_op(keys) gives the Op that relaxes them. Returns the final keys. A bad graph (recorded
+// through `g`, read back after the run: one small copy and a sync) raises, naming `op_name`.
+// `work_budget` bounds the edges expanded (~0: none); running out of it is an error too.
 template <typename T, typename MakeOp>
 at::Tensor label_correcting(const at::Tensor& indptr, const at::Tensor& indices, int64_t source,
                             unsigned long long unreached, unsigned long long source_key, MakeOp&& make_op,
-                            long long* stats, unsigned long long work_budget, const char* op_name,
-                            cudaStream_t stream) {
+                            long long* stats, const GraphGuard& g, unsigned long long work_budget,
+                            const char* op_name, cudaStream_t stream) {
   const int64_t n = indptr.numel() - 1;
   at::Tensor key = at::full({n}, static_cast<int64_t>(unreached), indptr.options());
   auto* k = reinterpret_cast<unsigned long long*>(key.data_ptr<int64_t>());
   AsyncQueue<T> queue(n, indptr.options().dtype(indices.scalar_type()), stream);
   async_seed_source_kernel<T><<<1, 1, 0, stream>>>(queue.view, k, static_cast<T>(source), source_key);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  queue.run(indptr.data_ptr<int64_t>(), indices.data_ptr<T>(), make_op(k), stats, work_budget,
+  queue.run(indptr.data_ptr<int64_t>(), indices.data_ptr<T>(), make_op(k), g, stats, work_budget,
             carry_pays(n, indices.numel()), stream);
+  check_graph_errors(op_name, read_graph_errors(reinterpret_cast<const long long*>(g.errors), stream), indptr,
+                     indices);
   if (work_budget != ~0ull) {
     TORCH_CHECK(queue.pending_host() == 0, op_name, ": the async variant expanded ", work_budget,
                 " edges without settling; are the weights non-negative?");

@@ -35,7 +35,9 @@
 // the final words are the exact BFS depths.
 //
 // Device state: stats[0] counts the edges read, stats[1] is the last level known to have
-// vertices (and becomes the number of levels at the end). Frontier queues (two of num_nodes
+// vertices (and becomes the number of levels at the end), followed by the error words of a bad
+// graph (traversal_common.cuh), which come back with stats[1] once per batch of levels; the
+// async variant reads them once, after its persistent kernel. Frontier queues (two of num_nodes
 // ids) and three-slot rings of per-level counters: level L reads slot L%3, adds to slot
 // (L+1)%3 and clears slot (L+2)%3, which no kernel in flight uses.
 
@@ -73,7 +75,7 @@ __global__ void bfs_init_kernel(int32_t* depth, T* pred, T* queue, long long* co
 
 template <typename T>
 __global__ void bfs_naive_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                 int32_t* depth, T* pred, long long* stats, int64_t level) {
+                                 int32_t* depth, T* pred, long long* stats, GraphGuard g, int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
   const int32_t cur = static_cast<int32_t>(level);
   bool found = false;
@@ -81,11 +83,12 @@ __global__ void bfs_naive_kernel(int64_t n, const int64_t* __restrict__ indptr, 
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (depth[v] != cur) continue;
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     edges += end - start;
     for (int64_t e = start; e < end; ++e) {
       const T u = indices[e];
-      if (depth[u] == -1) {
+      if (g.id(u, e) && depth[u] == -1) {
         depth[u] = cur + 1;  // racing writers all store the same value
         if (pred) pred[u] = static_cast<T>(v);
         found = true;
@@ -98,19 +101,20 @@ __global__ void bfs_naive_kernel(int64_t n, const int64_t* __restrict__ indptr, 
 
 template <bool kAlign, typename T>
 __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                int32_t* depth, T* pred, long long* stats, int64_t level) {
+                                int32_t* depth, T* pred, long long* stats, GraphGuard g, int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
   const int32_t cur = static_cast<int32_t>(level);
   const int lane = threadIdx.x % kWarp;
   bool found = false;
   unsigned long long edges = 0;
   warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, [&](int64_t v) {
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     if (lane == 0) edges += end - start;
     warp_for_each<kAlign>(indices, start, end, lane, [&](int64_t e, bool valid) {
       if (!valid) return;
       const T u = indices[e];
-      if (depth[u] == -1) {
+      if (g.id(u, e) && depth[u] == -1) {
         depth[u] = cur + 1;
         if (pred) pred[u] = static_cast<T>(v);
         found = true;
@@ -130,19 +134,20 @@ template <typename T, typename Reached>
 __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restrict__ indptr,
                                              const T* __restrict__ indices, int32_t* depth, T* pred,
                                              const T* __restrict__ queue_in, long long count_in, T* queue_out,
-                                             long long* count_out, int32_t cur, unsigned long long& edges,
-                                             bool& found, Reached&& reached) {
+                                             long long* count_out, int32_t cur, const GraphGuard& g,
+                                             unsigned long long& edges, bool& found, Reached&& reached) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   auto expand = [&](int64_t v) {  // called by all lanes of a warp
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     if (lane == 0) edges += end - start;
     warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
       bool push = false;
       T u = 0;
       if (valid) {
         u = indices[e];
-        if (depth[u] == -1 && atomicCAS(depth + u, -1, cur + 1) == -1) {
+        if (g.id(u, e) && depth[u] == -1 && atomicCAS(depth + u, -1, cur + 1) == -1) {
           push = true;
           if (pred) pred[u] = static_cast<T>(v);
           reached(static_cast<int64_t>(u));
@@ -163,14 +168,14 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
 template <typename T>
 __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                     int32_t* depth, T* pred, const T* __restrict__ queue_in, T* queue_out,
-                                    long long* counts, long long* stats, int64_t level) {
+                                    long long* counts, long long* stats, GraphGuard g, int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
   const long long count_in = *reinterpret_cast<const volatile long long*>(counts + level % 3);
   if (blockIdx.x == 0 && threadIdx.x == 0) counts[(level + 2) % 3] = 0;
   bool found = false;
   unsigned long long edges = 0;
   bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, counts + (level + 1) % 3,
-               static_cast<int32_t>(level), edges, found, [](int64_t) {});
+               static_cast<int32_t>(level), g, edges, found, [](int64_t) {});
   add_block_count(edges, stats);
   mark_found(found, stats + 1, level);
 }
@@ -210,9 +215,19 @@ __device__ __forceinline__ bool bottom_up_reads_few_bytes(long long frontier, lo
   return static_cast<double>(unvisited) * kBottomUpStepBytes * blocks <= kBytesSlack * top_down;
 }
 
+// The length of v's list in `offsets` (indptr, or in_indptr with kind kBadInOffsets), 0 for
+// offsets that bound no list (reported through g): the direction rule's degree sums.
+__device__ __forceinline__ int64_t checked_degree(const int64_t* __restrict__ offsets, int64_t v, const GraphGuard& g,
+                                                  int kind) {
+  int64_t start = offsets[v], end = offsets[v + 1];
+  g.list(v, start, end, kind);
+  return end - start;
+}
+
 template <typename T>
 __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ in_indptr,
-                                          int32_t* depth, T* pred, T* queue, DirectionControl* ctl, int64_t source) {
+                                          int32_t* depth, T* pred, T* queue, DirectionControl* ctl, GraphGuard g,
+                                          int64_t source) {
   depth[source] = 0;
   if (pred) pred[source] = static_cast<T>(source);
   queue[0] = static_cast<T>(source);
@@ -224,8 +239,8 @@ __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, co
     ctl->visited_in[k] = 0;
   }
   ctl->count[0] = 1;
-  ctl->out_edges[0] = indptr[source + 1] - indptr[source];
-  ctl->in_edges[0] = in_indptr[source + 1] - in_indptr[source];
+  ctl->out_edges[0] = checked_degree(indptr, source, g, kBadOffsets);
+  ctl->in_edges[0] = checked_degree(in_indptr, source, g, kBadInOffsets);
 }
 
 // Bottom-up level: every unvisited vertex (tiles of 32 consecutive ids per warp, one group of
@@ -237,7 +252,7 @@ template <typename T>
 __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restrict__ indptr,
                                               const int64_t* __restrict__ in_indptr,
                                               const T* __restrict__ in_indices, int32_t* depth, T* pred,
-                                              T* queue_out, long long* count_out, int32_t cur,
+                                              T* queue_out, long long* count_out, int32_t cur, const GraphGuard& g,
                                               unsigned long long& edges, bool& found, unsigned long long& out_sum,
                                               unsigned long long& in_sum) {
   constexpr int kGroup = kBottomUpStepBytes / static_cast<int>(sizeof(T));
@@ -261,6 +276,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
       if (v >= 0) {
         lo = in_indptr[v];
         hi = in_indptr[v + 1];
+        g.list(v, lo, hi, kBadInOffsets);
         pos = aligned_start_to<kBottomUpStepBytes>(in_indices, lo);
       }
       bool searching = v >= 0 && lo < hi;
@@ -272,7 +288,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         const bool valid = searching && e >= lo && e < hi;
         const T u = valid ? in_indices[e] : T(0);
         if (valid) ++edges;
-        const bool hit = valid && depth[u] == cur;
+        const bool hit = valid && g.id(u, e, kBadInId) && depth[u] == cur;
         const unsigned mine = (__ballot_sync(0xffffffffu, hit) >> (group * kGroup)) & kGroupMask;
         const int src = mine ? group * kGroup + __ffs(mine) - 1 : lane;
         const T from = __shfl_sync(0xffffffffu, u, src);
@@ -291,7 +307,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
       if (push) {
         depth[v] = cur + 1;
         if (pred) pred[v] = parent;
-        out_sum += static_cast<unsigned long long>(indptr[v + 1] - indptr[v]);
+        out_sum += static_cast<unsigned long long>(checked_degree(indptr, v, g, kBadOffsets));
         in_sum += static_cast<unsigned long long>(hi - lo);
       }
       warp_push(push, static_cast<T>(push ? v : 0), queue_out, count_out, lane);
@@ -305,7 +321,7 @@ __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __rest
                                      const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
                                      const T* __restrict__ in_indices, int32_t* depth, T* pred,
                                      const T* __restrict__ queue_in, T* queue_out, DirectionControl* ctl,
-                                     long long* stats, int64_t level, bool host_lists) {
+                                     long long* stats, GraphGuard g, int64_t level, bool host_lists) {
   if (!level_has_work(stats + 1, level)) return;
   const int slot = static_cast<int>(level % 3), next = static_cast<int>((level + 1) % 3),
             prev = static_cast<int>((level + 2) % 3);
@@ -328,13 +344,13 @@ __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __rest
   bool found = false;
   unsigned long long edges = 0, out_sum = 0, in_sum = 0;
   if (bottom_up) {
-    bfs_bottom_up(n, indptr, in_indptr, in_indices, depth, pred, queue_out, ctl->count + next, cur, edges, found,
+    bfs_bottom_up(n, indptr, in_indptr, in_indices, depth, pred, queue_out, ctl->count + next, cur, g, edges, found,
                   out_sum, in_sum);
   } else {
-    bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, ctl->count + next, cur, edges,
+    bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, ctl->count + next, cur, g, edges,
                  found, [&](int64_t u) {
-                   out_sum += static_cast<unsigned long long>(indptr[u + 1] - indptr[u]);
-                   in_sum += static_cast<unsigned long long>(in_indptr[u + 1] - in_indptr[u]);
+                   out_sum += static_cast<unsigned long long>(checked_degree(indptr, u, g, kBadOffsets));
+                   in_sum += static_cast<unsigned long long>(checked_degree(in_indptr, u, g, kBadInOffsets));
                  });
   }
   add_block_count(edges, stats);
@@ -397,12 +413,12 @@ __global__ void bfs_async_finalize_kernel(int64_t n, const unsigned long long* _
 
 template <typename T>
 void bfs_async(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int64_t source, at::Tensor& depth,
-               at::Tensor& pred, at::Tensor& stats, cudaStream_t stream) {
+               at::Tensor& pred, at::Tensor& stats, const GraphGuard& g, cudaStream_t stream) {
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
   const unsigned long long source_key = static_cast<unsigned long long>(static_cast<uint32_t>(source)) << 1;
   at::Tensor key = label_correcting<T>(
       indptr, indices, source, kUnreachedKey, source_key, [](unsigned long long* k) { return BfsAsyncOp{k}; }, st,
-      ~0ull, "bfs", stream);
+      g, ~0ull, "bfs", stream);
   stats.select(0, 1).fill_(-1);
   bfs_async_finalize_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(
       n, reinterpret_cast<const unsigned long long*>(key.data_ptr<int64_t>()), depth.data_ptr<int32_t>(),
@@ -417,8 +433,10 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
              const at::Tensor* in_indices, int64_t n, int64_t source, int64_t variant, at::Tensor& depth,
              at::Tensor& pred, at::Tensor& stats) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // stats: [edges, top, error words...] (the file comment)
+  const GraphGuard g{n, indices.numel(), reinterpret_cast<unsigned long long*>(stats.data_ptr<int64_t>() + 2)};
   if (variant == kAsync) {
-    bfs_async<T>(indptr, indices, n, source, depth, pred, stats, stream);
+    bfs_async<T>(indptr, indices, n, source, depth, pred, stats, g, stream);
     return;
   }
   const int64_t* off = indptr.data_ptr<int64_t>();
@@ -443,7 +461,7 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
   } else if (variant == kDirection) {
     control = at::empty({static_cast<int64_t>(sizeof(DirectionControl) / sizeof(int64_t))}, stats.options());
     ctl = reinterpret_cast<DirectionControl*>(control.data_ptr<int64_t>());
-    bfs_direction_init_kernel<T><<<1, 1, 0, stream>>>(off, in_indptr->data_ptr<int64_t>(), d, p, q, ctl, source);
+    bfs_direction_init_kernel<T><<<1, 1, 0, stream>>>(off, in_indptr->data_ptr<int64_t>(), d, p, q, ctl, g, source);
   } else {
     bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, static_cast<T*>(nullptr), nullptr, source);
   }
@@ -452,26 +470,28 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
   auto launch = [&](int64_t level) {
     switch (variant) {
       case kNaive:
-        bfs_naive_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, d, p, st, level);
+        bfs_naive_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, d, p, st, g, level);
         break;
       case kMerged:
-        bfs_warp_kernel<false, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, level);
+        bfs_warp_kernel<false, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, g, level);
         break;
       case kAligned:
-        bfs_warp_kernel<true, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, level);
+        bfs_warp_kernel<true, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, g, level);
         break;
       case kDirection:
         bfs_direction_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
             n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p,
-            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, level, host_lists);
+            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, g, level, host_lists);
         break;
       default:
         bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
-            n, off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, level);
+            n, off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, g, level);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  run_steps(launch, st + 1, n + 1, stream);
+  GraphErrors errors;
+  run_steps(launch, st + 1, n + 1, stream, errors);
+  check_graph_errors("bfs", errors, indptr, indices, in_indptr, in_indices);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
@@ -495,11 +515,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bfs_cuda(const at::Tensor& indptr
   const at::TensorOptions index_options = indptr.options().dtype(indices.scalar_type());
   at::Tensor depth = at::full({n}, -1, indptr.options().dtype(at::kInt));
   at::Tensor pred = predecessors ? at::full({n}, -1, index_options) : at::empty({0}, index_options);
-  at::Tensor stats = at::zeros({2}, indptr.options());
+  at::Tensor status = counters_and_errors(2, indptr.options());
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "bfs", [&] {
     bfs_run<index_t>(indptr, indices, in_indptr.defined() ? &in_indptr : nullptr,
-                     in_indices.defined() ? &in_indices : nullptr, n, source, variant, depth, pred, stats);
+                     in_indices.defined() ? &in_indices : nullptr, n, source, variant, depth, pred, status);
   });
+  at::Tensor stats = status.narrow(0, 0, 2).clone();
   stats.select(0, 1).add_(1);  // last level with vertices -> number of levels
   return {depth, pred, stats};
 }

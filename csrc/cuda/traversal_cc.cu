@@ -27,6 +27,13 @@
 // is safe on an undirected graph: an edge (v, u) with v in the component and u outside it is
 // also stored as (u, v), and u's list is read. Vertices outside the component unite with all
 // their neighbours (no larger-end rule there, as the other end may have been skipped).
+//
+// Bad graphs: every read of the graph is checked (GraphGuard, traversal_common.cuh), and the
+// variants whose edge-balanced sweep maps edges to vertices by binary search (frontier on a
+// directed graph, staged) also check every vertex's offsets in the init kernel (indptr is in GPU
+// memory; its n + 1 reads are small beside the edge list's). The staged copies take their
+// bounds from len(indices) alone, and its kernel reads only its own chunk. The op has no step
+// loop, so it reads the error words back once, after its kernels.
 
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -102,20 +109,25 @@ __device__ __forceinline__ void link(T* parent, T v, T u) {
   if (pv != pu) unite(parent, pv, pu);
 }
 
+// parent = identity; with `indptr` (not null), also checks every vertex's offsets.
 template <typename T>
-__global__ void cc_init_kernel(int64_t n, T* parent) {
+__global__ void cc_init_kernel(int64_t n, T* parent, const int64_t* __restrict__ indptr, GraphGuard g) {
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     parent[v] = static_cast<T>(v);
+    if (indptr) {
+      int64_t start = indptr[v], end = indptr[v + 1];
+      g.list(v, start, end);
+    }
   }
 }
 
 template <int kVariant, typename T>
 __global__ void cc_hook_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                               T* parent, bool symmetric, long long* stats) {
+                               T* parent, bool symmetric, GraphGuard g, long long* stats) {
   unsigned long long edges = 0;
   sweep_edges<kVariant, T>(
-      n, indptr, indices, [](int64_t) { return false; },
+      n, indptr, indices, g, [](int64_t) { return false; },
       [&](int64_t v, int64_t u) {
         if (u == v || (symmetric && u > v)) return;
         unite(parent, static_cast<T>(v), static_cast<T>(u));
@@ -140,15 +152,19 @@ constexpr int kGiantSamples = 1024;
 // order; the neighbours are read together, as they share a sector of host memory).
 template <typename T>
 __global__ void cc_sample_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                 T* parent, long long* stats) {
+                                 T* parent, GraphGuard g, long long* stats) {
   unsigned long long edges = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t start = indptr[v];
-    const int64_t take = min(static_cast<int64_t>(kSampleRounds), indptr[v + 1] - start);
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
+    const int64_t take = min(static_cast<int64_t>(kSampleRounds), end - start);
     T u[kSampleRounds];
 #pragma unroll
-    for (int r = 0; r < kSampleRounds; ++r) u[r] = r < take ? indices[start + r] : static_cast<T>(v);
+    for (int r = 0; r < kSampleRounds; ++r) {
+      u[r] = r < take ? indices[start + r] : static_cast<T>(v);
+      if (r < take && !g.id(u[r], start + r)) u[r] = static_cast<T>(v);
+    }
     edges += take;
 #pragma unroll
     for (int r = 0; r < kSampleRounds; ++r) {
@@ -187,12 +203,12 @@ __global__ void __launch_bounds__(kGiantSamples) cc_giant_kernel(int64_t n, cons
 // aligned reads, so the skip is decided once per vertex, not once per edge.
 template <typename T>
 __global__ void cc_finish_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                 T* parent, const T* __restrict__ giant_ptr, long long* stats) {
+                                 T* parent, const T* __restrict__ giant_ptr, GraphGuard g, long long* stats) {
   const T giant = *giant_ptr;
   const volatile T* labels = parent;
   unsigned long long read = 0, unused = 0;
   sweep_edges<kAligned, T>(
-      n, indptr, indices, [&](int64_t v) { return labels[v] == giant; },
+      n, indptr, indices, g, [&](int64_t v) { return labels[v] == giant; },
       [&](int64_t v, int64_t u) {
         ++read;
         if (u != v) unite(parent, static_cast<T>(v), static_cast<T>(u));
@@ -205,10 +221,11 @@ __global__ void cc_finish_kernel(int64_t n, const int64_t* __restrict__ indptr, 
 // GPU-memory copy of them, or the list itself when it is in GPU memory).
 template <typename T>
 __global__ void cc_link_slices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ src,
-                                      int64_t begin, int64_t end, T* parent, bool symmetric, long long* stats) {
+                                      int64_t begin, int64_t end, T* parent, bool symmetric, GraphGuard g,
+                                      long long* stats) {
   unsigned long long edges = 0;
   sweep_edge_slices(
-      n, indptr, src, begin, end, [](int64_t) { return false; },
+      n, indptr, src, begin, end, g, [](int64_t) { return false; },
       [&](int64_t v, int64_t u) {
         if (u == v || (symmetric && u > v)) return;
         link(parent, static_cast<T>(v), static_cast<T>(u));
@@ -238,14 +255,14 @@ struct EventSet {
 
 template <typename T>
 void cc_staged(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, bool symmetric, T* parent,
-               long long* st, int64_t chunk_edges, cudaStream_t stream) {
+               long long* st, const GraphGuard& g, int64_t chunk_edges, cudaStream_t stream) {
   const int64_t m = indices.numel();
   if (m == 0) return;
   const int64_t* off = indptr.data_ptr<int64_t>();
   const T* col = indices.data_ptr<T>();
   if (in_device_memory(col)) {
     cc_link_slices_kernel<T><<<grid_blocks(kWarp, m / kSliceEdges + 2), kBlock, 0, stream>>>(n, off, col, 0, m,
-                                                                                         parent, symmetric, st);
+                                                                                         parent, symmetric, g, st);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
@@ -261,7 +278,7 @@ void cc_staged(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, b
   int64_t k = 0;
   for (int64_t first = 0; first < m; first += chunk, ++k) {
     const int b = static_cast<int>(k % buffers_used);
-    const int64_t len = std::min(chunk, m - first);
+    const int64_t len = std::min(chunk, m - first);  // 0 < len <= chunk, first + len <= m
     T* dst = buf + b * chunk;
     if (k >= buffers_used) C10_CUDA_CHECK(cudaStreamWaitEvent(copy_stream.stream(), events.consumed(b), 0));
     C10_CUDA_CHECK(cudaMemcpyAsync(dst, col + first, static_cast<size_t>(len) * sizeof(T), cudaMemcpyDefault,
@@ -269,7 +286,7 @@ void cc_staged(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, b
     C10_CUDA_CHECK(cudaEventRecord(events.ready(b), copy_stream.stream()));
     C10_CUDA_CHECK(cudaStreamWaitEvent(stream, events.ready(b), 0));
     cc_link_slices_kernel<T><<<grid_blocks(kWarp, len / kSliceEdges + 2), kBlock, 0, stream>>>(
-        n, off, dst, first, first + len, parent, symmetric, st);
+        n, off, dst, first, first + len, parent, symmetric, g, st);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     C10_CUDA_CHECK(cudaEventRecord(events.consumed(b), stream));
   }
@@ -286,29 +303,34 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
   const T* col = indices.data_ptr<T>();
   T* parent = labels.data_ptr<T>();
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
-  cc_init_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
+  // stats: [edges, iterations, error words...]
+  const GraphGuard g{n, indices.numel(), reinterpret_cast<unsigned long long*>(st + 2)};
+  const bool slices = variant == kStaged || (variant == kFrontier && !symmetric);
+  cc_init_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent, slices ? off : nullptr, g);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   switch (variant) {
     case kNaive:
-      cc_hook_kernel<kNaive, T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      cc_hook_kernel<kNaive, T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, g, st);
       break;
     case kMerged:
-      cc_hook_kernel<kMerged, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      cc_hook_kernel<kMerged, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, g,
+                                                                              st);
       break;
     case kAligned:
-      cc_hook_kernel<kAligned, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, st);
+      cc_hook_kernel<kAligned, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, symmetric, g,
+                                                                               st);
       break;
     case kStaged:
-      cc_staged<T>(indptr, indices, n, symmetric, parent, st, chunk_edges, stream);
+      cc_staged<T>(indptr, indices, n, symmetric, parent, st, g, chunk_edges, stream);
       break;
     default: {
-      const int64_t slices = indices.numel() / kSliceEdges + 2;
+      const int64_t slice_count = indices.numel() / kSliceEdges + 2;
       if (!symmetric) {
-        cc_hook_kernel<kFrontier, T><<<grid_blocks(kWarp, slices), kBlock, 0, stream>>>(n, off, col, parent,
-                                                                                       symmetric, st);
+        cc_hook_kernel<kFrontier, T><<<grid_blocks(kWarp, slice_count), kBlock, 0, stream>>>(n, off, col, parent,
+                                                                                            symmetric, g, st);
         break;
       }
-      cc_sample_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, st);
+      cc_sample_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, parent, g, st);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       cc_compress_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -316,12 +338,13 @@ void cc_run(const at::Tensor& indptr, const at::Tensor& indices, int64_t n, int6
       cc_giant_kernel<T><<<1, kGiantSamples, 0, stream>>>(n, parent, giant.data_ptr<T>());
       C10_CUDA_KERNEL_LAUNCH_CHECK();
       cc_finish_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, parent, giant.data_ptr<T>(),
-                                                                       st);
+                                                                       g, st);
     }
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cc_compress_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, parent);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_graph_errors("connected_components", read_graph_errors(st + 2, stream), indptr, indices);
 }
 
 std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
@@ -333,12 +356,13 @@ std::tuple<at::Tensor, at::Tensor> cc_cuda(const at::Tensor& indptr_in, const at
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
   at::Tensor labels = at::empty({n}, indices.options());
-  at::Tensor stats = at::zeros({2}, indptr.options());
+  at::Tensor status = counters_and_errors(2, indptr.options());
   if (n > 0) {
     AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "connected_components", [&] {
-      cc_run<index_t>(indptr, indices, n, variant, symmetric, chunk_edges, labels, stats);
+      cc_run<index_t>(indptr, indices, n, variant, symmetric, chunk_edges, labels, status);
     });
   }
+  at::Tensor stats = status.narrow(0, 0, 2).clone();
   stats.select(0, 1).fill_(1);
   return {labels, stats};
 }

@@ -15,6 +15,16 @@
 // diverged issues up to 32 separate 32-byte requests per line: host reads then run at the
 // GPU's request rate, not at PCIe bandwidth. Every warp-cooperative read loop here therefore
 // starts each step with __syncwarp(), so each step's load is issued once, by the whole warp.
+//
+// Bad graphs. The offsets and ids are not validated on the host (that would be a pass over an
+// edge list that may be billions of entries in host memory). Instead every kernel checks what
+// it reads, with compares on values already in registers (GraphGuard): a list whose offsets are
+// not 0 <= indptr[v] <= indptr[v + 1] <= len(indices) is read as empty, an id outside
+// [0, num_nodes) is skipped, and each is recorded in an error word (the smallest v or position
+// per kind, as the sampling kernels record theirs: csrc/sampling_errors.h). The error words sit
+// right after the step counter the host already copies back (run_steps), or are read once at
+// the end where an op has no step loop; the op then raises with the offending values. A bad
+// graph thus gives an exception and leaves the CUDA context usable.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "sampling_errors.h"
 #include "traversal_checks.h"
 
 namespace zerocopy {
@@ -40,6 +51,97 @@ constexpr int kWarpsPerBlock = kBlock / kWarp;
 // step holds more than num_nodes / kScanDivisor vertices: address-ordered reads of host memory
 // keep near the copy ceiling, random-order reads of short lists do not.
 constexpr int64_t kScanDivisor = 128;
+
+// The error words of a traversal: one int64 each, the smallest offender of its kind recorded so
+// far, -1 (all ones) for none. kBadOffsets / kBadInOffsets: vertex v whose offsets in indptr /
+// in_indptr do not bound a list of the edge array; kBadId / kBadInId: position e of indices /
+// in_indices whose id is not a vertex.
+enum GraphErrorWord : int { kBadOffsets = 0, kBadId = 1, kBadInOffsets = 2, kBadInId = 3, kGraphErrorWords = 4 };
+
+// What a kernel checks its reads of the graph against, and where it records a violation. Passed
+// by value; `errors` points at kGraphErrorWords words in GPU memory.
+struct GraphGuard {
+  int64_t n;  // vertices: ids must be in [0, n)
+  int64_t m;  // entries of the edge array (of indices, and of in_indices, which has as many)
+  unsigned long long* errors;
+
+  __device__ __forceinline__ void report(int kind, int64_t where) const {
+    atomicMin(errors + kind, static_cast<unsigned long long>(where));
+  }
+
+  // Whether [start, end) is a list of the edge array: 0 <= start <= end <= m (unsigned compares
+  // also refuse negative offsets).
+  __device__ __forceinline__ bool list_ok(int64_t start, int64_t end) const {
+    return static_cast<uint64_t>(start) <= static_cast<uint64_t>(end) &&
+           static_cast<uint64_t>(end) <= static_cast<uint64_t>(m);
+  }
+
+  // Checks v's list [start, end) as read from the offsets; a bad one is reported as v's and
+  // made empty, so the caller reads nothing of it. Every lane that read the same offsets makes
+  // the same decision, so warp-uniform loops stay uniform.
+  __device__ __forceinline__ bool list(int64_t v, int64_t& start, int64_t& end, int kind = kBadOffsets) const {
+    if (list_ok(start, end)) return true;
+    report(kind, v);
+    start = 0;
+    end = 0;
+    return false;
+  }
+
+  // Whether id u, read at position e, is a vertex; reports e when not.
+  template <typename T>
+  __device__ __forceinline__ bool id(T u, int64_t e, int kind = kBadId) const {
+    if (static_cast<uint64_t>(static_cast<int64_t>(u)) < static_cast<uint64_t>(n)) return true;
+    report(kind, e);
+    return false;
+  }
+};
+
+// Host copies of the error words.
+struct GraphErrors {
+  int64_t words[kGraphErrorWords];
+
+  bool any() const {
+    for (int64_t w : words)
+      if (w >= 0) return true;
+    return false;
+  }
+};
+
+// Raises for the first kind of error recorded (offsets before ids, the graph before the
+// in-neighbour lists), with the offending values read from the arrays (on the error path only).
+inline void check_graph_errors(const char* op, const GraphErrors& errors, const at::Tensor& indptr,
+                               const at::Tensor& indices, const at::Tensor* in_indptr = nullptr,
+                               const at::Tensor* in_indices = nullptr) {
+  if (!errors.any()) return;
+  const int64_t n = indptr.numel() - 1, m = indices.numel();
+  const int64_t* w = errors.words;
+  if (w[kBadOffsets] >= 0) raise_bad_offsets(op, w[kBadOffsets], indptr, m);
+  if (w[kBadId] >= 0) raise_bad_neighbor(op, w[kBadId], indices, n);
+  TORCH_CHECK(in_indptr != nullptr && in_indices != nullptr, op, ": internal error: an error in the in-neighbour "
+              "lists, which this op does not read");
+  if (w[kBadInOffsets] >= 0) raise_bad_offsets(op, w[kBadInOffsets], *in_indptr, m, "in_indptr", "in_indices");
+  raise_bad_neighbor(op, w[kBadInId], *in_indices, n, "in_indices");
+}
+
+// A block of `counters` int64 counters (zero) followed by the kGraphErrorWords error words (-1),
+// in GPU memory with `options`.
+inline at::Tensor counters_and_errors(int64_t counters, const at::TensorOptions& options) {
+  at::Tensor block = at::full({counters + kGraphErrorWords}, -1, options.dtype(at::kLong));
+  block.narrow(0, 0, counters).zero_();
+  return block;
+}
+
+// The error words at `words_dev` (GPU memory), read with one small copy and a sync of `stream`:
+// for ops without a step loop to carry them back.
+inline GraphErrors read_graph_errors(const long long* words_dev, cudaStream_t stream) {
+  at::Tensor pinned = at::empty({kGraphErrorWords}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  C10_CUDA_CHECK(cudaMemcpyAsync(pinned.data_ptr<int64_t>(), words_dev, kGraphErrorWords * sizeof(long long),
+                                 cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  GraphErrors errors;
+  for (int k = 0; k < kGraphErrorWords; ++k) errors.words[k] = pinned.data_ptr<int64_t>()[k];
+  return errors;
+}
 
 // The first index at or before `start` whose element starts a kBytes-aligned block of `base`
 // (kBytes a power of two and a multiple of sizeof(T)).
@@ -184,21 +286,27 @@ inline int64_t grid_blocks(int64_t workers_per_item, int64_t items) {
 }
 
 // Runs launch(step) for step = 0, 1, 2, ... until the device counter *top_dev (the last step
-// known to have work) falls behind the steps launched, or max_steps. A step's kernel returns
-// at once when *top_dev < step, so steps are launched in batches of 1, 2, 4, ... 64 with one
-// 8-byte device-to-host copy into pinned memory and one stream sync per batch.
+// known to have work) falls behind the steps launched, or max_steps, or a kernel records a bad
+// graph. A step's kernel returns at once when *top_dev < step, so steps are launched in batches
+// of 1, 2, 4, ... 64 with one device-to-host copy into pinned memory and one stream sync per
+// batch. The kGraphErrorWords error words follow *top_dev in memory and come back in the same
+// copy, into `errors`.
 template <typename Launch>
-int64_t run_steps(Launch&& launch, const long long* top_dev, int64_t max_steps, cudaStream_t stream) {
-  at::Tensor pinned = at::empty({1}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  auto* host_top = reinterpret_cast<long long*>(pinned.data_ptr<int64_t>());
+int64_t run_steps(Launch&& launch, const long long* top_dev, int64_t max_steps, cudaStream_t stream,
+                  GraphErrors& errors) {
+  at::Tensor pinned = at::empty({1 + kGraphErrorWords}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  auto* host = reinterpret_cast<long long*>(pinned.data_ptr<int64_t>());
   int64_t next = 0, batch = 1;
+  for (int k = 0; k < kGraphErrorWords; ++k) errors.words[k] = -1;
   while (next < max_steps) {
     const int64_t stop = std::min(max_steps, next + batch);
     for (int64_t step = next; step < stop; ++step) launch(step);
     next = stop;
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_top, top_dev, sizeof(long long), cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaMemcpyAsync(host, top_dev, (1 + kGraphErrorWords) * sizeof(long long),
+                                   cudaMemcpyDeviceToHost, stream));
     C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (*host_top < next) break;
+    for (int k = 0; k < kGraphErrorWords; ++k) errors.words[k] = host[1 + k];
+    if (errors.any() || host[0] < next) break;
     batch = std::min<int64_t>(batch * 2, 64);
   }
   return next;

@@ -39,6 +39,12 @@
 // known to have work, the kernels of iteration s return at once when top < s, and the finish
 // kernel of s sets top = s + 1 unless s met the bound (run_steps in traversal_common.cuh).
 // Float atomics make the last bits of the result vary from run to run.
+//
+// Bad graphs: every read of the graph is checked (GraphGuard, traversal_common.cuh); a vertex
+// with bad offsets counts as dangling and an id out of range is skipped. Every vertex's offsets
+// are read, and so checked, by the contrib kernel (power iteration) or the init kernel (push,
+// async) besides the sweeps. The error words follow `top` and come back with it
+// (run_steps); the async variant reads them once, after its epochs.
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -80,13 +86,21 @@ __global__ void pr_init_kernel(int64_t n, float* rank, float* acc) {
   }
 }
 
+// The out-degree of v, 0 for a list with bad offsets (reported through g).
+__device__ __forceinline__ int64_t checked_degree(const int64_t* __restrict__ indptr, int64_t v, const GraphGuard& g) {
+  int64_t start = indptr[v], end = indptr[v + 1];
+  g.list(v, start, end);
+  return end - start;
+}
+
 __global__ void pr_contrib_kernel(int64_t n, const int64_t* __restrict__ indptr, const float* __restrict__ rank,
-                                  float* contrib, PageRankScalars* scalars, const long long* top, int64_t step) {
+                                  float* contrib, PageRankScalars* scalars, GraphGuard g, const long long* top,
+                                  int64_t step) {
   if (pr_idle(top, step)) return;
   double dangling = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t deg = indptr[v + 1] - indptr[v];
+    const int64_t deg = checked_degree(indptr, v, g);
     if (deg == 0) {
       dangling += rank[v];
       contrib[v] = 0.0f;
@@ -99,12 +113,12 @@ __global__ void pr_contrib_kernel(int64_t n, const int64_t* __restrict__ indptr,
 
 template <int kVariant, typename T>
 __global__ void pr_sweep_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                const float* __restrict__ contrib, float* acc, const long long* top,
+                                const float* __restrict__ contrib, float* acc, GraphGuard g, const long long* top,
                                 int64_t step, long long* stats) {
   if (pr_idle(top, step)) return;
   unsigned long long edges = 0;
   sweep_edges<kVariant, T>(
-      n, indptr, indices, [](int64_t) { return false; },
+      n, indptr, indices, g, [](int64_t) { return false; },
       [&](int64_t v, int64_t u) { atomicAdd(acc + u, contrib[v]); }, edges);
   add_block_count(edges, stats);
 }
@@ -148,12 +162,13 @@ void power_iteration(const at::Tensor& indptr, const at::Tensor& indices, int64_
   at::Tensor acc = at::empty({n}, rank.options());
   at::Tensor contrib = at::empty({n}, rank.options());
   at::Tensor scalars_t = at::zeros({4}, rank.options().dtype(at::kDouble));
-  at::Tensor top_t = at::zeros({1}, stats.options());
+  at::Tensor top_t = counters_and_errors(1, stats.options());  // [top, error words...]
   float* a = acc.data_ptr<float>();
   float* c = contrib.data_ptr<float>();
   auto* scalars = reinterpret_cast<PageRankScalars*>(scalars_t.data_ptr<double>());
   auto* top = reinterpret_cast<long long*>(top_t.data_ptr<int64_t>());
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
+  const GraphGuard g{n, indices.numel(), reinterpret_cast<unsigned long long*>(top + 1)};
   const double threshold = pagerank_change_threshold(alpha, tol);
   const int64_t vertex_blocks = grid_blocks(1, n);
   const int64_t warp_blocks = grid_blocks(kWarp, n);
@@ -161,20 +176,20 @@ void power_iteration(const at::Tensor& indptr, const at::Tensor& indices, int64_
   pr_init_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, r, a);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   auto launch = [&](int64_t step) {
-    pr_contrib_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, c, scalars, top, step);
+    pr_contrib_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, c, scalars, g, top, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     switch (variant) {
       case kNaive:
-        pr_sweep_kernel<kNaive, T><<<vertex_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
+        pr_sweep_kernel<kNaive, T><<<vertex_blocks, kBlock, 0, stream>>>(n, off, col, c, a, g, top, step, st);
         break;
       case kMerged:
-        pr_sweep_kernel<kMerged, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
+        pr_sweep_kernel<kMerged, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, g, top, step, st);
         break;
       case kAligned:
-        pr_sweep_kernel<kAligned, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
+        pr_sweep_kernel<kAligned, T><<<warp_blocks, kBlock, 0, stream>>>(n, off, col, c, a, g, top, step, st);
         break;
       default:
-        pr_sweep_kernel<kFrontier, T><<<slice_blocks, kBlock, 0, stream>>>(n, off, col, c, a, top, step, st);
+        pr_sweep_kernel<kFrontier, T><<<slice_blocks, kBlock, 0, stream>>>(n, off, col, c, a, g, top, step, st);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     pr_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, r, a, alpha, scalars, top, step);
@@ -182,7 +197,9 @@ void power_iteration(const at::Tensor& indptr, const at::Tensor& indices, int64_
     pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, threshold, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
-  run_steps(launch, top, max_iter, stream);
+  GraphErrors errors;
+  run_steps(launch, top, max_iter, stream, errors);
+  check_graph_errors("pagerank", errors, indptr, indices);
 }
 
 // --- residual push ---------------------------------------------------------------------------
@@ -191,12 +208,12 @@ void power_iteration(const at::Tensor& indptr, const at::Tensor& indices, int64_
 // dangling sum); r = (1 - alpha)/N - x, to which the update after the first sweep adds
 // alpha M x.
 __global__ void prp_init_kernel(int64_t n, const int64_t* __restrict__ indptr, float* x, float* r, float* c,
-                                float* acc, double alpha, PageRankScalars* scalars) {
+                                float* acc, double alpha, PageRankScalars* scalars, GraphGuard g) {
   const double x0 = 1.0 / static_cast<double>(n);
   double dangling = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t deg = indptr[v + 1] - indptr[v];
+    const int64_t deg = checked_degree(indptr, v, g);
     x[v] = static_cast<float>(x0);
     r[v] = static_cast<float>((1.0 - alpha) * x0 - x0);
     acc[v] = 0.0f;
@@ -212,8 +229,8 @@ __global__ void prp_init_kernel(int64_t n, const int64_t* __restrict__ indptr, f
 
 // Moves the residual of every vertex above eps into x and sets what it pushes.
 __global__ void prp_take_kernel(int64_t n, const int64_t* __restrict__ indptr, float* x, float* r, float* c,
-                                double alpha, float eps, PageRankScalars* scalars, const long long* top,
-                                int64_t step) {
+                                double alpha, float eps, PageRankScalars* scalars, GraphGuard g,
+                                const long long* top, int64_t step) {
   if (pr_idle(top, step)) return;
   double dangling = 0;
   for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
@@ -223,7 +240,7 @@ __global__ void prp_take_kernel(int64_t n, const int64_t* __restrict__ indptr, f
     if (fabsf(p) > eps) {
       x[v] += p;
       r[v] = 0.0f;
-      const int64_t deg = indptr[v + 1] - indptr[v];
+      const int64_t deg = checked_degree(indptr, v, g);
       if (deg == 0) {
         dangling += alpha * static_cast<double>(p);
       } else {
@@ -240,11 +257,12 @@ __global__ void prp_take_kernel(int64_t n, const int64_t* __restrict__ indptr, f
 template <typename T>
 __global__ void prp_slices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                   const float* __restrict__ c, float* acc, const PageRankScalars* scalars,
-                                  double edges_total, const long long* top, int64_t step, long long* stats) {
+                                  double edges_total, GraphGuard g, const long long* top, int64_t step,
+                                  long long* stats) {
   if (pr_idle(top, step) || !(scalars->sweeping * 4 > edges_total)) return;
   unsigned long long edges = 0;
   sweep_edge_slices(
-      n, indptr, indices, 0, indptr[n], [&](int64_t v) { return c[v] == 0.0f; },
+      n, indptr, indices, 0, g.m, g, [&](int64_t v) { return c[v] == 0.0f; },
       [&](int64_t v, int64_t u) { atomicAdd(acc + u, c[v]); }, edges);
   add_block_count(edges, stats);
 }
@@ -254,16 +272,19 @@ __global__ void prp_slices_kernel(int64_t n, const int64_t* __restrict__ indptr,
 template <typename T>
 __global__ void prp_vertices_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                     const float* __restrict__ c, float* acc, const PageRankScalars* scalars,
-                                    double edges_total, const long long* top, int64_t step, long long* stats) {
+                                    double edges_total, GraphGuard g, const long long* top, int64_t step,
+                                    long long* stats) {
   if (pr_idle(top, step) || scalars->sweeping * 4 > edges_total) return;
   const int lane = threadIdx.x % kWarp;
   unsigned long long edges = 0;
   warp_for_each_active(n, lane, [&](int64_t v) { return c[v] != 0.0f; }, [&](int64_t v) {
     const float cv = c[v];
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     if (lane == 0) edges += end - start;
     warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
-      if (valid) atomicAdd(acc + indices[e], cv);
+      const T u = valid ? indices[e] : T(0);
+      if (valid && g.id(u, e)) atomicAdd(acc + u, cv);
     });
   });
   add_block_count(edges, stats);
@@ -271,7 +292,7 @@ __global__ void prp_vertices_kernel(int64_t n, const int64_t* __restrict__ indpt
 
 // r += acc + dangling / N; |r|_1 and the out-edges of the vertices above eps (next round).
 __global__ void prp_update_kernel(int64_t n, const int64_t* __restrict__ indptr, float* r, float* acc, float eps,
-                                  PageRankScalars* scalars, const long long* top, int64_t step) {
+                                  PageRankScalars* scalars, GraphGuard g, const long long* top, int64_t step) {
   if (pr_idle(top, step)) return;
   const float spread = static_cast<float>(scalars->dangling / static_cast<double>(n));
   double norm = 0, active = 0;
@@ -281,14 +302,15 @@ __global__ void prp_update_kernel(int64_t n, const int64_t* __restrict__ indptr,
     r[u] = nr;
     acc[u] = 0.0f;
     norm += fabs(static_cast<double>(nr));
-    if (fabsf(nr) > eps) active += static_cast<double>(indptr[u + 1] - indptr[u]);
+    if (fabsf(nr) > eps) active += static_cast<double>(checked_degree(indptr, u, g));
   }
   add_block_double(norm, &scalars->diff);
   add_block_double(active, &scalars->active);
 }
 
 // The state of the residual form, in GPU memory: x (the result), r, what each vertex pushes
-// (c), the pushes' sum per vertex (acc), the per-round sums and the step counter.
+// (c), the pushes' sum per vertex (acc), the per-round sums, and the step counter followed by
+// the error words (`top`, `guard`).
 template <typename T>
 struct Residual {
   const int64_t n, m;
@@ -301,6 +323,7 @@ struct Residual {
   PageRankScalars* scalars;
   long long* top;
   long long* st;
+  GraphGuard guard;
 
   Residual(const at::Tensor& indptr, const at::Tensor& indices, double alpha_, double tol, at::Tensor& rank,
            at::Tensor& stats)
@@ -315,14 +338,15 @@ struct Residual {
         c_t(at::empty({n}, rank.options())),
         acc_t(at::empty({n}, rank.options())),
         scalars_t(at::zeros({4}, rank.options().dtype(at::kDouble))),
-        top_t(at::zeros({1}, stats.options())),
+        top_t(counters_and_errors(1, stats.options())),
         x(rank.data_ptr<float>()),
         r(r_t.data_ptr<float>()),
         c(c_t.data_ptr<float>()),
         acc(acc_t.data_ptr<float>()),
         scalars(reinterpret_cast<PageRankScalars*>(scalars_t.data_ptr<double>())),
         top(reinterpret_cast<long long*>(top_t.data_ptr<int64_t>())),
-        st(reinterpret_cast<long long*>(stats.data_ptr<int64_t>())) {}
+        st(reinterpret_cast<long long*>(stats.data_ptr<int64_t>())),
+        guard{n, m, reinterpret_cast<unsigned long long*>(top + 1)} {}
 
   // x = 1/N without any iteration (max_iter == 0).
   void uniform(cudaStream_t stream) {
@@ -336,18 +360,20 @@ struct Residual {
     const int64_t vertex_blocks = grid_blocks(1, n);
     if (step == 0) {
       scalars_t.select(0, 3).fill_(static_cast<double>(m));  // every vertex pushes
-      prp_init_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, acc, alpha, scalars);
+      prp_init_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, acc, alpha, scalars, guard);
     } else {
-      prp_take_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, alpha, eps, scalars, top, step);
+      prp_take_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, x, r, c, alpha, eps, scalars, guard, top,
+                                                            step);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     prp_slices_kernel<T><<<grid_blocks(kWarp, m / kSliceEdges + 2), kBlock, 0, stream>>>(
-        n, off, col, c, acc, scalars, static_cast<double>(m), top, step, st);
+        n, off, col, c, acc, scalars, static_cast<double>(m), guard, top, step, st);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     prp_vertices_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, c, acc, scalars,
-                                                                          static_cast<double>(m), top, step, st);
+                                                                          static_cast<double>(m), guard, top, step,
+                                                                          st);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    prp_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, acc, eps, scalars, top, step);
+    prp_update_kernel<<<vertex_blocks, kBlock, 0, stream>>>(n, off, r, acc, eps, scalars, guard, top, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     pr_finish_kernel<<<1, 1, 0, stream>>>(scalars, top, st, target, step);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -362,7 +388,9 @@ void residual_push(const at::Tensor& indptr, const at::Tensor& indices, double a
     res.uniform(stream);
     return;
   }
-  run_steps([&](int64_t step) { res.round(step, stream); }, res.top, max_iter, stream);
+  GraphErrors errors;
+  run_steps([&](int64_t step) { res.round(step, stream); }, res.top, max_iter, stream, errors);
+  check_graph_errors("pagerank", errors, indptr, indices);
 }
 
 // --- async -------------------------------------------------------------------------------------
@@ -413,12 +441,12 @@ struct PageRankAsyncOp {
 // same number of loop trips (async_push_warp is warp-collective).
 template <typename T>
 __global__ void pra_seed_kernel(int64_t n, const int64_t* __restrict__ indptr, const float* __restrict__ r,
-                                int* queued, float unit, AsyncQueueView<T> q) {
+                                int* queued, float unit, AsyncQueueView<T> q, GraphGuard g) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t base = blockIdx.x * static_cast<int64_t>(blockDim.x); base < n;
        base += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t v = base + threadIdx.x;
-    const int64_t degree = v < n ? indptr[v + 1] - indptr[v] : 0;
+    const int64_t degree = v < n ? checked_degree(indptr, v, g) : 0;
     const float threshold = unit * static_cast<float>(degree > 0 ? degree : 1);
     const bool push = v < n && fabsf(r[v]) > threshold && atomicExch(queued + v, 1) == 0;
     async_push_warp(q, push, static_cast<T>(push ? v : 0), lane);
@@ -465,11 +493,13 @@ void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alph
     pra_spread_kernel<<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.r, dangling);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     scalars_t.select(0, 0).zero_();
-    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.off, res.r, queued, unit, queue.view);
+    pra_seed_kernel<T><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, res.off, res.r, queued, unit, queue.view,
+                                                                 res.guard);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-    queue.run(res.off, res.col, op, res.st, budget - static_cast<unsigned long long>(used), false, stream);
+    queue.run(res.off, res.col, op, res.guard, res.st, budget - static_cast<unsigned long long>(used), false, stream);
     if (queue.pending_host() != 0) break;  // the work budget ran out
   }
+  check_graph_errors("pagerank", read_graph_errors(res.top + 1, stream), indptr, indices);
   // iterations: passes over the edge list, rounded up
   if (m > 0) stats.select(0, 1).copy_((stats.select(0, 0) + (m - 1)).div(m, "floor"));
 }

@@ -19,9 +19,10 @@
 //
 // Distances: float32 weights -> float32 (atomicMin on the bit pattern, which orders
 // non-negative floats like integers), int32 or unit weights -> int64. Unreachable vertices keep
-// the type's maximum. Termination and stats as in traversal_bfs.cu. The weights are trusted to
-// be non-negative here (checking would cost a pass over a host-resident weight array per
-// call): CSRGraph records their minimum once and the Python wrapper refuses negative ones.
+// the type's maximum. Termination, stats and the checks of a bad graph as in traversal_bfs.cu.
+// The weights are trusted to be non-negative here (checking would cost a pass over a
+// host-resident weight array per call): CSRGraph records their minimum once and the Python
+// wrapper refuses negative ones.
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -68,7 +69,7 @@ __global__ void sssp_init_kernel(D* dist, int32_t* stamp, int64_t source) {
 template <typename T, typename W, typename D>
 __global__ void sssp_naive_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                   const W* __restrict__ weights, D* dist, int32_t* stamp, long long* stats,
-                                  int64_t step) {
+                                  GraphGuard g, int64_t step) {
   if (!step_has_work(stats + 1, step)) return;
   const int32_t cur = static_cast<int32_t>(step);
   bool found = false;
@@ -77,11 +78,12 @@ __global__ void sssp_naive_kernel(int64_t n, const int64_t* __restrict__ indptr,
        v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (reinterpret_cast<volatile int32_t*>(stamp)[v] != cur) continue;
     const D dv = reinterpret_cast<volatile D*>(dist)[v];
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     edges += end - start;
     for (int64_t e = start; e < end; ++e) {
       const int64_t u = indices[e];
-      if (relax(dist, weights, e, u, dv)) {
+      if (g.id(u, e) && relax(dist, weights, e, u, dv)) {
         stamp[u] = cur + 1;
         found = true;
       }
@@ -94,7 +96,7 @@ __global__ void sssp_naive_kernel(int64_t n, const int64_t* __restrict__ indptr,
 template <bool kAlign, typename T, typename W, typename D>
 __global__ void sssp_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                  const W* __restrict__ weights, D* dist, int32_t* stamp, long long* stats,
-                                 int64_t step) {
+                                 GraphGuard g, int64_t step) {
   if (!step_has_work(stats + 1, step)) return;
   const int32_t cur = static_cast<int32_t>(step);
   const int lane = threadIdx.x % kWarp;
@@ -106,12 +108,13 @@ __global__ void sssp_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, 
   warp_for_each_active(n, lane, active, [&](int64_t v) {
     D dv = lane == 0 ? reinterpret_cast<volatile D*>(dist)[v] : D(0);
     dv = __shfl_sync(0xffffffffu, dv, 0);
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     if (lane == 0) edges += end - start;
     warp_for_each<kAlign>(indices, start, end, lane, [&](int64_t e, bool valid) {
       if (!valid) return;
       const int64_t u = indices[e];
-      if (relax(dist, weights, e, u, dv)) {
+      if (g.id(u, e) && relax(dist, weights, e, u, dv)) {
         stamp[u] = cur + 1;
         found = true;
       }
@@ -147,7 +150,8 @@ struct NearFarControl {
 template <typename T, typename W, typename D>
 __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T* __restrict__ indices,
                                     const W* __restrict__ weights, D* dist, int32_t* stamp, int32_t* far_epoch,
-                                    T* queues, int64_t n, NearFarControl<D>* ctl, long long* stats, int64_t step) {
+                                    T* queues, int64_t n, NearFarControl<D>* ctl, long long* stats, GraphGuard g,
+                                    int64_t step) {
   if (!step_has_work(stats + 1, step)) return;
   const int32_t cur = static_cast<int32_t>(step);
   const int lane = threadIdx.x % kWarp;
@@ -171,13 +175,14 @@ __global__ void sssp_nearfar_kernel(const int64_t* __restrict__ indptr, const T*
       }
       return;
     }
-    const int64_t start = indptr[v], end = indptr[v + 1];
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
     if (lane == 0) edges += end - start;
     warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
       bool near = false, far = false;
       T u = 0;
-      if (valid) {
-        u = indices[e];
+      if (valid) u = indices[e];
+      if (valid && g.id(u, e)) {
         const D nd = dv + (weights ? static_cast<D>(weights[e]) : D(1));
         if (nd < dist[u] && nd < atomic_min_dist(dist + u, nd)) {
           if (nd < threshold) {
@@ -323,13 +328,13 @@ constexpr unsigned long long kAsyncPassesBudget = 1024;
 
 template <typename T, typename W, typename D>
 void sssp_async(const at::Tensor& indptr, const at::Tensor& indices, const W* w, int64_t n, int64_t source,
-                at::Tensor& dist, at::Tensor& stats, cudaStream_t stream) {
+                at::Tensor& dist, at::Tensor& stats, const GraphGuard& g, cudaStream_t stream) {
   const unsigned long long budget = std::min<unsigned long long>(
       static_cast<unsigned long long>(indices.numel() + 1) * kAsyncPassesBudget, 1ull << 62);
   auto make_op = [w](unsigned long long* k) { return SsspAsyncOp<W, D>{k, w}; };
   at::Tensor key = label_correcting<T>(indptr, indices, source, unreached_key<D>(), 0ull, make_op,
-                                       reinterpret_cast<long long*>(stats.data_ptr<int64_t>()), budget, "sssp",
-                                       stream);
+                                       reinterpret_cast<long long*>(stats.data_ptr<int64_t>()), g, budget,
+                                       "sssp", stream);
   sssp_async_finalize_kernel<D><<<grid_blocks(1, n), kBlock, 0, stream>>>(
       n, reinterpret_cast<const unsigned long long*>(key.data_ptr<int64_t>()), dist.data_ptr<D>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -341,8 +346,10 @@ template <typename T, typename W, typename D>
 void sssp_run(const at::Tensor& indptr, const at::Tensor& indices, const W* w, int64_t n, int64_t source,
               int64_t variant, D delta, at::Tensor& dist, at::Tensor& stats) {
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // stats: [edges, top, error words...] (traversal_bfs.cu's layout)
+  const GraphGuard g{n, indices.numel(), reinterpret_cast<unsigned long long*>(stats.data_ptr<int64_t>() + 2)};
   if (variant == kAsync) {
-    sssp_async<T, W, D>(indptr, indices, w, n, source, dist, stats, stream);
+    sssp_async<T, W, D>(indptr, indices, w, n, source, dist, stats, g, stream);
     return;
   }
   const int64_t* off = indptr.data_ptr<int64_t>();
@@ -370,19 +377,19 @@ void sssp_run(const at::Tensor& indptr, const at::Tensor& indices, const W* w, i
   auto launch = [&](int64_t step) {
     switch (variant) {
       case kNaive:
-        sssp_naive_kernel<T, W, D><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st, step);
+        sssp_naive_kernel<T, W, D><<<grid_blocks(1, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st, g, step);
         break;
       case kMerged:
-        sssp_warp_kernel<false, T, W, D><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st,
+        sssp_warp_kernel<false, T, W, D><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st, g,
                                                                                        step);
         break;
       case kAligned:
-        sssp_warp_kernel<true, T, W, D><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st,
+        sssp_warp_kernel<true, T, W, D><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, w, d, sp, st, g,
                                                                                       step);
         break;
       default:
         sssp_nearfar_kernel<T, W, D><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(off, col, w, d, sp, fe, q, n,
-                                                                                   ctl, st, step);
+                                                                                   ctl, st, g, step);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
         sssp_nearfar_control_kernel<D><<<1, 1, 0, stream>>>(ctl, st, step);
     }
@@ -392,7 +399,9 @@ void sssp_run(const at::Tensor& indptr, const at::Tensor& indices, const W* w, i
   // final, so n steps suffice. Near-far: at most n epochs (each settles a vertex), each of at
   // most its bucket's size + 1 steps, so 4n steps suffice. The bounds also cap the work for
   // weights that break the non-negative contract.
-  run_steps(launch, st + 1, variant == kFrontier ? 4 * n + 64 : n + 1, stream);
+  GraphErrors errors;
+  run_steps(launch, st + 1, variant == kFrontier ? 4 * n + 64 : n + 1, stream, errors);
+  check_graph_errors("sssp", errors, indptr, indices);
 }
 
 std::tuple<at::Tensor, at::Tensor> sssp_cuda(const at::Tensor& indptr_in, const at::Tensor& indices_in,
@@ -418,7 +427,7 @@ std::tuple<at::Tensor, at::Tensor> sssp_cuda(const at::Tensor& indptr_in, const 
     const double avg_deg = n > 0 ? static_cast<double>(m) / n : 1.0;
     delta = mean_w * std::max(1.0, 32.0 / std::max(avg_deg, 1e-9));
   }
-  at::Tensor stats = at::zeros({2}, indptr.options());
+  at::Tensor status = counters_and_errors(2, indptr.options());
   at::Tensor dist;
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sssp", [&] {
     using T = index_t;
@@ -426,14 +435,15 @@ std::tuple<at::Tensor, at::Tensor> sssp_cuda(const at::Tensor& indptr_in, const 
       dist = at::full({n}, std::numeric_limits<float>::max(), indptr.options().dtype(at::kFloat));
       const float fdelta = std::max(static_cast<float>(delta), std::numeric_limits<float>::min());
       sssp_run<T, float, float>(indptr, indices, weights->data_ptr<float>(), n, source, variant, fdelta, dist,
-                                stats);
+                                status);
     } else {
       dist = at::full({n}, std::numeric_limits<int64_t>::max(), indptr.options().dtype(at::kLong));
       const int32_t* w = weights.has_value() ? weights->data_ptr<int32_t>() : nullptr;
       const int64_t idelta = std::max<int64_t>(1, static_cast<int64_t>(std::llround(std::min(delta, 1e18))));
-      sssp_run<T, int32_t, int64_t>(indptr, indices, w, n, source, variant, idelta, dist, stats);
+      sssp_run<T, int32_t, int64_t>(indptr, indices, w, n, source, variant, idelta, dist, status);
     }
   });
+  at::Tensor stats = status.narrow(0, 0, 2).clone();
   stats.select(0, 1).add_(1);
   return {dist, stats};
 }

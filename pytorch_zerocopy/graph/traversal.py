@@ -38,6 +38,17 @@ iterations) and reads the counter back once per batch (one 8-byte pinned device-
 and a stream sync per batch, not per level). A bfs of D levels thus costs about log2(D) +
 D / 64 synchronisations and at most 64 launches that find nothing to do. The async variants
 synchronise once per run of their persistent kernel.
+
+Malformed graphs. The CPU ops check ``indptr`` and ``indices`` in full before following any list.
+The GPU ops do not read the whole graph up front (its edge list may be billions of entries in
+host memory): every kernel checks the offsets and ids it reads, with integer compares on values
+it already holds, reads a list whose offsets are not ``0 <= indptr[v] <= indptr[v + 1] <=
+len(indices)`` as empty and skips an id outside ``[0, num_nodes)``, and records the first offender.
+The host reads the record with the counters it already copies back (connected components and
+the async variants: once, after their kernels) and raises a ``ValueError`` naming the vertex or
+position, as the sampling ops do; the CUDA context stays usable. A fault in a list the
+traversal never reads (a vertex it does not reach, or whose list a bottom-up level does not
+need) is not seen.
 """
 
 from __future__ import annotations
