@@ -42,7 +42,6 @@ tensor: the same calls run on the CPU.
 
 from __future__ import annotations
 
-import copy
 import enum
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
@@ -366,7 +365,8 @@ class FeatureTable(_TableLike):
         if self.placement is Placement.GPU:
             raise PlacementError(f"FeatureTable: a table in {self.device}'s memory cannot be read by {dev} in place; "
                                  "copy it there (placement 'cuda' on that device) or hold it in host memory")
-        view = copy.copy(self)
+        view = object.__new__(FeatureTable)  # not copy.copy: pickling refuses private tables
+        view.__dict__.update(self.__dict__)
         view.device = dev
         if self.placement is Placement.MAPPED:
             view.source = _unified._C.device_alias(self._data, dev)
