@@ -110,16 +110,18 @@ def test_a_gatherer_that_closes_is_a_clear_error(tmp_path):
 def test_a_host_table_is_read_in_place_by_another_gpu(placement):
     """``for_device``: the same host memory read by GPU 1, no copy; the rows equal the source's
     for fresh random ids, into a poisoned output."""
-    rows = torch.randn(4096, 33)
+    rows = torch.randn(1 << 22, 64)  # 1 GiB: a copy on GPU 1 would show in its free memory
     table = FeatureTable(rows, placement, device=0)
-    other = table.for_device(1)
-    assert other.device == torch.device("cuda", 1) and other.placement is table.placement
-    free_before = torch.cuda.mem_get_info(1)[0]
     ids = torch.randint(0, rows.shape[0], (5000,))
     out = torch.full((ids.numel(), rows.shape[1]), float("nan"), device="cuda:1")
+    torch.cuda.synchronize(1)
+    free_before = torch.cuda.mem_get_info(1)[0]
+    other = table.for_device(1)
+    assert other.device == torch.device("cuda", 1) and other.placement is table.placement
     other.read(ids.to("cuda:1"), out)
     assert torch.equal(out.cpu(), rows[ids])
-    assert torch.cuda.mem_get_info(1)[0] >= free_before - (64 << 20)  # no copy of the table on GPU 1
+    # No copy of the table on GPU 1 (its context and the gather's module take some 100 MiB).
+    assert torch.cuda.mem_get_info(1)[0] >= free_before - (512 << 20)
     assert table.for_device(0) is table
     with pytest.raises(ValueError, match="cannot be read by"):
         FeatureTable(rows.cuda(0), "cuda").for_device(1)
