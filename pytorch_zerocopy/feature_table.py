@@ -55,7 +55,7 @@ from .ops import DEFAULT_TUNING, GatherTuning, gather_rows
 from .placement import Placement, PlacementError, gpu, place, to_device_async
 
 __all__ = ["CacheConfig", "CachePolicy", "CachedTable", "FeatureReader", "FeatureTable", "cached_rows_for",
-           "default_reading", "gather_rows_cached", "loader_cache", "node_cache_configs"]
+           "default_reading", "gather_rows_cached", "loader_cache", "loader_placement", "node_cache_configs"]
 
 DeviceLike = Union[str, int, torch.device, None]
 
@@ -620,6 +620,23 @@ def loader_cache(cache: Any, setting: str = "gpu_cache") -> Union[str, CacheConf
         return CacheConfig(policy=CachePolicy.PRESAMPLE, rows=cache)
     raise ValueError(f"{setting} must be 'auto', None (no cache), a share of the rows such as '10%', a number of "
                      f"rows >= 0 or a pytorch_zerocopy.CacheConfig, got {cache!r}")
+
+
+def loader_placement(value: Any, pipeline: Any, what: str) -> Optional[Placement]:
+    """A loader's ``feature_placement`` argument, parsed once where the user gives it: None
+    (the loader's default, :func:`default_reading`) or where a GPU reads ``what`` from:
+    ``'unified'``, ``'managed'`` or ``'cuda'``. Refused with the process way (``pipeline`` not
+    False), whose plan says where the feature is read from."""
+    if value is None:
+        return None
+    placement = Placement.parse(value, "feature_placement")
+    if placement not in (Placement.MAPPED, Placement.MANAGED, Placement.GPU):
+        raise PlacementError(f"feature_placement must be 'unified', 'managed' or 'cuda' (where a GPU reads {what} "
+                             f"from), got {value!r}")
+    if pipeline is not False:
+        raise ValueError(f"with pipeline, the plan says where {what} is read from: pass "
+                         "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
+    return placement
 
 
 def default_reading(table_bytes: int) -> Tuple[Placement, CacheConfig]:

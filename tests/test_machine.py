@@ -12,10 +12,16 @@ from pytorch_zerocopy.pipeline import GatherIn, Mode, Plan, PlanError, PipelineE
 from pytorch_zerocopy.pipeline.machine import LinkClosed, connect
 from pytorch_zerocopy.pipeline.plan import InjectedFailure
 from pytorch_zerocopy.train import train_data_parallel
-from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot, tiny  # noqa: F401
+from pytorch_zerocopy.datasets import community_graph
+from test_pipeline_failures import _assert_nothing_left, _run_with_deadline, snapshot
 
 needs_two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                                     reason="needs 2 GPUs")
+@pytest.fixture(scope="module")
+def tiny():
+    return community_graph(num_nodes=3000, feature_dim=16, seed=2)
+
+
 RUN = dict(batch_size=100, epochs=2, fanouts=(4, 4), hidden=16, max_batches=5, val_batches=2, cuda_graph=False)
 
 

@@ -59,7 +59,7 @@ import torch
 from .. import unified as _unified
 from dataclasses import replace as _replace
 
-from ..feature_table import AUTO, CacheConfig, default_reading, node_cache_configs
+from ..feature_table import AUTO, CacheConfig, default_reading, loader_placement, node_cache_configs
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
@@ -114,15 +114,7 @@ class DataLoader(ProcessWay):
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         auto_cache = isinstance(gpu_cache, str) and gpu_cache.strip().lower() == AUTO
         cache_configs = {} if auto_cache else node_cache_configs(gpu_cache)
-        placement = None
-        if feature_placement is not None:
-            placement = Placement.parse(feature_placement, "feature_placement")
-            if placement not in (Placement.MAPPED, Placement.MANAGED, Placement.GPU):
-                raise PlacementError(f"feature_placement must be 'unified', 'managed' or 'cuda' (where a GPU reads the "
-                                     f"prefetched feature from), got {feature_placement!r}")
-            if pipeline is not False:
-                raise ValueError("with pipeline, the plan says where the feature is read from: pass "
-                                 "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
+        placement = loader_placement(feature_placement, pipeline, "the prefetched feature")
         indices = torch.as_tensor(indices)
         if indices.dtype == torch.bool:
             indices = indices.nonzero().flatten()

@@ -71,7 +71,7 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import SamplerOutput
 
-from ..feature_table import AUTO, CacheConfig, cached_rows_for, default_reading, loader_cache
+from ..feature_table import AUTO, CacheConfig, cached_rows_for, default_reading, loader_cache, loader_placement
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
@@ -231,15 +231,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
             raise TypeError(f"pipeline must be True, False or a pytorch_zerocopy.pipeline.Plan, got {pipeline!r}")
         if not isinstance(gpu_cache, dict):
             gpu_cache = loader_cache(gpu_cache)
-        placement = None
-        if feature_placement is not None:
-            placement = Placement.parse(feature_placement, "feature_placement")
-            if placement not in (Placement.MAPPED, Placement.MANAGED, Placement.GPU):
-                raise PlacementError(f"feature_placement must be 'unified', 'managed' or 'cuda' (where a GPU reads x "
-                                     f"from), got {feature_placement!r}")
-            if pipeline is not False:
-                raise ValueError("with pipeline, the plan says where x is read from: pass "
-                                 "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
+        placement = loader_placement(feature_placement, pipeline, "x")
         if pipeline is not False and gpu_cache == AUTO:
             gpu_cache = None  # the plan's default cache
         if pipeline is not False and gpu_cache is not None and not isinstance(gpu_cache, CacheConfig):
