@@ -416,7 +416,7 @@ def test_feature_placement_is_for_a_gpu_reading_host_features(data):
         DataLoader(graph, cg.train_idx, sampler, feature_placement="disk")
     with pytest.raises(PlacementError, match="feature_placement must be 'unified', 'managed' or 'cuda'"):
         DataLoader(graph, cg.train_idx, sampler, feature_placement="cpu")
-    with pytest.raises(ValueError, match="with pipeline, the plan says where the feature is read from"):
+    with pytest.raises(ValueError, match="with pipeline, the plan says where the prefetched feature is read from"):
         DataLoader(graph, cg.train_idx, sampler, feature_placement="managed", pipeline=True)
     if not zc.gpu_backed():
         with pytest.raises(PlacementError, match="for a GPU reading a host graph's features"):
