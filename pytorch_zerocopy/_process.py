@@ -49,3 +49,24 @@ def enter_child(parent_pid: int, tempdir: Optional[str]) -> None:
     die_with_parent(parent_pid)
     if tempdir is not None:
         mp_process.current_process()._config["tempdir"] = tempdir
+
+
+def release_free_memory() -> None:
+    """Hands the C heap's free pages back to the kernel (glibc's ``malloc_trim``). A long run's
+    minibatches differ in size, so freed blocks between live ones would otherwise stay
+    resident and a process's memory would creep up epoch after epoch. It walks the heap's free
+    lists: call it at coarse points (an epoch's end), never per minibatch. A no-op where the C
+    library has no ``malloc_trim``."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None)
+    return _LIBC
+
+
+_LIBC = None

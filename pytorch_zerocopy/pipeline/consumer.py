@@ -16,6 +16,7 @@ from typing import Dict, Iterator, Optional
 
 import torch
 
+from .._process import release_free_memory
 from ..datasets.base import NodeDataset
 from ..nn import GraphSAGE
 from ..feature_table import CachedTable
@@ -247,6 +248,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
                     checkpoint.save(plan.checkpoint_dir,
                                     checkpoint.Checkpoint(next_report, run, ended_training.pop(next_report)))
                 send(stats)
+                release_free_memory()  # the epoch's freed host blocks go back to the kernel
                 next_report += 1
             continue
 
