@@ -4,12 +4,16 @@ snapshot.
 
 Graphs: Kronecker (Graph500 R-MAT) and uniform random, scale 24, edge factor 16, symmetrized
 (>= 500 M list entries each), generated on the GPU. The DynamicGraph is built from the CSR with
-``symmetric=False``, so one update is one list entry (the thesis counts updates the same way).
+``symmetric=False``, so one update is one list entry (the thesis counts updates the same way),
+and with its in-edge index (``in_index=True``; ``--no-in-index`` leaves it out), so that vertex
+deletion reads the lists holding edges into the vertices: every edge update below pays for
+keeping the index, and the memory counts it.
 Workloads, faimGraph's (thesis Figures 4.11 and 4.13): batches of 1 M edge insertions with
 uniform random sources and destinations, then deletion of the same edges (the graph returns to
 its edge set, so 10 rounds measure reuse of freed pages), and the same with sources focused on
 a window of 1000 vertices that sweeps over the graph; deletion of 1 M existing edges; 100 K
-vertex insertions and deletions. Every time is a CUDA-event interval around the user's call
+vertex insertions and deletions (the deletion of 100 K existing vertices by the graph's default
+path, and of another 100 K by the page sweep, ``delete_100K_existing_sweep_ms``). Every time is a CUDA-event interval around the user's call
 (checks, sorting, duplicate removal and the host synchronisations included), the median over
 the rounds after one warm-up round.
 
@@ -35,7 +39,9 @@ placement over graphs and workloads), ``sampling_dynamic_over_csr``, ``memory_ov
 rebuild / update ratio over graphs, workloads, insertions and deletions: how many times faster
 the update is than the GPU rebuild; it replaces ``update_vs_rebuild``, whose baseline was a CPU
 rebuild of a prefix of the edge list scaled to the whole graph), ``deletions_match_reference``,
-and the ``*_ok`` checks of the targets (insert and delete <= 10 ms, sampling <= 1.5).
+``delete_100K_vertices_ms`` (the slowest primary-placement median of deleting 100 K existing
+vertices by the default path), and the ``*_ok`` checks of the targets (insert and delete
+<= 10 ms, sampling <= 1.5, vertex deletion <= 5 ms).
 
     python benchmarks/dynamic_graph.py            # GPU, both graphs, ~4-5 min on one H100
     python benchmarks/dynamic_graph.py --scale 20 # GPU, medium graphs, ~40 s
@@ -298,10 +304,16 @@ def vertex_updates(dg: DynamicGraph, count: int, clock: Clock, gen: torch.Genera
     victims = torch.randperm(n0, device=dg.device, generator=gen)[:count]
     expected = expected_vertex_removals(dg.to_csr(), victims)
     deletion, t_del = counted_deletion(dg, lambda: dg.delete_vertices(victims), expected, count, clock)
+    alive = torch.nonzero(dg.is_alive()).flatten()
+    swept = alive[torch.randperm(alive.numel(), device=dg.device, generator=gen)[:count]]
+    expected = expected_vertex_removals(dg.to_csr(), swept)
+    sweep, t_sweep = counted_deletion(dg, lambda: dg._delete_vertices(swept, sweep=True), expected, count, clock)
     _, t_reuse = clock(lambda: dg.insert_vertices(count))
     return {"insert_100K_ms": t_ins, "delete_100K_new_ms": t_del_new, "delete_100K_existing_ms": t_del,
+            "in_edge_lookup": dg.in_edge_lookup, "delete_100K_existing_sweep_ms": t_sweep,
             "edges_removed": deletion.removed, "edges_before": deletion.edges_before,
-            "deletion": dataclasses.asdict(deletion), "reinsert_reused_ids_ms": t_reuse, "count": count}
+            "deletion": dataclasses.asdict(deletion), "sweep_deletion": dataclasses.asdict(sweep),
+            "reinsert_reused_ids_ms": t_reuse, "count": count}
 
 
 def sampling_compare(dg: DynamicGraph, snap, clock: Clock, batches: int, gen: torch.Generator) -> Dict:
@@ -368,7 +380,7 @@ def run_placement(g: CSRGraph, placement: str, device: torch.device, args, rebui
     gen = torch.Generator(device=device).manual_seed(7)
     t0 = time.perf_counter()
     dg = DynamicGraph.from_csr(g, placement=placement, page_size=args.page_size, headroom=args.headroom,
-                               symmetric=False)
+                               symmetric=False, in_index=not args.no_in_index)
     if device.type == "cuda":
         torch.cuda.synchronize()
     r: Dict = {"build_s": time.perf_counter() - t0, "page_size": args.page_size}
@@ -411,11 +423,12 @@ def deletion_counts(p: Dict) -> List[Dict]:
     out = []
     for mode in ("uniform", "focused", "delete_existing"):
         out += p[mode]["deletions"]
-    return out + [p["vertices"]["deletion"]]
+    return out + [p["vertices"]["deletion"]] + ([p["vertices"]["sweep_deletion"]]
+                                                if "sweep_deletion" in p["vertices"] else [])
 
 
 def bars_of(runs: List[Dict], primary: str) -> Dict:
-    ins, dels, samp, mem_b, mem_a, versus = [], [], [], [], [], []
+    ins, dels, samp, mem_b, mem_a, versus, vdel = [], [], [], [], [], [], []
     counts_ok = True
     for run in runs:
         for p in run["placements"].values():
@@ -430,6 +443,8 @@ def bars_of(runs: List[Dict], primary: str) -> Dict:
             if "insert_vs_rebuild" in p[mode]:
                 versus += [p[mode]["insert_vs_rebuild"], p[mode]["delete_vs_rebuild"]]
         dels.append(p["delete_existing"]["delete_ms"])
+        if "delete_100K_existing_ms" in p["vertices"]:
+            vdel.append(p["vertices"]["delete_100K_existing_ms"])
         samp.append(p["sampling"]["dynamic_over_csr"])
         mem_b.append(p["memory_before"]["allocated_over_csr"])
         mem_a.append(p["memory_after"]["allocated_over_csr"])
@@ -441,10 +456,13 @@ def bars_of(runs: List[Dict], primary: str) -> Dict:
         "memory_over_csr_after_10_rounds": max(mem_a),
         "update_vs_gpu_rebuild": min(versus) if versus else None,
         "deletions_match_reference": counts_ok,
+        "delete_100K_vertices_ms": max(vdel) if vdel else None,
     }
     bars["insert_ok"] = bars["insert_1M_edges_ms"] <= 10
     bars["delete_ok"] = bars["delete_1M_edges_ms"] <= 10
     bars["sampling_ok"] = bars["sampling_dynamic_over_csr"] <= 1.5
+    if vdel:
+        bars["delete_vertices_ok"] = bars["delete_100K_vertices_ms"] <= 5
     return bars
 
 
@@ -459,6 +477,8 @@ def main() -> int:
     ap.add_argument("--page-size", type=int, default=32)
     ap.add_argument("--headroom", type=float, default=0.25)
     ap.add_argument("--no-unified", action="store_true", help="skip the unified-pool variant")
+    ap.add_argument("--no-in-index", action="store_true",
+                    help="build without the in-edge index (vertex deletion then sweeps the pool)")
     ap.add_argument("--graphs", default="kronecker,uniform")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = ap.parse_args()
@@ -477,7 +497,7 @@ def main() -> int:
 
     wall0 = time.perf_counter()
     result: Dict = {"environment": environment(), "pytorch_zerocopy": zc.build_info(), "device": str(device),
-                    "batch": args.batch, "vertex_batch": args.vertex_batch, "rounds": args.rounds}
+                    "batch": args.batch, "vertex_batch": args.vertex_batch, "rounds": args.rounds, "in_index": not args.no_in_index}
     if has_gpu:
         result["pinned_h2d_GB_per_s"] = pinned_memcpy_gbs(1 << 30)
         result["gpu_memory_peak_bytes"] = 0
@@ -511,7 +531,8 @@ def write_markdown(r: Dict, path: str) -> None:
     if "pinned_h2d_GB_per_s" in r:
         lines += [f"Pinned cudaMemcpy H2D ceiling (same run): {r['pinned_h2d_GB_per_s']:.1f} GB/s", ""]
     lines += ["| graph | pool | insert ms (uniform / focused) | delete ms (uniform / focused / existing) | "
-              "sampling dyn / CSR ms | BFS dyn / CSR ms | memory / CSR (before → after) | vertex ins / del ms |",
+              "sampling dyn / CSR ms | BFS dyn / CSR ms | memory / CSR (before → after) | "
+              "vertex ins / del ms (del by sweep) |",
               "|---|---|---|---|---|---|---|---|"]
     rebuilds, deletions = [], []
     for run in r["runs"]:
@@ -526,7 +547,8 @@ def write_markdown(r: Dict, path: str) -> None:
                 f"{p['bfs']['dynamic_ms']:.1f} / {p['bfs']['csr_ms']:.1f} | "
                 f"{p['memory_before']['allocated_over_csr']:.2f} → {p['memory_after']['allocated_over_csr']:.2f} "
                 f"(used {p['memory_after']['used_over_csr']:.2f}) | "
-                f"{p['vertices']['insert_100K_ms']:.2f} / {p['vertices']['delete_100K_existing_ms']:.1f} |")
+                f"{p['vertices']['insert_100K_ms']:.2f} / {p['vertices']['delete_100K_existing_ms']:.1f} "
+                f"({p['vertices']['in_edge_lookup']}; sweep {p['vertices']['delete_100K_existing_sweep_ms']:.1f}) |")
             for mode in ("uniform", "focused"):
                 w = p[mode]
                 if "rebuild_insert_ms" in w:

@@ -30,13 +30,36 @@ Semantics (identical on every placement; the CUDA kernels reproduce the CPU's pa
   built from a CSR keeps the CSR's parallel edges.
 * ``delete_edges`` removes every copy of each listed edge; absent edges are ignored.
 * A ``symmetric`` (undirected) graph applies every edge update in both directions.
-* ``delete_vertices`` removes the vertices' own lists and every edge pointing at them, on
-  directed and undirected graphs alike, by one sweep over all pages (O(edges), faimGraph's
-  directed vertex deletion); no edge ever points at a deleted id.
+* ``delete_vertices`` removes the vertices' own lists and every edge pointing at them; no edge
+  ever points at a deleted id. How the in-edges are found (see "In-edges" below) changes the
+  cost, never the result: the same pages, tables and queues on every path.
 * All-or-nothing: a batch is checked (lengths, dtypes, ids in range and alive), its pages are
   counted and reserved, and only then written. A batch that raises leaves the graph unchanged.
   When the pool lacks pages the graph grows it (``grow=True``, by 1.5x or to what the batch
   needs) or raises :class:`PoolFullError`.
+
+In-edges. Deleting a vertex edits every list holding an edge into it. Which lists those are:
+
+* A symmetric graph: the vertex's own list. Every edge is stored in both directions, so the
+  out-list of ``v`` names exactly the lists holding ``v``; nothing extra is kept. (``from_csr``
+  with ``symmetric=True`` checks that the CSR's edges come in both directions.)
+* A directed graph built with ``in_index=True``: its in-edge index, a second set of paged lists
+  (one pool, same page size and placement, no weights) where list ``v`` names a superset of the
+  sources of ``v``'s in-edges, with repeats. ``insert_edges`` appends ``d -> s`` for every entry
+  it adds (one append, no membership test); ``delete_edges`` leaves the index alone, so an
+  entry may name a list that no longer holds the edge, and deletion then finds nothing there.
+  Deleting ``v`` empties its index list. When the index holds more than twice the graph's
+  entries (plus ``_INDEX_SLACK``) the next ``insert_edges`` rebuilds it exactly from the lists
+  (a sort of every entry: rare, and the one update whose cost grows with the graph). Costs:
+  the index's pages (about the graph's), and an append per edge insertion batch; edge deletion
+  costs nothing extra.
+* A directed graph without the index: one sweep over every page of the pool
+  (``dynamic_graph_find_touching``, faimGraph's directed vertex deletion), O(edges) per batch.
+
+The index is opt-in because it doubles the pages and adds to every insertion, which a graph
+whose vertices are never deleted should not pay. With a list to read, deleting a batch of
+vertices reads their lists (or index lists), looks the batch up in the lists those name
+(``dynamic_graph_find``) and removes the hits: work in proportion to the edges touched.
 
 Reading while updating: :meth:`sample_neighbors`, :meth:`sample_layers` and :meth:`bfs` run on
 the paged lists and give the same results as the package's ops on the :meth:`to_csr`
@@ -50,6 +73,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
@@ -70,6 +94,8 @@ PLACEMENTS = (Placement.CPU, Placement.GPU, Placement.MAPPED)
 _INT32_MAX = 2**31 - 1
 _MIN_PAGES = 64
 _GROWTH = 1.5
+# Stale entries the in-edge index may hold beyond the graph's own count before it is rebuilt.
+_INDEX_SLACK = 4096
 
 
 class PoolFullError(RuntimeError):
@@ -83,6 +109,7 @@ class MemoryFootprint:
     ``pool_bytes``: the page pool (ids, plus weights), allocated; ``used_pool_bytes``: its pages
     in use; ``page_table_bytes``: per-page owner, rank and the free-page ring;
     ``vertex_bytes``: per-vertex root, height, degree, alive flag and the free-vertex ring.
+    A graph with an in-edge index counts the index's bytes in the same fields.
     """
 
     pool_bytes: int
@@ -199,8 +226,8 @@ class DynamicGraph:
                  height: torch.Tensor, degree: torch.Tensor, alive: torch.Tensor, page_owner: torch.Tensor,
                  page_rank: torch.Tensor, page_ring: torch.Tensor, vertex_ring: torch.Tensor,
                  meta: torch.Tensor, page_size: int, num_nodes: int, symmetric: bool, placement: Placement,
-                 grow: bool) -> None:
-        """Wraps existing state; use :meth:`from_csr`."""
+                 grow: bool, num_entries: int = 0) -> None:
+        """Wraps existing state (``num_entries``: the entries of all lists); use :meth:`from_csr`."""
         self.pool = pool
         self.weights = weights
         self.root = root
@@ -221,6 +248,11 @@ class DynamicGraph:
         # The free-vertex queue: vertex_ring[head % cap .. tail % cap) are deleted ids to reuse.
         self._vertex_head = 0
         self._vertex_tail = 0
+        # Entries of all lists, kept on the host so the in-edge index can be sized without a sync.
+        self._entries = int(num_entries)
+        # The in-edge index of a directed graph (see the module docstring), or None.
+        self._in: Optional[DynamicGraph] = None
+        self._index_entries = 0
 
     # --- construction --------------------------------------------------------------------
 
@@ -235,6 +267,7 @@ class DynamicGraph:
         headroom: float = 0.5,
         symmetric: Optional[bool] = None,
         grow: bool = True,
+        in_index: bool = False,
     ) -> "DynamicGraph":
         """A dynamic graph holding ``graph``'s edges, each row's order kept.
 
@@ -242,8 +275,12 @@ class DynamicGraph:
         ``device`` names the GPU (default: the current one). ``page_size``: slots per page, a
         power of two in [4, 4096] (32 int32 ids = one 128-byte line). ``headroom``: spare pages
         allocated beyond what the graph needs, as a fraction. ``symmetric``: whether updates
-        apply in both directions (default: ``graph.symmetric``). ``grow``: grow the pool when a
-        batch needs more pages than are free (else :class:`PoolFullError`).
+        apply in both directions (default: ``graph.symmetric``); ``True`` on a CSR not marked
+        symmetric checks that its edges come in both directions. ``grow``: grow the pool when a
+        batch needs more pages than are free (else :class:`PoolFullError`). ``in_index``: keep
+        an in-edge index, so that :meth:`delete_vertices` on a directed graph reads the lists
+        holding edges into the vertices instead of sweeping every page (see the module
+        docstring); a symmetric graph needs none and keeps none.
         """
         if not isinstance(graph, CSRGraph):
             raise TypeError(f"from_csr: graph must be a CSRGraph, got {type(graph).__name__}")
@@ -253,6 +290,11 @@ class DynamicGraph:
         if not headroom >= 0:
             raise ValueError(f"headroom must be >= 0, got {headroom}")
         _page_shift(page_size)
+        if not isinstance(in_index, bool):
+            raise TypeError(f"from_csr: in_index must be a bool, got {type(in_index).__name__}")
+        symmetric = graph.symmetric if symmetric is None else bool(symmetric)
+        if symmetric and not graph.symmetric:
+            _check_symmetric(graph)
         dev = _state_device(placement, device)
         dtype = graph.indices.dtype
         n = graph.num_nodes
@@ -262,15 +304,39 @@ class DynamicGraph:
         num_pages = max(_MIN_PAGES, math.ceil(need * (1.0 + headroom)))
         _check_id_range(dtype, num_pages, max(n, 1))
         wdtype = None if graph.weights is None else graph.weights.dtype
-        g = cls._empty(placement, dev, dtype, wdtype, num_pages, max(n, 1), n, page_size,
-                       graph.symmetric if symmetric is None else symmetric, grow)
+        g = cls._empty(placement, dev, dtype, wdtype, num_pages, max(n, 1), n, page_size, symmetric, grow)
+        g._entries = graph.num_edges if n else 0
         if n and graph.num_edges:
             indices, weights = _edge_arrays_for(graph, placement, dev)
             vertices = torch.arange(n, device=dev)
             _ops().dynamic_graph_append.default(
                 g.pool, g.weights, g.root, g.height, g.degree, g.page_owner, g.page_rank, g.page_ring, g.meta,
                 vertices, indptr, indices, weights, g.page_size)
+        if in_index and not symmetric:
+            g._build_in_index()
         return g
+
+    def _build_in_index(self) -> None:
+        """(Re)builds the in-edge index exactly: index list ``v`` holds the source of every
+        entry ``u -> v``, ascending, repeats kept."""
+        n, dev = self._num_nodes, self.device
+        snap = self.to_csr()
+        src = torch.repeat_interleave(torch.arange(n, device=dev), snap.indptr[1:] - snap.indptr[:-1])
+        dst = snap.indices.to(torch.int64)
+        key, _ = torch.sort(dst * self._key_base() + src)
+        indegree = torch.bincount(dst, minlength=n) if dst.numel() else torch.zeros(n, dtype=torch.int64, device=dev)
+        need = int(tree_pages(indegree, self.page_size).sum()) if n else 0
+        num_pages = max(_MIN_PAGES, math.ceil(need * (1.0 + 0.5)))
+        index = DynamicGraph._empty(self.placement, dev, self.pool.dtype, None, num_pages, self.root.numel(), n,
+                                    self.page_size, False, True)
+        if key.numel():
+            offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+            torch.cumsum(indegree, 0, out=offsets[1:])
+            index._append_runs(torch.arange(n, device=dev), offsets, key % self._key_base(), None,
+                               "in-edge index")
+        self._in = index
+        self._index_entries = int(key.numel())
+        self._in._entries = self._index_entries
 
     @classmethod
     def _empty(cls, placement: Placement, dev: torch.device, dtype: torch.dtype, wdtype: Optional[torch.dtype],
@@ -292,6 +358,17 @@ class DynamicGraph:
             vertex_ring=torch.full((capacity,), -1, dtype=torch.int64, device=dev),
             meta=torch.zeros(3, dtype=torch.int64, device=dev),
             page_size=page_size, num_nodes=num_nodes, symmetric=symmetric, placement=placement, grow=grow)
+
+    # --- how deletion finds in-edges ---------------------------------------------------------
+
+    @property
+    def in_edge_lookup(self) -> str:
+        """How :meth:`delete_vertices` finds the lists holding edges into a vertex:
+        ``"out_lists"`` (symmetric graph), ``"index"`` (directed, ``in_index=True``) or
+        ``"sweep"`` (directed, every page read)."""
+        if self.symmetric:
+            return "out_lists"
+        return "index" if self._in is not None else "sweep"
 
     # --- properties ----------------------------------------------------------------------
 
@@ -339,13 +416,18 @@ class DynamicGraph:
         tables += self.meta.numel() * self.meta.element_size()
         vertex = sum(t.numel() * t.element_size()
                      for t in (self.root, self.height, self.degree, self.alive, self.vertex_ring))
-        return MemoryFootprint(self.num_pages * page_bytes, used_pages * page_bytes, tables, vertex)
+        own = MemoryFootprint(self.num_pages * page_bytes, used_pages * page_bytes, tables, vertex)
+        if self._in is None:
+            return own
+        index = self._in.memory()
+        return MemoryFootprint(*(a + b for a, b in zip(dataclasses.astuple(own), dataclasses.astuple(index))))
 
     def __repr__(self) -> str:
         w = "none" if self.weights is None else str(self.weights.dtype).replace("torch.", "")
         return (f"DynamicGraph(num_nodes={self._num_nodes}, page_size={self.page_size}, "
                 f"pages={self.num_pages}, ids={str(self.pool.dtype).replace('torch.', '')}, weights={w}, "
-                f"symmetric={self.symmetric}, placement={self.placement.value!r}, device={self.device})")
+                f"symmetric={self.symmetric}, in_edge_lookup={self.in_edge_lookup!r}, "
+                f"placement={self.placement.value!r}, device={self.device})")
 
     # --- batch checks ----------------------------------------------------------------------
 
@@ -431,14 +513,36 @@ class DynamicGraph:
         if added == 0:
             return 0
         vertices, offsets = _runs(s)
+        self._append_runs(vertices, offsets, d, None if w is None else w[order], op)
+        self._entries += added
+        if self._in is not None:
+            self._index_added(s, d)
+        return added
+
+    def _append_runs(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
+                     weights: Optional[torch.Tensor], op: str) -> None:
+        """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
+        distinct), after reserving the pages."""
         counts = offsets[1:] - offsets[:-1]
         old = self.degree[vertices]
         need = (tree_pages(old + counts, self.page_size) - tree_pages(old, self.page_size)).sum()
         self._reserve_pages(need, op)
         _ops().dynamic_graph_append.default(
             self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
-            self.page_ring, self.meta, vertices, offsets, d, None if w is None else w[order], self.page_size)
-        return added
+            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
+
+    def _index_added(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Records the new entries ``src[i] -> dst[i]`` in the in-edge index, or rebuilds the
+        index when its stale entries would pass the bound of the module docstring."""
+        if self._index_entries + src.numel() > 2 * self._entries + _INDEX_SLACK:
+            self._build_in_index()
+            return
+        base = self._key_base()
+        key, _ = torch.sort(dst * base + src)
+        head = torch.div(key, base, rounding_mode="floor")
+        vertices, offsets = _runs(head)
+        self._in._append_runs(vertices, offsets, key - head * base, None, "insert_edges (in-edge index)")
+        self._index_entries += src.numel()
 
     def delete_edges(self, src, dst) -> int:
         """Removes every copy of each edge ``src[i] -> dst[i]`` (both directions on a symmetric
@@ -456,7 +560,9 @@ class DynamicGraph:
         vertices, offsets = _runs(s)
         pos_offsets, positions = _ops().dynamic_graph_find.default(
             self.pool, self.root, self.height, self.degree, vertices, offsets, key - s * base, self.page_size)
-        return self._remove(vertices, pos_offsets, positions)
+        removed = self._remove(vertices, pos_offsets, positions)
+        self._entries -= removed
+        return removed
 
     def _remove(self, vertices: torch.Tensor, pos_offsets: torch.Tensor, positions: torch.Tensor) -> int:
         removed = positions.numel()
@@ -508,31 +614,84 @@ class DynamicGraph:
         self.alive[ids] = True
         self._vertex_head += take
         self._num_nodes += fresh
+        if self._in is not None:
+            self._in._num_nodes = self._num_nodes
         return ids
 
     def delete_vertices(self, ids) -> int:
         """Deletes the vertices (duplicates ignored; each must be alive): their lists and every
         edge pointing at them go, their ids join the free-vertex queue in ascending order.
-        Returns how many list entries were removed."""
+        Returns how many list entries were removed. The in-edges are found as
+        :attr:`in_edge_lookup` says; the result is the same on every path."""
+        return self._delete_vertices(ids, sweep=False)
+
+    def _delete_vertices(self, ids, *, sweep: bool) -> int:
+        """delete_vertices; ``sweep=True`` finds the in-edges by the page sweep on any graph
+        (the reference the list paths are compared with)."""
         op = "delete_vertices"
         v = self._vertex_ids(ids, "ids", op)
         self._check_alive(op, ids=v)
         v = torch.unique(v)
         if v.numel() == 0:
             return 0
-        mask = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
-        mask[v] = True
-        owners, positions = _ops().dynamic_graph_find_touching.default(
-            self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, mask,
-            self.page_size)
-        vertices, pos_offsets = _runs(owners)
+        dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
+        dying[v] = True
+        index_lists = None if self._in is None else self._in._read_lists(v, self._num_nodes)
+        if sweep or self.in_edge_lookup == "sweep":
+            owners, positions = _ops().dynamic_graph_find_touching.default(
+                self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, dying,
+                self.page_size)
+            vertices, pos_offsets = _runs(owners)
+        else:
+            offsets, sources, seed_index = self._read_lists(v, self._num_nodes) if self.symmetric else index_lists
+            vertices, pos_offsets, positions = self._touching_listed(v, dying, offsets, sources, seed_index)
         removed = self._remove(vertices, pos_offsets, positions)
+        self._entries -= removed
+        if index_lists is not None:
+            vertices, pos_offsets, positions = _whole_lists(v, index_lists[0])
+            self._index_entries -= self._in._remove(vertices, pos_offsets, positions)
         self.alive[v] = False
         cap = self.vertex_ring.numel()
         slots = (self._vertex_tail + torch.arange(v.numel(), device=self.device)) % cap
         self.vertex_ring[slots] = v
         self._vertex_tail += v.numel()
         return removed
+
+    def _read_lists(self, v: torch.Tensor, num_nodes: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The lists of the vertices ``v``: offsets (len(v) + 1), entries (int64) and, per
+        entry, its vertex's index in ``v``."""
+        n = num_nodes
+        offsets, entries, _, seed_index = _ops().dynamic_graph_sample.default(
+            self.pool, self.root[:n], self.height[:n], self.degree[:n], v, -1, False, 0, self.page_size)
+        return offsets, entries.to(torch.int64), seed_index
+
+    def _touching_listed(self, v: torch.Tensor, dying: torch.Tensor, offsets: torch.Tensor, sources: torch.Tensor,
+                         seed_index: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Runs of (vertex, list position) to remove when deleting ``v`` (ascending, distinct),
+        given for each ``v[i]`` the lists that may hold an edge into it:
+        ``sources[offsets[i] .. offsets[i + 1])``. The dying vertices' own lists go whole; in
+        every other named list the entries equal to a dying vertex are looked up."""
+        del offsets
+        targets = v[seed_index]
+        keep = ~dying[sources]
+        sources, targets = sources[keep], targets[keep]
+        base = self._key_base()
+        key = torch.unique(sources * base + targets)
+        heads = torch.div(key, base, rounding_mode="floor")
+        vertices, run_offsets = _runs(heads)
+        found_offsets, found = _ops().dynamic_graph_find.default(
+            self.pool, self.root, self.height, self.degree, vertices, run_offsets, key - heads * base, self.page_size)
+        own = torch.zeros(v.numel() + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(self.degree[v], 0, out=own[1:])
+        own_v, own_offsets, own_pos = _whole_lists(v, own)
+        owners = torch.cat([torch.repeat_interleave(vertices, found_offsets[1:] - found_offsets[:-1]),
+                            torch.repeat_interleave(own_v, own_offsets[1:] - own_offsets[:-1])])
+        positions = torch.cat([found, own_pos])
+        # The two groups name disjoint vertices, each with ascending positions: a stable sort by
+        # vertex gives the runs.
+        owners, order = torch.sort(owners, stable=True)
+        runs, pos_offsets = _runs(owners)
+        return runs, pos_offsets, positions[order]
 
     # --- capacity --------------------------------------------------------------------------
 
@@ -574,6 +733,8 @@ class DynamicGraph:
         self.vertex_ring = _relinearised(self.vertex_ring, self._vertex_head, self._vertex_tail, cap)
         self._vertex_tail -= self._vertex_head
         self._vertex_head = 0
+        if self._in is not None:
+            self._in._grow_vertices(cap)
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -677,6 +838,30 @@ def _runs(sorted_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     offsets = torch.zeros(vertices.numel() + 1, dtype=torch.int64, device=sorted_ids.device)
     torch.cumsum(counts, 0, out=offsets[1:])
     return vertices, offsets
+
+
+def _whole_lists(v: torch.Tensor, offsets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runs removing every entry of the lists of ``v`` (ascending, distinct), whose lengths are
+    the steps of ``offsets``: ``(v, offsets, positions)`` with positions 0 .. length - 1 each."""
+    counts = offsets[1:] - offsets[:-1]
+    total = offsets[-1:].sum()
+    positions = torch.arange(int(total), device=v.device) - torch.repeat_interleave(offsets[:-1], counts)
+    return v, offsets, positions
+
+
+def _check_symmetric(graph: CSRGraph) -> None:
+    """Raises unless every entry ``u -> v`` of ``graph`` is matched by an entry ``v -> u`` (as
+    many copies of each): what ``symmetric=True`` promises ``delete_vertices``."""
+    n = graph.num_nodes
+    indptr = graph.indptr
+    src = torch.repeat_interleave(torch.arange(n, device=indptr.device), indptr[1:] - indptr[:-1])
+    dst = graph.indices.to(device=indptr.device, dtype=torch.int64)
+    forward, _ = torch.sort(src * max(n, 1) + dst)
+    backward, _ = torch.sort(dst * max(n, 1) + src)
+    if not torch.equal(forward, backward):
+        raise ValueError("from_csr: symmetric=True needs a graph whose edges come in both directions (every "
+                         "u -> v matched by v -> u); this CSR's are not: build it with "
+                         "CSRGraph.from_coo(..., symmetrize=True), or pass symmetric=False")
 
 
 def _state_device(placement: Placement, device) -> torch.device:
