@@ -392,7 +392,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="record per-minibatch timings (waits, sample, gather, GPU train) and print their p50/p90 "
                         "after each epoch")
     p.add_argument("--gpus", type=int, default=1,
-                   help="data-parallel trainers on this machine, one per GPU (CPU workers without a GPU); on GPUs "
+                   help="data-parallel trainers on this machine, one per GPU (CPU workers without a GPU); with --mode zerocopy on GPUs "
                         "one gatherer process holds the feature table and samples and gathers for all of them")
     # torchrun's multi-machine flags, with torchrun's names (one launcher per machine).
     p.add_argument("--nnodes", default="1", help="machines in the job, or MIN:MAX")
