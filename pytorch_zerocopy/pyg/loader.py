@@ -168,8 +168,9 @@ def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neigh
         row_bytes = feature_store.get_tensor(attr_name=name, group_name=None, index=None).element_size()
         for d in size[1:]:
             row_bytes *= d
-        # The sampler reads the in-neighbour lists as stored, with these fanouts and batches.
-        config = _replace(config, fanouts=tuple(num_neighbors), batch_size=int(batch_size), edge_dir="out")
+        # The sampler reads the in-neighbour lists as stored, with these fanouts and batches;
+        # pre-sampling takes them input side first (PyG's list starts at the seeds).
+        config = _replace(config, fanouts=tuple(reversed(num_neighbors)), batch_size=int(batch_size), edge_dir="out")
         rows = cached_rows_for(graph, config, int(size[0]), row_bytes, seeds=seeds.cpu())
         feature_store.cache_rows(name, rows)
 
