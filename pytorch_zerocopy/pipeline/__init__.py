@@ -8,9 +8,11 @@ Modules, in the order a minibatch meets them: :mod:`.plan` (every choice, valida
 :mod:`.gather` (one gather per mode), :mod:`.consumer` (the trainer), :mod:`.train_step`
 (eager or CUDA-graph steps), :mod:`.stats` and :mod:`.trace` (what a run reports),
 :mod:`.messages` (what travels between processes), :mod:`.runner` (process supervision),
-:mod:`.partition` and :mod:`.green` (MPS and green-context GPU partitions), :mod:`.loader` (the
+:mod:`.partition` and :mod:`.green` (MPS and green-context GPU partitions), :mod:`.machine` (one
+process of the machine sampling and gathering for every local trainer), :mod:`.loader` (the
 same roles running the stages of the PyG and DGL loaders, ``pipeline=True``, for a training
-loop of the user's).
+loop of the user's), :mod:`.ahead` (the in-process loaders' next minibatch built on side
+streams).
 """
 
 from ..block import Block
