@@ -544,6 +544,18 @@ class DynamicGraph:
         self._in._append_runs(vertices, offsets, key - head * base, None, "insert_edges (in-edge index)")
         self._index_entries += src.numel()
 
+    def _find_edges(self, src: torch.Tensor, dst: torch.Tensor):
+        """Where the distinct edges ``(src, dst)`` sit in their lists: ``(vertices, offsets,
+        positions)`` of ``dynamic_graph_find``, the lists of ``vertices`` in ascending order,
+        each list's hits in ``positions[offsets[i] .. offsets[i + 1])``."""
+        base = self._key_base()
+        key = torch.unique(src * base + dst)
+        heads = torch.div(key, base, rounding_mode="floor")
+        vertices, offsets = _runs(heads)
+        found_offsets, positions = _ops().dynamic_graph_find.default(
+            self.pool, self.root, self.height, self.degree, vertices, offsets, key - heads * base, self.page_size)
+        return vertices, found_offsets, positions
+
     def delete_edges(self, src, dst) -> int:
         """Removes every copy of each edge ``src[i] -> dst[i]`` (both directions on a symmetric
         graph); edges not present are ignored, ids must be alive. Returns how many list entries
@@ -554,12 +566,7 @@ class DynamicGraph:
             s, d = torch.cat([s, d]), torch.cat([d, s])
         if s.numel() == 0:
             return 0
-        base = self._key_base()
-        key = torch.unique(s * base + d)
-        s = torch.div(key, base, rounding_mode="floor")
-        vertices, offsets = _runs(s)
-        pos_offsets, positions = _ops().dynamic_graph_find.default(
-            self.pool, self.root, self.height, self.degree, vertices, offsets, key - s * base, self.page_size)
+        vertices, pos_offsets, positions = self._find_edges(s, d)
         removed = self._remove(vertices, pos_offsets, positions)
         self._entries -= removed
         return removed
@@ -675,12 +682,7 @@ class DynamicGraph:
         targets = v[seed_index]
         keep = ~dying[sources]
         sources, targets = sources[keep], targets[keep]
-        base = self._key_base()
-        key = torch.unique(sources * base + targets)
-        heads = torch.div(key, base, rounding_mode="floor")
-        vertices, run_offsets = _runs(heads)
-        found_offsets, found = _ops().dynamic_graph_find.default(
-            self.pool, self.root, self.height, self.degree, vertices, run_offsets, key - heads * base, self.page_size)
+        vertices, found_offsets, found = self._find_edges(sources, targets)
         own = torch.zeros(v.numel() + 1, dtype=torch.int64, device=self.device)
         torch.cumsum(self.degree[v], 0, out=own[1:])
         own_v, own_offsets, own_pos = _whole_lists(v, own)
