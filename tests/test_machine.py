@@ -9,7 +9,9 @@ import torch
 
 from pytorch_zerocopy import FeatureTable
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Plan, PlanError, PipelineError, SampleOn, make_plan, run_pipeline
-from pytorch_zerocopy.pipeline.machine import LinkClosed, connect
+from pytorch_zerocopy.pipeline.machine import LinkClosed, SlotPool, connect
+from pytorch_zerocopy.pipeline.messages import FreeEvents, RingHandles
+from pytorch_zerocopy.pipeline.ring import RingWriter, SlotBuffers
 from pytorch_zerocopy.pipeline.plan import InjectedFailure
 from pytorch_zerocopy.train import train_data_parallel
 from pytorch_zerocopy.datasets import community_graph
@@ -107,7 +109,67 @@ def test_a_gatherer_that_closes_is_a_clear_error(tmp_path):
     server.close()
 
 
+def _slot_buffers(plan, ds, device="cpu", width=None):
+    width = ds.feature_dim if width is None else width
+    return SlotBuffers([torch.empty(8, width, dtype=ds.feature_dtype, device=device) for _ in range(plan.num_slots)],
+                       [torch.empty(8, dtype=torch.int64, device=device) for _ in range(plan.num_slots)])
+
+
+def test_the_slot_pool_hands_a_set_only_to_a_ring_it_fits(tiny):
+    """A trainer's ring buffers wait for the next trainer of the same device and plan: a set of
+    another width or slot count, or of another device, is not handed out."""
+    plan, cpu = _cpu_plan("machine"), torch.device("cpu")
+    pool = SlotPool()
+    assert pool.take(plan, tiny, cpu) is None
+    wrong_width = _slot_buffers(plan, tiny, width=tiny.feature_dim + 1)
+    right = _slot_buffers(plan, tiny)
+    pool.give(cpu, wrong_width)
+    pool.give(cpu, None)  # a host-slot ring leaves nothing
+    assert pool.take(plan, tiny, cpu) is None and pool.held(cpu) == 1
+    pool.give(cpu, right)
+    assert pool.take(plan, tiny, torch.device("cuda", 0)) is None
+    assert pool.take(Plan(**{**plan.__dict__, "num_slots": plan.num_slots + 1}), tiny, cpu) is None
+    assert pool.take(plan, tiny, cpu) is right and pool.held(cpu) == 1
+    assert pool.take(plan, tiny, cpu) is None
+
+
+def _handshake_queues(events):
+    import queue
+
+    ready, free = queue.Queue(), queue.Queue()
+    free.put(FreeEvents(events))
+    return ready, free
+
+
 # --- GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.cuda
+def test_a_ring_takes_over_the_buffers_a_gone_trainers_ring_left(tiny):
+    """The next trainer of a GPU gets the same buffers (shared again), not new ones: a gatherer
+    that outlives elastic restarts holds one set per trainer, however many trainers went."""
+    plan = make_plan("zerocopy", gather_in="machine", **RUN)
+    device = torch.device("cuda", 0)
+    events = [torch.cuda.Event(interprocess=True) for _ in range(plan.num_slots)]
+    for ev in events:
+        ev.record()
+    first = RingWriter(plan, tiny, device, *_handshake_queues(events))
+    first.buffers[0].fill_(float("nan"))  # GPU work of the first writer, finished before the hand-over
+    left = first.buffers_for_reuse()
+    ptrs = [b.data_ptr() for b in first.buffers + first.packed]
+    del first
+    allocated = torch.cuda.memory_allocated(device)
+    ready, free = _handshake_queues(events)
+    second = RingWriter(plan, tiny, device, ready, free, reuse=left)
+    assert [b.data_ptr() for b in second.buffers + second.packed] == ptrs
+    assert torch.cuda.memory_allocated(device) == allocated
+    handles = ready.get_nowait()
+    assert isinstance(handles, RingHandles) and handles.buffers[0].data_ptr() == ptrs[0]
+    other_width = _slot_buffers(plan, tiny, device, width=tiny.feature_dim + 3)
+    third = RingWriter(plan, tiny, device, *_handshake_queues(events), reuse=other_width)
+    assert third.buffers[0].shape[1] == tiny.feature_dim and third.buffers[0].data_ptr() not in ptrs
+    del second, third, left, other_width
+    torch.cuda.empty_cache()
 
 
 @pytest.mark.cuda

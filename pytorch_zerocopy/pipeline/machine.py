@@ -19,7 +19,8 @@ the table is loaded waits in the socket's backlog: nothing polls.
 Lifetime. With ``serve`` given the process ends once it has served that many trainers (one
 pipeline's); without, it serves until it is stopped, so the trainers of an elastic restart
 connect again and find the table loaded. A connection that ends (its trainer died) ends its
-thread, whose GPU buffers go with it. A failure while serving is sent to the trainer as
+thread; its ring's GPU buffers wait in a pool for the next trainer of that GPU and plan
+(:class:`~.ring.SlotBuffers` says why they are not freed). A failure while serving is sent to the trainer as
 :class:`~.messages.GathererFailed`, which its run raises, and, with ``serve``, fails this role.
 
 Threads. Each trainer served costs one Python thread of this process; torch's ops run without
@@ -34,7 +35,7 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -46,7 +47,7 @@ from .minibatches import SampleStage
 from .plan import Plan
 from .process import set_threads, trainer_device
 from .producer import produce, sample_source
-from .ring import RingWriter
+from .ring import RingWriter, SlotBuffers
 from .trace import ProducerTrace
 
 SOCKET_NAME = "gatherer.sock"
@@ -103,6 +104,34 @@ def connect(address: str, plan: Plan) -> Link:
     return link
 
 
+class SlotPool:
+    """Ring buffers left by trainers that are done or gone, per GPU, for the next trainer there
+    (thread-safe: the serving threads share one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: Dict[torch.device, List[SlotBuffers]] = {}
+
+    def take(self, plan: Plan, ds: NodeDataset, device: torch.device) -> Optional[SlotBuffers]:
+        """A set that fits a ring of ``plan`` on ``device``, no longer in the pool; else None."""
+        with self._lock:
+            sets = self._free.get(device, [])
+            for i, buffers in enumerate(sets):
+                if buffers.fits(plan, ds, device):
+                    return sets.pop(i)
+        return None
+
+    def give(self, device: torch.device, buffers: Optional[SlotBuffers]) -> None:
+        if buffers is not None:
+            with self._lock:
+                self._free.setdefault(device, []).append(buffers)
+
+    def held(self, device: torch.device) -> int:
+        """How many sets wait for a trainer of ``device``."""
+        with self._lock:
+            return len(self._free.get(device, []))
+
+
 def gatherer_main(plan: Plan, ds: NodeDataset, cached_rows: Optional[torch.Tensor], sock: socket.socket,
                   serve: Optional[int] = None, stage: SampleStage = SampleStage()) -> None:
     """Loads the table (``plan.table_in``), then serves every trainer that connects to ``sock``
@@ -112,12 +141,13 @@ def gatherer_main(plan: Plan, ds: NodeDataset, cached_rows: Optional[torch.Tenso
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
     table = feature_reader(plan, ds, device)
     setup = threading.Lock()  # one trainer's GPU state is made at a time
+    pool = SlotPool()
     failures: List[str] = []
     threads: List[threading.Thread] = []
     while serve is None or len(threads) < serve:
         conn, _ = sock.accept()
         link = Link(Connection(conn.detach()), "a trainer")
-        thread = threading.Thread(target=_serve, args=(link, table, ds, cached_rows, stage, setup, failures),
+        thread = threading.Thread(target=_serve, args=(link, table, ds, cached_rows, stage, setup, pool, failures),
                                   name=f"zerocopy-gather-{len(threads)}", daemon=True)
         thread.start()
         threads.append(thread)
@@ -129,8 +159,12 @@ def gatherer_main(plan: Plan, ds: NodeDataset, cached_rows: Optional[torch.Tenso
 
 
 def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optional[torch.Tensor],
-           stage: SampleStage, setup: threading.Lock, failures: List[str]) -> None:
-    """Serves one trainer until its run ends, or until it goes."""
+           stage: SampleStage, setup: threading.Lock, pool: SlotPool, failures: List[str]) -> None:
+    """Serves one trainer until its run ends, or until it goes; its ring's GPU buffers come
+    from ``pool`` where a set fits and go back to it at the end."""
+    ring: Optional[RingWriter] = None
+    reuse: Optional[SlotBuffers] = None
+    device = torch.device("cpu")
     try:
         plan = link.get().plan
         on_gpu = not plan.host_slots
@@ -141,7 +175,9 @@ def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optio
                 reader = CachedTable(reader, cached_rows)
             tracer = ProducerTrace(on_gpu) if plan.trace else None
             source = sample_source(plan, ds, None, device, tracer, stage)
-        produce(plan, source, reader, RingWriter(plan, ds, device, link, link), tracer)
+        reuse = pool.take(plan, ds, device) if on_gpu else None
+        ring = RingWriter(plan, ds, device, link, link, reuse=reuse)
+        produce(plan, source, reader, ring, tracer)
     except LinkClosed:
         pass  # the trainer went: what it was sent dies with this thread
     except BaseException:  # noqa: BLE001 - the trainer must hear of it, whatever it is
@@ -154,3 +190,10 @@ def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optio
             pass
     finally:
         link.close()
+        try:
+            if ring is not None:
+                pool.give(device, ring.buffers_for_reuse())
+            else:  # the ring was never made (its trainer went during the handshake)
+                pool.give(device, reuse)
+        except Exception as e:  # noqa: BLE001 - a GPU that fails here fails the next trainer's run too
+            print(f"zerocopy gatherer: a ring's buffers could not be kept for reuse: {e}", file=sys.stderr, flush=True)

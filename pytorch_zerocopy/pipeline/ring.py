@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
 import torch
@@ -43,18 +44,45 @@ def _grown(n: int, current: int) -> int:
     return max(n, current * 5 // 4)
 
 
+@dataclass
+class SlotBuffers:
+    """A ring's GPU buffers (feature rows and packed tensors, one of each per slot), which a
+    writer can hand to the next writer of the same device and plan (:meth:`RingWriter.buffers_for_reuse`).
+
+    Why: CUDA IPC keeps a shared block alive in the process that made it until every process it
+    was sent to has dropped it, and a trainer that was killed never does; so a long-lived
+    gatherer that made new buffers for every trainer of an elastic restart would keep the dead
+    trainer's buffers for good. Reused, a GPU holds one set per trainer however often it restarts.
+    """
+
+    rows: List[torch.Tensor]
+    packed: List[torch.Tensor]
+
+    def fits(self, plan: Plan, ds: NodeDataset, device: torch.device) -> bool:
+        """Whether a ring of ``plan`` over ``ds`` on ``device`` can use these buffers."""
+        return (len(self.rows) == plan.num_slots == len(self.packed)
+                and all(b.device == device and b.dtype == ds.feature_dtype and b.shape[1] == ds.feature_dim
+                        for b in self.rows))
+
+
 class RingWriter:
     """The producer's end: allocates the slots, shares them, and fills and publishes them."""
 
-    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ready_q, free_q):
+    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ready_q, free_q,
+                 reuse: Optional[SlotBuffers] = None):
+        """``reuse``: GPU buffers an earlier writer left (see :class:`SlotBuffers`), taken over
+        when they fit this ring (their contents are not read); else new buffers are made."""
         self.ds, self.device, self.ready_q, self.free_q = ds, device, ready_q, free_q
         self.on_gpu = device.type == "cuda"
-        rows = slot_capacity(plan, ds)
-        self.buffers = [self.feature_buffer(rows) for _ in range(plan.num_slots)]
-        # Room for the input ids, the labels and about two edges per input node; grown like
-        # the feature rows otherwise.
-        self.packed = [torch.empty(3 * rows + plan.batch_size, dtype=torch.int64, device=device)
-                       for _ in self.buffers] if self.on_gpu else []
+        if self.on_gpu and reuse is not None and reuse.fits(plan, ds, device):
+            self.buffers, self.packed = list(reuse.rows), list(reuse.packed)
+        else:
+            rows = slot_capacity(plan, ds)
+            self.buffers = [self.feature_buffer(rows) for _ in range(plan.num_slots)]
+            # Room for the input ids, the labels and about two edges per input node; grown like
+            # the feature rows otherwise.
+            self.packed = [torch.empty(3 * rows + plan.batch_size, dtype=torch.int64, device=device)
+                           for _ in self.buffers] if self.on_gpu else []
         self.ready_events = [torch.cuda.Event(interprocess=True) for _ in self.buffers] if self.on_gpu else []
         if self.on_gpu:
             for ev in self.ready_events:  # an IPC handle needs a created event; recording creates it
@@ -69,6 +97,15 @@ class RingWriter:
             raise RuntimeError(f"producer: expected the trainer's events first, got {handshake!r}")
         self.free_events = handshake.events
         self._unused = deque(range(plan.num_slots))  # slots never handed out yet
+
+    def buffers_for_reuse(self) -> Optional[SlotBuffers]:
+        """This ring's GPU buffers for the next writer of its device, once no GPU work of this
+        writer is left (it synchronises the device); None for host slots, which a receiver that
+        dies cannot pin (their memory goes when the last process holding it ends)."""
+        if not self.on_gpu:
+            return None
+        torch.cuda.synchronize(self.device)
+        return SlotBuffers(list(self.buffers), list(self.packed))
 
     def feature_buffer(self, rows: int) -> torch.Tensor:
         """An uninitialised buffer of ``rows`` feature rows where this ring's slots live."""
