@@ -43,6 +43,7 @@ tensor: the same calls run on the CPU.
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
@@ -298,6 +299,7 @@ class FeatureTable(_TableLike):
                                  f"{self.placement.value!r}; pass a host tensor to read it from host memory")
         self.device = data.device if on_gpu else _read_device(self.placement, device)
         self.tuning = tuning
+        self.load_seconds = 0.0  # how long load() took to make the table (0: built over given rows)
         self._given = data
         self._data = data if on_gpu else place(data, self.placement, self.device)
         # What the gather op reads: a mapping as a CUDA tensor reaches the CUDA kernel without the
@@ -316,8 +318,11 @@ class FeatureTable(_TableLike):
         from .datasets.features import load_table
 
         placement = Placement.parse(placement, "FeatureTable placement")
-        return cls(load_table(source, placement, _read_device(placement, device)), placement, device=device,
-                   tuning=tuning)
+        start = time.perf_counter()
+        table = cls(load_table(source, placement, _read_device(placement, device)), placement, device=device,
+                    tuning=tuning)
+        table.load_seconds = time.perf_counter() - start
+        return table
 
     @property
     def shape(self) -> torch.Size:

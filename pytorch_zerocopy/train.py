@@ -69,13 +69,16 @@ class ProgressPrinter:
 
     def __call__(self, message) -> None:
         from .pipeline import EpochStats, PartitionInfo, StepDone
-        from .pipeline.messages import CacheChoice
+        from .pipeline.messages import CacheChoice, TableReady
         from .pipeline.trace import describe_trace
         from .unified import format_bytes
 
         if self.quiet:
             return
-        if isinstance(message, CacheChoice):
+        if isinstance(message, TableReady):
+            print(f"feature table: {format_bytes(message.nbytes)} in {message.placement.describe}, ready in "
+                  f"{message.seconds:.1f} s", flush=True)
+        elif isinstance(message, CacheChoice):
             print(f"cache: {message.rows:,} of {message.table_rows:,} rows "
                   f"({format_bytes(message.rows * message.row_bytes)}) chosen by {message.policy} in "
                   f"{message.seconds:.1f} s", flush=True)

@@ -10,7 +10,7 @@ import torch
 from pytorch_zerocopy import FeatureTable
 from pytorch_zerocopy.pipeline import GatherIn, Mode, Plan, PlanError, PipelineError, SampleOn, make_plan, run_pipeline
 from pytorch_zerocopy.pipeline.machine import LinkClosed, SlotPool, connect
-from pytorch_zerocopy.pipeline.messages import FreeEvents, RingHandles
+from pytorch_zerocopy.pipeline.messages import FreeEvents, RingHandles, StepDone, TableReady
 from pytorch_zerocopy.pipeline.ring import RingWriter, SlotBuffers
 from pytorch_zerocopy.pipeline.plan import InjectedFailure
 from pytorch_zerocopy.train import train_data_parallel
@@ -57,12 +57,16 @@ def test_the_plan_refuses_a_machine_gatherer_that_cannot_work(settings, setting,
 def test_one_pipeline_trains_as_with_its_own_producer(tiny):
     """The same minibatches, gathered by the machine's gatherer or by a producer, train the same
     model; the gatherer ends with the run, leaving nothing."""
-    before, pids = snapshot(), {}
-    machine = run_pipeline(_cpu_plan("machine"), tiny, on_start=pids.update)
+    before, pids, messages = snapshot(), {}, []
+    machine = run_pipeline(_cpu_plan("machine"), tiny, on_start=pids.update, on_message=messages.append)
     assert sorted(k.rstrip("0123456789") for k in pids) == ["consumer", "gatherer"]
     _assert_nothing_left(pids, before)
     producer = run_pipeline(_cpu_plan("producer"), tiny)
     assert _summary(machine) == _summary(producer)
+    # The gatherer's table, reported once by the trainer before its first minibatch.
+    (table,) = [m for m in messages if isinstance(m, TableReady)]
+    assert table.nbytes == tiny.num_nodes * tiny.row_bytes and table.seconds >= 0
+    assert messages.index(table) < min(i for i, m in enumerate(messages) if isinstance(m, StepDone))
 
 
 def test_two_ranks_share_one_gatherer(tiny):

@@ -1,5 +1,6 @@
 """``zerocopy train``: mode configuration, argument errors, and a short CPU run through the CLI."""
 
+import re
 import subprocess
 import sys
 
@@ -108,6 +109,9 @@ def test_train_cli_runs_the_cpu_path():
     assert "mode cpu: sampling on the CPU in 1 sampler process, gathering on the CPU in the trainer process, " \
            "training on cpu" in stdout
     assert "feature rows were read" in stdout  # the legend of the epoch lines
+    # papers-like:4k:6 with 32 float32 features: 4,000 x 128 B, in the CPU path's host memory
+    (table,) = [l for l in stdout.splitlines() if l.startswith("feature table: ")]
+    assert re.fullmatch(r"feature table: 500\.0 KiB in host memory read by the CPU, ready in \d+\.\d s", table), table
     lines = [l for l in stdout.splitlines() if l.startswith("epoch ")]
     assert len(lines) == 2
     for line in lines:

@@ -22,7 +22,7 @@ from ..nn import GraphSAGE
 from ..feature_table import CachedTable
 from ..placement import to_device_async
 from . import checkpoint
-from .gather import CacheHits, feature_reader
+from .gather import CacheHits, feature_reader, table_ready
 from .messages import EpochMark, SlotReady, StepDone
 from .machine import connect
 from .minibatches import GpuSampler, Sampled, from_samplers, run_phases, trainer_seed
@@ -140,7 +140,8 @@ class InlineSource:
 
 
 def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Optional[torch.Tensor], report) -> None:
-    """Trains on every minibatch of the run; ``report(("progress", message))`` sends a
+    """Trains on every minibatch of the run; ``report(("progress", message))`` sends the
+    gathering process's :class:`~.messages.TableReady` first, a
     :class:`~.messages.StepDone` per minibatch, a :class:`~.messages.PartitionInfo` (green
     partition) and an :class:`~.stats.EpochStats` per epoch, in epoch order. ``cached_rows``:
     the rows of the feature cache when this process gathers (``Plan.gather_in`` trainer).
@@ -161,9 +162,11 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
 
     if plan.gather_in is GatherIn.PRODUCER:
         source = RingReader(queues["ready"], queues["free"], device)
+        loaded = source.table
     elif plan.gather_in is GatherIn.MACHINE:
         link = connect(queues["gatherer"], plan)
         source = RingReader(link, link, device)
+        loaded = source.table
     else:
         side = None
         if plan.partition is Partition.GREEN:
@@ -173,6 +176,9 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
             send(info)
             torch.cuda.set_stream(compute)
         source = InlineSource(plan, ds, queues.get("batch"), device, side, cached_rows)
+        loaded = table_ready(source.reader)
+    if loaded is not None:
+        send(loaded)
 
     torch.manual_seed(plan.seed)
     model = GraphSAGE(ds.feature_dim, plan.hidden, ds.num_classes, len(plan.fanouts), plan.dropout).to(device)

@@ -18,7 +18,7 @@ from ..feature_table import CachedTable, FeatureReader, FeatureTable, cached_row
 from ..datasets.features import load_table
 from ..placement import Placement
 from ..unified import _C
-from .messages import CacheCounts
+from .messages import CacheCounts, TableReady
 from .plan import Mode, Phase, Plan
 
 
@@ -59,6 +59,14 @@ def feature_reader(plan: Plan, ds: NodeDataset, device: torch.device,
     table = FeatureTable.load(ds.feature_source, plan.table_in,
                               device=device if device.type == "cuda" else None, tuning=plan.gather_tuning)
     return table if cached_rows is None else CachedTable(table, cached_rows)
+
+
+def table_ready(reader: FeatureReader) -> Optional[TableReady]:
+    """What :func:`feature_reader` loaded for ``reader`` (None for a baseline's reader)."""
+    table = reader.table if isinstance(reader, CachedTable) else reader
+    if not isinstance(table, FeatureTable):
+        return None
+    return TableReady(table.placement, table.shape[0] * table.shape[1] * table.dtype.itemsize, table.load_seconds)
 
 
 def gather_into(reader: FeatureReader, idx: torch.Tensor, out: torch.Tensor) -> None:

@@ -41,7 +41,7 @@ import torch
 
 from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
-from .gather import feature_reader
+from .gather import feature_reader, table_ready
 from .messages import GatherRequest, GathererFailed
 from .minibatches import SampleStage
 from .plan import Plan
@@ -176,7 +176,7 @@ def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optio
             tracer = ProducerTrace(on_gpu) if plan.trace else None
             source = sample_source(plan, ds, None, device, tracer, stage)
         reuse = pool.take(plan, ds, device) if on_gpu else None
-        ring = RingWriter(plan, ds, device, link, link, reuse=reuse)
+        ring = RingWriter(plan, ds, device, link, link, reuse=reuse, table=table_ready(table))
         produce(plan, source, reader, ring, tracer)
     except LinkClosed:
         pass  # the trainer went: what it was sent dies with this thread

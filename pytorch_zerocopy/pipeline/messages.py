@@ -1,11 +1,13 @@
 """What travels between the pipeline's roles, and what the trainer reports to the parent.
 
 Sampler -> producer / trainer: :class:`Minibatch` and :class:`EpochMark` on the batch queue.
-Producer -> trainer: :class:`RingHandles` once, then :class:`SlotReady` and :class:`EpochMark` on
-the ready queue; trainer -> producer: :class:`FreeEvents` once, then slot numbers on the free
-queue, then :data:`RELEASED`. With the machine's gatherer both directions share one connection,
-which the trainer opens with a :class:`GatherRequest`; :class:`GathererFailed` ends it. Trainer -> parent (through the supervisor's report pipe):
-:class:`StepDone`, :class:`PartitionInfo` and :class:`~.stats.EpochStats`.
+Producer -> trainer: :class:`RingHandles` once (with the producer's :class:`TableReady`), then
+:class:`SlotReady` and :class:`EpochMark` on the ready queue; trainer -> producer:
+:class:`FreeEvents` once, then slot numbers on the free queue, then :data:`RELEASED`. With the
+machine's gatherer both directions share one connection, which the trainer opens with a
+:class:`GatherRequest`; :class:`GathererFailed` ends it. Trainer -> parent (through the
+supervisor's report pipe): :class:`TableReady` (whichever process gathers), :class:`StepDone`,
+:class:`PartitionInfo` and :class:`~.stats.EpochStats`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 
 from ..block import Block
+from ..placement import Placement
 from .plan import Partition, Phase, Plan
 
 
@@ -188,6 +191,7 @@ class RingHandles:
     buffers: List[torch.Tensor]
     ready_events: List = field(default_factory=list)
     packed: List[torch.Tensor] = field(default_factory=list)
+    table: Optional[TableReady] = None  # the gathering process's table (None: not a FeatureTable)
 
 
 @dataclass
@@ -245,6 +249,18 @@ class PartitionInfo:
     disjoint: Optional[bool] = None
     api: Optional[str] = None
     driver_error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class TableReady:
+    """The feature table of the process that gathers, once loaded: ``nbytes`` in
+    ``placement``, ready ``seconds`` after its loading began (allocating and filling it, or
+    mapping rows already in host memory). Producer -> trainer with the ring's buffers; the
+    trainer reports it."""
+
+    placement: Placement
+    nbytes: int
+    seconds: float
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import torch
 
 from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
-from .gather import CacheHits, feature_reader, gather_into
+from .gather import CacheHits, feature_reader, gather_into, table_ready
 from .messages import EpochMark
 from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers, sample_here
 from .plan import Plan, SampleOn
@@ -125,7 +125,7 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
     reader = feature_reader(plan, ds, device, cached_rows)
     tracer = ProducerTrace(device.type == "cuda") if plan.trace else None
     source = sample_source(plan, ds, batch_q, trainer_device(plan) if plan.on_gpu else device, tracer, stage)
-    produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q), tracer)
+    produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q, table=table_ready(reader)), tracer)
 
 
 def produce(plan: Plan, source: Iterator[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,

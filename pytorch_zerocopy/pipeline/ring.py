@@ -29,7 +29,7 @@ import torch
 
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..unified import to_unified
-from .messages import RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady
+from .messages import RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady, TableReady
 from .plan import Plan
 
 
@@ -69,9 +69,10 @@ class RingWriter:
     """The producer's end: allocates the slots, shares them, and fills and publishes them."""
 
     def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ready_q, free_q,
-                 reuse: Optional[SlotBuffers] = None):
+                 reuse: Optional[SlotBuffers] = None, table: Optional[TableReady] = None):
         """``reuse``: GPU buffers an earlier writer left (see :class:`SlotBuffers`), taken over
-        when they fit this ring (their contents are not read); else new buffers are made."""
+        when they fit this ring (their contents are not read); else new buffers are made.
+        ``table``: the writer's feature table, sent to the trainer with the buffers."""
         self.ds, self.device, self.ready_q, self.free_q = ds, device, ready_q, free_q
         self.on_gpu = device.type == "cuda"
         if self.on_gpu and reuse is not None and reuse.fits(plan, ds, device):
@@ -91,7 +92,7 @@ class RingWriter:
         self.stream = torch.cuda.current_stream(device) if self.on_gpu else None
         self._grown_rows: dict = {}
         self._grown_packed: dict = {}
-        ready_q.put(RingHandles(self.buffers, self.ready_events, self.packed))
+        ready_q.put(RingHandles(self.buffers, self.ready_events, self.packed, table))
         handshake = free_q.get()
         if not isinstance(handshake, FreeEvents):
             raise RuntimeError(f"producer: expected the trainer's events first, got {handshake!r}")
@@ -185,6 +186,7 @@ class RingReader:
             raise RuntimeError(f"the machine's gatherer failed:\n{handles.remote_traceback}")
         if not isinstance(handles, RingHandles):
             raise RuntimeError(f"trainer: expected the ring's buffers first, got {handles!r}")
+        self.table = handles.table  # the producer's TableReady, for the trainer to report
         self.buffers = list(handles.buffers)
         self.ready_events = list(handles.ready_events)
         self.packed = list(handles.packed)
