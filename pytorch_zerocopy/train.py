@@ -79,9 +79,7 @@ class ProgressPrinter:
             print(f"feature table: {format_bytes(message.nbytes)} in {message.placement.describe}, ready in "
                   f"{message.seconds:.1f} s", flush=True)
         elif isinstance(message, CacheChoice):
-            print(f"cache: {message.rows:,} of {message.table_rows:,} rows "
-                  f"({format_bytes(message.rows * message.row_bytes)}) chosen by {message.policy} in "
-                  f"{message.seconds:.1f} s", flush=True)
+            print(message.describe(), flush=True)
         elif isinstance(message, PartitionInfo):
             if message.kind is Partition.MPS:
                 print(f"GPU partition: MPS, producer {message.producer_share:g}% / trainer "
@@ -284,8 +282,8 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     dataset.share_memory_()
     if plan.table_in.shareable:
         dataset.features  # one shared copy, made here, that every worker maps
-    if cached_rows is None:
-        cached_rows = choose_cached_rows(plan, dataset)  # once, for every rank
+    if cached_rows is None:  # once, for every rank
+        cached_rows = choose_cached_rows(plan, dataset, None if quiet else lambda c: print(c.describe(), flush=True))
     if plan.partition is not Partition.MPS:
         return _launch_ranks(plan, dataset, cached_rows, options, None, quiet)
     daemon = MpsDaemon()

@@ -9,7 +9,8 @@ wrapped in a :class:`~pytorch_zerocopy.feature_table.CachedTable` when the plan 
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import time
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -18,7 +19,7 @@ from ..feature_table import CachedTable, FeatureReader, FeatureTable, cached_row
 from ..datasets.features import load_table
 from ..placement import Placement
 from ..unified import _C
-from .messages import CacheCounts, TableReady
+from .messages import CacheChoice, CacheCounts, TableReady
 from .plan import Mode, Phase, Plan
 
 
@@ -76,14 +77,20 @@ def gather_into(reader: FeatureReader, idx: torch.Tensor, out: torch.Tensor) -> 
     reader.read(idx, out[:idx.numel()], check_bounds=False)
 
 
-def choose_cached_rows(plan: Plan, ds: NodeDataset) -> Optional[torch.Tensor]:
+def choose_cached_rows(plan: Plan, ds: NodeDataset,
+                       on_choice: Optional[Callable[[CacheChoice], None]] = None) -> Optional[torch.Tensor]:
     """The ids of the rows ``plan.cache`` keeps in GPU memory for ``ds`` (None without a
     cache), in shared memory: chosen once, by the parent, from the dataset's host graph and
     training seeds (this process opens no GPU context), then handed to the process that
-    gathers."""
+    gathers. ``on_choice`` hears what was chosen and how long choosing took."""
     if plan.cache is None:
         return None
-    return cached_rows_for(ds.graph, plan.cache, ds.num_nodes, ds.row_bytes, seeds=ds.train_idx).share_memory_()
+    start = time.perf_counter()
+    rows = cached_rows_for(ds.graph, plan.cache, ds.num_nodes, ds.row_bytes, seeds=ds.train_idx).share_memory_()
+    if on_choice is not None:
+        on_choice(CacheChoice(int(rows.numel()), ds.num_nodes, ds.row_bytes, plan.cache.policy.value,
+                              time.perf_counter() - start))
+    return rows
 
 
 class CacheHits:

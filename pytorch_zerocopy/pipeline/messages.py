@@ -274,3 +274,9 @@ class CacheChoice:
     row_bytes: int
     policy: str
     seconds: float
+
+    def describe(self) -> str:
+        from ..unified import format_bytes
+
+        return (f"cache: {self.rows:,} of {self.table_rows:,} rows ({format_bytes(self.rows * self.row_bytes)}) "
+                f"chosen by {self.policy} in {self.seconds:.1f} s")

@@ -39,7 +39,7 @@ from . import checkpoint
 from .consumer import consumer_main
 from .machine import gatherer_main, listen
 from .gather import choose_cached_rows
-from .messages import CacheChoice, PartitionInfo
+from .messages import PartitionInfo
 from .plan import GatherIn, Partition, Plan
 from .producer import producer_main
 from .sampler import sampler_main
@@ -305,11 +305,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     if plan.cache is None:
         cached_rows = None
     elif cached_rows is None:
-        start = time.perf_counter()
-        cached_rows = choose_cached_rows(plan, ds)
-        if on_message is not None:
-            on_message(CacheChoice(int(cached_rows.numel()), ds.num_nodes, ds.row_bytes, plan.cache.policy.value,
-                                   time.perf_counter() - start))
+        cached_rows = choose_cached_rows(plan, ds, on_message)
     epochs: List[EpochStats] = []
     partition = PartitionInfo(Partition.NONE)
 
