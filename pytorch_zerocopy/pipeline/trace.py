@@ -24,7 +24,8 @@ operations: its loop calls a :class:`StepHook` at them, :data:`NO_TRACE` (does n
 :class:`TrainerTrace`. Without a trace nothing of this runs per minibatch.
 
 A loader's stages (:class:`Stage`: sample, gather, build, deliver) are timed by a
-:class:`StageTimes` the loader is given; the benchmarks print them.
+:class:`StageTimes` the loader is given, :data:`UNTIMED` (records nothing) when it is given
+none; the benchmarks print them.
 """
 
 from __future__ import annotations
@@ -366,6 +367,28 @@ class StageTimes:
             v.clear()
 
 
-def timed(times: Optional[StageTimes], stage: Stage):
-    """``times.timed(stage)``, or a context that records nothing when ``times`` is None."""
-    return contextlib.nullcontext() if times is None else times.timed(stage)
+class _Untimed(StageTimes):
+    """The stage times of a loader asked for none: every call records nothing."""
+
+    _NOTHING = contextlib.nullcontext()
+
+    def begin(self) -> float:
+        return 0.0
+
+    def end(self, stage: Stage, began: float) -> None:
+        pass
+
+    def timed(self, stage: Stage):
+        return self._NOTHING
+
+    def add(self, stage: Stage, ms: Sequence[float]) -> None:
+        pass
+
+
+UNTIMED = _Untimed()
+
+
+def stage_timer(times: Optional[StageTimes]) -> StageTimes:
+    """What a loader's stages record into: ``times``, or :data:`UNTIMED` when it is None
+    (decided where a minibatch's stages begin, not at each stage)."""
+    return UNTIMED if times is None else times
