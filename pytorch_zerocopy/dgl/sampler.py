@@ -38,7 +38,7 @@ from ..block import EID, Block
 from ..feature_table import CacheConfig, CachedTable, FeatureReader, FeatureTable, cached_rows_for
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
-from ..pipeline.trace import Stage, StageTimes, timed
+from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, op_device, to_device_async
 from ._backend import is_dgl_graph, real_dgl
 
@@ -234,7 +234,8 @@ class NeighborSampler:
         if exclude_eids is not None:
             raise NotImplementedError("exclude_eids is not supported by this NeighborSampler")
         state = self._state(g, placement)
-        with timed(times, Stage.SAMPLE):
+        times = stage_timer(times)
+        with times.timed(Stage.SAMPLE):
             layers = _layers(state.lists, seed_nodes, self.fanouts, self.replace, state.probs, state.edge_ids, seed)
         return self.deliver(g, layers, seed_nodes, placement, device, node_caches, times=times)
 
@@ -245,17 +246,18 @@ class NeighborSampler:
         with its nodes and the graph's edge ids) of ``seed_nodes``, the prefetched data read
         (``gathered``: node features already read at the input nodes, by name; all of it then
         counts as build time in ``times``)."""
+        times = stage_timer(times)
         if gathered:
-            with timed(times, Stage.BUILD):
-                return self._deliver(g, layers, seed_nodes, placement, device, node_caches or {}, gathered, None)
+            with times.timed(Stage.BUILD):
+                return self._deliver(g, layers, seed_nodes, placement, device, node_caches or {}, gathered, UNTIMED)
         return self._deliver(g, layers, seed_nodes, placement, device, node_caches or {}, {}, times)
 
-    def _deliver(self, g, layers, seed_nodes, placement, device, node_caches, gathered, times):
-        with timed(times, Stage.BUILD):
+    def _deliver(self, g, layers, seed_nodes, placement, device, node_caches, gathered, times: StageTimes):
+        with times.timed(Stage.BUILD):
             output_nodes = to_device_async(seed_nodes, device)
             input_nodes = layers[0].nodes.to(device)
             blocks = [self._block(g, lay, device) for lay in layers]
-        with timed(times, Stage.GATHER):
+        with times.timed(Stage.GATHER):
             self._prefetch(g, self._state(g, placement), blocks, input_nodes, output_nodes, device, node_caches,
                            gathered)
         return input_nodes, output_nodes, blocks

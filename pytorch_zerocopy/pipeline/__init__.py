@@ -13,6 +13,11 @@ process of the machine sampling and gathering for every local trainer), :mod:`.l
 same roles running the stages of the PyG and DGL loaders, ``pipeline=True``, for a training
 loop of the user's), :mod:`.ahead` (the in-process loaders' next minibatch built on side
 streams).
+
+A role's stages (seeds -> sample -> gather -> deliver -> train) hold no diagnostic branches:
+where a role assembles them it wraps those the plan asks for, once: the replay diagnostic
+(:func:`~.minibatches.replayed`) and tracing (:mod:`.trace`) wrap the sampling and gathering
+stages, an injected failure (:func:`~.process.failing`) wraps a role's stream of minibatches.
 """
 
 from ..block import Block

@@ -9,8 +9,9 @@ when the plan says so.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import replace
 from typing import Dict, Iterator, Optional
 
@@ -23,14 +24,14 @@ from ..feature_table import CachedTable
 from ..placement import to_device_async
 from . import checkpoint
 from .gather import CacheHits, feature_reader, table_ready
-from .messages import EpochMark, SlotReady, StepDone
+from .messages import EpochMark, Minibatch, SlotReady, StepDone
 from .machine import connect
 from .minibatches import GpuSampler, Sampled, from_samplers, run_phases, trainer_seed
 from .plan import GatherIn, Partition, Phase, Plan, SampleOn
-from .process import maybe_fail, set_threads, trainer_device
+from .process import failing, set_threads, trainer_device
 from .ring import RingReader
 from .stats import EpochAccumulator
-from .trace import ConsumerTrace, ProducerTimings, ProducerTrace
+from .trace import NO_TRACE, ProducerTrace, TrainerTrace, timed_read
 from .train_step import make_train_step
 
 
@@ -48,29 +49,27 @@ class InlineSource:
 
     def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
                  side_stream: Optional["torch.cuda.Stream"] = None, cached_rows: Optional[torch.Tensor] = None):
-        self.plan, self.device, self.side = plan, device, side_stream
-        self.reader = feature_reader(plan, ds, device, cached_rows)
-        self.hits = CacheHits(self.reader) if isinstance(self.reader, CachedTable) else None
-        self.trace = ProducerTrace(device.type == "cuda") if plan.trace else None
+        self.device, self.side = device, side_stream
+        reader = feature_reader(plan, ds, device, cached_rows)
+        self.hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
+        trace = ProducerTrace(device.type == "cuda") if plan.trace else None
         if plan.sample_on is SampleOn.GPU:
-            self.items = GpuSampler(plan, ds, device, ahead=1, trace=self.trace)
+            items = GpuSampler(plan, ds, device, ahead=1, trace=trace)
         else:
-            self.items = from_samplers(batch_q, plan.mark_sources)
-        self.step = 0
+            items = from_samplers(batch_q, plan.mark_sources)
+        # The stages, chosen once: the read and the message timed with a trace, the source
+        # behind the producer's injected failure when the plan names one.
+        self.items = failing(items, plan, "producer")
+        self.read = reader.read if trace is None else timed_read(reader.read, trace)
+        self.message = _message if trace is None else functools.partial(_traced_message, trace)
 
     def _fetch(self, sampled: Sampled):
-        maybe_fail(self.plan, "producer", self.step)
-        self.step += 1
         batch, n = sampled.batch, sampled.batch.layout.input_rows
-        tracer = self.trace
         if self.device.type != "cuda":
-            start = time.perf_counter()
-            feats = self.reader.read(batch.input_nodes, check_bounds=False)
-            if tracer is not None:
-                tracer.host("gather_ms", time.perf_counter() - start)
+            feats = self.read(batch.input_nodes, check_bounds=False)
             if self.hits is not None:
                 self.hits.add(batch.epoch, batch.phase, batch.input_nodes)
-            return self._ready(sampled, batch, n), feats, None
+            return self.message(sampled, batch, n), feats, None
         stream = self.side or torch.cuda.current_stream(self.device)
         with torch.cuda.stream(stream):
             if sampled.ready is not None:
@@ -78,30 +77,14 @@ class InlineSource:
                 batch.packed.record_stream(stream)
             # One upload of a CPU-sampled minibatch; the gather takes its ids from that copy.
             batch = batch.with_packed(to_device_async(batch.packed, self.device))
-            span = tracer.span() if tracer is not None else None
-            if span is not None:
-                span[0].record(stream)
-            feats = self.reader.read(batch.input_nodes, check_bounds=False)
-            if span is not None:
-                span[1].record(stream)
-                tracer.gpu("gather_ms", [span])
+            feats = self.read(batch.input_nodes, check_bounds=False)  # issued on ``stream``
             if self.hits is not None:
                 self.hits.add(batch.epoch, batch.phase, batch.input_nodes)
             done = None
             if self.side is not None:
                 done = torch.cuda.Event()
                 done.record(self.side)
-        return self._ready(sampled, batch, n), feats, done
-
-    def _ready(self, sampled: Sampled, batch, rows: int) -> SlotReady:
-        tracer = self.trace
-        if tracer is not None:
-            tracer.host("batch_wait_ms", sampled.waited)
-            if sampled.spans:
-                tracer.gpu("sample_ms", sampled.spans)
-            elif batch.sample_ms:
-                tracer.value("sample_ms", batch.sample_ms)
-        return SlotReady(-1, rows, batch, trace=tracer.take() if tracer is not None else None)
+        return self.message(sampled, batch, n), feats, done
 
     def __iter__(self) -> Iterator:
         pending = None
@@ -137,6 +120,17 @@ class InlineSource:
 
     def close(self) -> None:
         pass
+
+
+def _message(sampled: Sampled, batch: Minibatch, rows: int) -> SlotReady:
+    """The message of an inline minibatch (slot ``-1``)."""
+    return SlotReady(-1, rows, batch)
+
+
+def _traced_message(trace: ProducerTrace, sampled: Sampled, batch: Minibatch, rows: int) -> SlotReady:
+    """:func:`_message` carrying ``trace``'s timings complete so far, ``sampled``'s included."""
+    trace.sampled(sampled)
+    return SlotReady(-1, rows, batch, trace=trace.take())
 
 
 def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Optional[torch.Tensor], report) -> None:
@@ -196,12 +190,10 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     # training ones) may arrive before another sampler's last training minibatch: statistics
     # are kept per epoch and an epoch is reported once all its marks have arrived, in order.
     epochs: Dict[int, EpochAccumulator] = {}
-    traces = defaultdict(lambda: ConsumerTrace(on_gpu))  # per epoch, with plan.trace
-    producer_timings = ProducerTimings()
+    trace = TrainerTrace(on_gpu) if plan.trace else NO_TRACE  # the steps' timing hook, chosen once
     complete: set = set()
     next_report = plan.first_epoch
     train_clock = None  # when the current training phase began
-    step = 0
 
     def sync() -> None:
         if on_gpu:
@@ -212,7 +204,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
             epochs[e] = EpochAccumulator(e)
         return epochs[e]
 
-    incoming = iter(source)
+    incoming = iter(failing(source, plan, "consumer", lambda got: not isinstance(got[0], EpochMark)))
     while True:
         # Time the trainer spends blocked on its next minibatch: near zero when the input
         # keeps ahead, most of the step when it is what limits the run.
@@ -236,9 +228,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
                 train_clock = now
                 if writes_checkpoints:
                     ended_training[item.epoch] = checkpoint.TrainingState.capture(model, train_step.opt)
-                if plan.trace:
-                    trace = traces.pop(item.epoch, None) or ConsumerTrace(False)
-                    acc.stats.trace = trace.summary(producer_timings)
+                acc.stats.trace = trace.epoch_summary(item.epoch)
             elif item.phase is Phase.VAL:
                 acc.end_validation()
                 sync()
@@ -262,16 +252,9 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
         acc = epoch(batch.epoch)
         if train_clock is None:
             train_clock = time.perf_counter()
-        maybe_fail(plan, "consumer", step)
-        step += 1
-        tracing = plan.trace and batch.phase is Phase.TRAIN
-        if plan.trace:
-            producer_timings.add(item.trace)
-        if tracing:
-            traces[batch.epoch].step_begins(waited)
+        trace.step_begins(item, waited)
         on_device = batch.with_packed(to_device_async(batch.packed, device))  # one copy for all
-        if tracing:
-            traces[batch.epoch].inputs_copied()
+        trace.inputs_copied()
         blocks, labels = on_device.blocks, on_device.labels
         if feats.dtype != torch.float32:
             feats = feats.float()
@@ -282,8 +265,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
                 seeded_epoch = batch.epoch
             model.train()
             loss = train_step(blocks, feats, labels)
-            if tracing:
-                traces[batch.epoch].step_ends()
+            trace.step_ends()
             acc.trained(loss, feature_bytes, waited, sync)
         else:
             model.eval()

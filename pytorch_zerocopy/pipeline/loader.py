@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import queue
 from dataclasses import replace
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -290,19 +290,14 @@ class LoaderProcesses:
                                "iterator before starting another")
         run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.plan.num_slots + self.plan.queue_depth)
         self.epochs += 1
+        take = self._next if times is None else _timed_delivery(self._next, times)
         try:
             run.top_up()
             while True:
-                began = times.begin() if times is not None else 0.0
-                got = self._next(run)
+                got = take(run)
                 if got is None:
                     break
-                item, batch, feats = got
-                if times is not None:
-                    times.end(Stage.DELIVER, began)
-                    for key, values in (item.trace or {}).items():
-                        if key in _PRODUCER_STAGES:
-                            times.add(_PRODUCER_STAGES[key], values)
+                _, batch, feats = got
                 key = run.delivered(batch.step)
                 run.top_up()
                 yield key, batch, feats
@@ -357,6 +352,23 @@ class LoaderProcesses:
                 self.reader.release(item)
         self.open = None
 
+
+
+def _timed_delivery(take: Callable[[_Epoch], Optional[Tuple[SlotReady, Minibatch, torch.Tensor]]], times: StageTimes):
+    """``take`` (:meth:`LoaderProcesses._next`) with each minibatch's delivery timed into
+    ``times`` (the deliver stage: the wait for it and its taking out of the ring), and the
+    sample and gather times the producer measured for it added."""
+
+    def timed_take(run: _Epoch):
+        began = times.begin()
+        got = take(run)
+        if got is not None:
+            times.end(Stage.DELIVER, began)
+            for key, values in (got[0].trace or {}).items():
+                if key in _PRODUCER_STAGES:
+                    times.add(_PRODUCER_STAGES[key], values)
+        return got
+    return timed_take
 
 
 class ProcessWay:

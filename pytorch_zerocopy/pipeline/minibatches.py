@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import torch
 
@@ -28,7 +28,7 @@ from ..graph import CSRGraph
 from ..placement import to_device_async
 from .messages import EpochMark, Minibatch
 from .plan import Phase, Plan
-from .trace import Span
+from .trace import ProducerTrace, Span, TracedSampling
 
 
 @dataclass(frozen=True)
@@ -149,27 +149,66 @@ def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: Seed
                           eids=stage.eids)
 
 
-class Replay:
-    """The ``Plan.replay`` diagnostic: the first ``count`` minibatches of each phase are kept and
-    then sent again in turn instead of sampling new ones. Off (``count`` None): never replays."""
+class SampleSteps(NamedTuple):
+    """Sampling in two steps: ``start(batch)`` issues the sample of a :class:`SeedBatch`,
+    ``finish(batch, started)`` completes it (what ``start`` returned) into what the role hands
+    on. The wrappers of a sampling stage (:func:`replayed`, :class:`~.trace.TracedSampling`)
+    take and give this shape."""
 
-    def __init__(self, count: Optional[int]):
-        self.count = count
+    start: Callable[[SeedBatch], Any]
+    finish: Callable[[SeedBatch, Any], Any]
+
+
+def _started(batch: SeedBatch, started):
+    return started
+
+
+def cpu_steps(ds: NodeDataset, plan: Plan, stage: SampleStage) -> SampleSteps:
+    """:func:`sample_on_cpu` as :class:`SampleSteps`: ``start`` samples and packs, ``finish``
+    hands the :class:`Minibatch` on."""
+    return SampleSteps(lambda batch: sample_on_cpu(ds.graph, ds.labels, plan, batch, stage), _started)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A kept sample (a :class:`Minibatch` or :class:`Sampled`) that :class:`Replay` sends again."""
+
+    sample: Any
+
+
+class Replay:
+    """The ``Plan.replay`` diagnostic around sampling ``steps``: the first ``count`` samples of
+    each phase are kept and then sent again in turn, relabelled (``relabelled``: no sampling
+    time, no trace spans), instead of sampling new ones. A sample is kept when it is finished;
+    until ``count`` are kept, every minibatch is sampled."""
+
+    def __init__(self, steps: SampleSteps, count: int):
+        self.steps, self.count = steps, count
         self.pool: Dict[Phase, list] = {p: [] for p in Phase}
         self.turn = {p: 0 for p in Phase}
 
-    def take(self, phase: Phase):
-        """A kept item to send again, or None when this minibatch must be sampled."""
-        pool = self.pool[phase]
-        if self.count is None or len(pool) < self.count:
-            return None
-        item = pool[self.turn[phase] % len(pool)]
-        self.turn[phase] += 1
-        return item
+    def start(self, batch: SeedBatch):
+        pool = self.pool[batch.phase]
+        if len(pool) < self.count:
+            return self.steps.start(batch)
+        kept = pool[self.turn[batch.phase] % len(pool)]
+        self.turn[batch.phase] += 1
+        return _Kept(kept)
 
-    def keep(self, phase: Phase, item) -> None:
-        if self.count is not None and len(self.pool[phase]) < self.count:
-            self.pool[phase].append(item)
+    def finish(self, batch: SeedBatch, started):
+        if isinstance(started, _Kept):
+            return started.sample.relabelled(batch.epoch, batch.index)
+        out = self.steps.finish(batch, started)
+        pool = self.pool[batch.phase]
+        if len(pool) < self.count:
+            pool.append(out)
+        return out
+
+
+def replayed(steps: SampleSteps, count: Optional[int]) -> SampleSteps:
+    """``steps`` behind :class:`Replay` of ``count`` (``Plan.replay``); ``steps`` itself when
+    ``count`` is None."""
+    return steps if count is None else Replay(steps, count)
 
 
 @dataclass
@@ -184,6 +223,11 @@ class Sampled:
     ready: Optional["torch.cuda.Event"] = None
     spans: Tuple[Span, ...] = ()
     waited: float = 0.0
+
+    def relabelled(self, epoch: int, step: int) -> "Sampled":
+        """This sample sent again as minibatch ``step`` of ``epoch`` (replay): the same packed
+        tensor and ready event, no sampling time, no spans, no wait."""
+        return Sampled(self.batch.relabelled(epoch, step), self.ready)
 
 
 def sample_here(plan: Plan, ds: NodeDataset, stage: SampleStage = SampleStage()) -> Iterator[Union[Sampled, EpochMark]]:
@@ -234,54 +278,44 @@ class GpuSampler:
     uses it on another stream waits for ``ready`` there and calls ``record_stream``.
     """
 
-    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1, trace=None,
-                 stage: SampleStage = SampleStage()):
+    def __init__(self, plan: Plan, ds: NodeDataset, device: torch.device, ahead: int = 1,
+                 trace: Optional[ProducerTrace] = None, stage: SampleStage = SampleStage()):
         self.plan, self.ds, self.device, self.stage = plan, ds, device, stage
         self.ahead = max(1, ahead)
         self.graph = ds.graph.to(plan.lists_in, device)
         self.labels = ds.labels
         self.stream = torch.cuda.Stream(device)
-        self.trace = trace  # a ProducerTrace, or None
-        self.replay = Replay(plan.replay)
-
-    def _begin(self) -> Optional[Span]:
-        """A timed stretch of the sampling stream, begun (with a trace; else None)."""
-        span = self.trace.span() if self.trace is not None else None
-        if span is not None:
-            span[0].record(self.stream)
-        return span
-
-    def _end(self, span: Optional[Span]) -> None:
-        if span is not None:
-            span[1].record(self.stream)
+        # The sampling stage, chosen once: its two steps, timed on the sampling stream with a
+        # GPU trace (``trace``), behind the replay diagnostic with ``plan.replay``.
+        steps = SampleSteps(self._start, self._finish)
+        if trace is not None and trace.on_gpu:
+            steps = TracedSampling(steps, trace, self.stream)
+        self.steps = replayed(steps, plan.replay)
 
     def _start(self, batch: SeedBatch):
         with torch.cuda.stream(self.stream):
-            span = self._begin()
             # Seeds and their labels reach the GPU in one asynchronous copy.
             n = batch.seeds.numel()
             labels = self.stage.labels(self.labels, batch.seeds)
             both = to_device_async(torch.cat([batch.seeds, labels.to(torch.int64)]), self.device)
             pending = self.stage.start(self.graph, both[:n], self.plan, batch)
-            self._end(span)
-        return pending, both[n:], span
+        return pending, both[n:]
 
     def _finish(self, batch: SeedBatch, started) -> Sampled:
-        pending, labels, issued = started
+        pending, labels = started
         with torch.cuda.stream(self.stream):
-            span = self._begin()
             t = time.perf_counter()
             blocks = pending.result()  # the host waits for the sample's sizes, once
             waited = time.perf_counter() - t
             mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels, eids=self.stage.eids)
             ready = torch.cuda.Event()
             ready.record(self.stream)
-            self._end(span)
-        return Sampled(mb, ready, tuple(s for s in (issued, span) if s is not None), waited)
+        return Sampled(mb, ready, (), waited)
 
     def __iter__(self) -> Iterator[Union[Sampled, EpochMark]]:
         work = self.stage.seeds(self.plan, self.ds, 0, 1)
-        queue: Deque[Tuple] = deque()  # (item, started sample or a replayed Sampled)
+        start, finish = self.steps.start, self.steps.finish
+        queue: Deque[Tuple] = deque()  # (item, what start returned)
         in_flight = marks = 0  # marks: queued, not yet handed out
 
         def refill() -> None:
@@ -294,8 +328,7 @@ class GpuSampler:
                     queue.append((item, None))
                     marks += 1
                     continue
-                kept = self.replay.take(item.phase)
-                queue.append((item, kept if kept is not None else self._start(item)))
+                queue.append((item, start(item)))
                 in_flight += 1
 
         refill()
@@ -307,10 +340,6 @@ class GpuSampler:
                 refill()
                 continue
             in_flight -= 1
-            if isinstance(started, Sampled):  # replayed
-                out = Sampled(started.batch.relabelled(item.epoch, item.index), started.ready)
-            else:
-                out = self._finish(item, started)
-                self.replay.keep(item.phase, out)
+            out = finish(item, started)
             refill()  # the next samples run while the caller works on this one
             yield out

@@ -24,23 +24,29 @@ with the next group's gather. Every minibatch of a group is ready when the group
 
 Grid: ``Plan.gather_tuning`` reaches the gather op as arguments (it may bound the kernel's grid
 to a few blocks per SM of the producer's share).
+
+Diagnostics wrap the stages, chosen once where the role is assembled: with ``Plan.trace`` a
+group's flush is :class:`_TracedFlush` around :class:`_Flush`, and the GPU sampler's steps are
+timed (:class:`~.trace.TracedSampling`); an injected failure wraps the source
+(:func:`sample_source`).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
-from typing import Iterator, List, Optional, Union
+from typing import Iterable, List, Optional, Union
 
 import torch
 
 from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import CacheHits, feature_reader, gather_into, table_ready
-from .messages import EpochMark
+from .messages import EpochMark, Minibatch
 from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers, sample_here
 from .plan import Plan, SampleOn
-from .process import maybe_fail, set_threads, trainer_device
+from .process import failing, set_threads, trainer_device
 from .ring import RingWriter
 from .trace import ProducerTrace
 
@@ -103,17 +109,99 @@ class _GroupGather:
             offset += n
 
 
+class _Flush:
+    """Gathers a group of sampled minibatches and hands them on: ``ring.take`` free slots,
+    :meth:`load` the minibatches into them, gather their rows (:class:`_GroupGather`),
+    :meth:`publish` the slots (counting the cache's hits, with ``hits``)."""
+
+    def __init__(self, reader: FeatureReader, ring: RingWriter):
+        self.ring = ring
+        self.gather = _GroupGather(reader, ring)
+        self.hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
+
+    def __call__(self, group: List[Sampled]) -> None:
+        slots = self.ring.take(len(group))
+        batches = self.load(group, slots)
+        self.publish(slots, batches, self.gather(slots, batches), _NO_TRACES)
+
+    def load(self, group: List[Sampled], slots: List[int]) -> List[Minibatch]:
+        """Each minibatch of ``group`` loaded into its slot, once its sample is complete: a GPU
+        sample for GPU slots is waited for on the ring's stream; one for host slots, by the
+        host, and copied to host memory."""
+        stream = self.ring.stream
+        batches = []
+        for sampled, slot in zip(group, slots):
+            batch, packed = sampled.batch, sampled.batch.packed
+            if sampled.ready is not None and stream is None:  # a GPU sample for host slots
+                sampled.ready.synchronize()
+                batch = batch.with_packed(packed.cpu())
+            elif sampled.ready is not None:
+                stream.wait_event(sampled.ready)  # the sample is complete on its stream
+                packed.record_stream(stream)
+            batches.append(self.ring.load(slot, batch))
+        return batches
+
+    def publish(self, slots: List[int], batches: List[Minibatch], complete_on: Optional["torch.cuda.Stream"],
+                traces: Iterable[Optional[dict]]) -> None:
+        """Hands each slot to the trainer with the next of ``traces``, then counts the cache's
+        hits (after the slots' ready events: the trainer does not wait for it)."""
+        for slot, batch, trace in zip(slots, batches, traces):
+            self.ring.publish(slot, batch, trace, complete_on)
+        if self.hits is not None:
+            for b in batches:
+                self.hits.add(b.epoch, b.phase, b.input_nodes)
+
+
+_NO_TRACES = itertools.repeat(None)
+
+
+class _TracedFlush:
+    """A :class:`_Flush` whose groups are timed into ``tracer`` (``Plan.trace``): the host's
+    wait for free slots and its time to issue the group, the gather (GPU time between two
+    events, the first on the ring's stream before the gather, the second on the stream that
+    completes the group's slots; host time with host slots), and each minibatch's wait and
+    sample; each slot's message carries the timings complete when it is published."""
+
+    def __init__(self, flush: _Flush, tracer: ProducerTrace):
+        self.flush, self.tracer = flush, tracer
+
+    def __call__(self, group: List[Sampled]) -> None:
+        flush, tracer, n = self.flush, self.tracer, len(group)
+        t_slot = time.perf_counter()
+        slots = flush.ring.take(n)
+        t_issue = time.perf_counter()
+        batches = flush.load(group, slots)
+        span = tracer.span()
+        if span is not None:
+            span[0].record(flush.ring.stream)
+        t_gather = time.perf_counter()
+        complete_on = flush.gather(slots, batches)
+        if span is not None:
+            span[1].record(complete_on)
+            tracer.gpu("gather_ms", [span], n)
+        else:
+            tracer.host("gather_ms", time.perf_counter() - t_gather, n)
+        tracer.host("issue_ms", time.perf_counter() - t_issue, n)
+        for sampled in group:
+            tracer.sampled(sampled)
+            tracer.host("slot_wait_ms", (t_issue - t_slot) / n)
+        flush.publish(slots, batches, complete_on, (tracer.take() for _ in slots))
+
+
 def sample_source(plan: Plan, ds: NodeDataset, batch_q, device: torch.device, tracer: Optional[ProducerTrace],
-                  stage: SampleStage = SampleStage()) -> Iterator[Union[Sampled, EpochMark]]:
+                  stage: SampleStage = SampleStage()) -> Iterable[Union[Sampled, EpochMark]]:
     """Where the process that gathers takes its minibatches from: its own
-    :class:`~.minibatches.GpuSampler` on ``device`` (``Plan.sample_on`` gpu), the sampler
-    processes' ``batch_q``, or, with no sampler process (the machine's gatherer on the CPU),
-    its own calls of the CPU sampling op."""
+    :class:`~.minibatches.GpuSampler` on ``device`` (``Plan.sample_on`` gpu; timed into
+    ``tracer`` when given), the sampler processes' ``batch_q``, or, with no sampler process
+    (the machine's gatherer on the CPU), its own calls of the CPU sampling op; behind the
+    producer's injected failure when the plan names one."""
     if plan.sample_on is SampleOn.GPU:
-        return iter(GpuSampler(plan, ds, device, ahead=plan.gather_batches, trace=tracer, stage=stage))
-    if plan.sampler_processes:
-        return from_samplers(batch_q, plan.mark_sources)
-    return sample_here(plan, ds, stage)
+        source = GpuSampler(plan, ds, device, ahead=plan.gather_batches, trace=tracer, stage=stage)
+    elif plan.sampler_processes:
+        source = from_samplers(batch_q, plan.mark_sources)
+    else:
+        source = sample_here(plan, ds, stage)
+    return failing(source, plan, "producer")
 
 
 def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
@@ -128,68 +216,28 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
     produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q, table=table_ready(reader)), tracer)
 
 
-def produce(plan: Plan, source: Iterator[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
+def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
             tracer: Optional[ProducerTrace]) -> None:
     """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, groups
-    of ``plan.gather_batches``, forwarding each epoch mark after the minibatches before it (with
-    the cache's hit counts when ``reader`` is a :class:`CachedTable`), then closes the ring."""
-    hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
-    stream = ring.stream
-    gather_group = _GroupGather(reader, ring)
+    of ``plan.gather_batches`` (timed into ``tracer`` when given), forwarding each epoch mark
+    after the minibatches before it (with the cache's hit counts when ``reader`` is a
+    :class:`CachedTable`), then closes the ring."""
+    flush = _Flush(reader, ring)
+    hits = flush.hits
+    if tracer is not None:
+        flush = _TracedFlush(flush, tracer)
     group: List[Sampled] = []
-    step = 0
-
-    def flush() -> None:
-        if not group:
-            return
-        t_slot = time.perf_counter()
-        slots = ring.take(len(group))
-        t_issue = time.perf_counter()
-        batches = []
-        for sampled, slot in zip(group, slots):
-            batch, packed = sampled.batch, sampled.batch.packed
-            if sampled.ready is not None and stream is None:  # a GPU sample for host slots
-                sampled.ready.synchronize()
-                batch = batch.with_packed(packed.cpu())
-            elif sampled.ready is not None:
-                stream.wait_event(sampled.ready)  # the sample is complete on its stream
-                packed.record_stream(stream)
-            batches.append(ring.load(slot, batch))
-        span = tracer.span() if tracer is not None else None
-        if span is not None:
-            span[0].record(stream)
-        t_gather = time.perf_counter()
-        complete_on = gather_group(slots, batches)
-        if tracer is not None:
-            if span is not None:
-                span[1].record(complete_on)
-                tracer.gpu("gather_ms", [span], len(group))
-            else:
-                tracer.host("gather_ms", time.perf_counter() - t_gather, len(group))
-            tracer.host("issue_ms", time.perf_counter() - t_issue, len(group))
-            for sampled in group:
-                tracer.host("batch_wait_ms", sampled.waited)
-                tracer.host("slot_wait_ms", (t_issue - t_slot) / len(group))
-                if sampled.spans:
-                    tracer.gpu("sample_ms", sampled.spans)
-                elif sampled.batch.sample_ms:
-                    tracer.value("sample_ms", sampled.batch.sample_ms)
-        for slot, batch in zip(slots, batches):
-            ring.publish(slot, batch, tracer.take() if tracer is not None else None, complete_on)
-        if hits is not None:  # counted after the slots' ready events: the trainer does not wait for it
-            for b in batches:
-                hits.add(b.epoch, b.phase, b.input_nodes)
-        group.clear()
-
     for item in source:
         if isinstance(item, EpochMark):
-            flush()  # the minibatches before a mark reach the trainer before it
+            if group:  # the minibatches before a mark reach the trainer before it
+                flush(group)
+                group = []
             ring.mark(item if hits is None else replace(item, cache=hits.take(item.epoch, item.phase)))
             continue
-        maybe_fail(plan, "producer", step)
-        step += 1
         group.append(item)
         if len(group) >= plan.gather_batches:
-            flush()
-    flush()
+            flush(group)
+            group = []
+    if group:
+        flush(group)
     ring.close()

@@ -16,20 +16,30 @@ travel with the ``SlotReady`` messages once complete, so they reach the trainer'
 without another channel. A trace costs two event records per timed span and no host
 synchronisation.
 
+Tracing wraps stages rather than branching inside them; each role chooses, once, where it
+assembles its stages, whether to wrap: :class:`TracedSampling` wraps the GPU sampler's two
+steps, :func:`timed_read` a read of rows, the producer's traced flush its group gather
+(:mod:`.producer`). The trainer's step is one stage whose timing points fall between its
+operations: its loop calls a :class:`StepHook` at them, :data:`NO_TRACE` (does nothing) or a
+:class:`TrainerTrace`. Without a trace nothing of this runs per minibatch.
+
 A loader's stages (:class:`Stage`: sample, gather, build, deliver) are timed by a
-:class:`StageTimes` the loader is given; the benchmarks print them.
+:class:`StageTimes` the loader is given, :data:`UNTIMED` (records nothing) when it is given
+none; the benchmarks print them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from collections import defaultdict, deque
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from .plan import Phase
 
 PERCENTILES = (10, 50, 90)
 
@@ -80,6 +90,16 @@ class ProducerTrace:
         if spans:
             self.pending.append((key, tuple(spans), count))
 
+    def sampled(self, sampled) -> None:
+        """A :class:`~.minibatches.Sampled` minibatch reached the gathering side: the host's
+        wait for it, and its sampling time (the GPU spans of its sample, else the host time its
+        CPU sampler reported)."""
+        self.host("batch_wait_ms", sampled.waited)
+        if sampled.spans:
+            self.gpu("sample_ms", sampled.spans)
+        elif sampled.batch.sample_ms:
+            self.value("sample_ms", sampled.batch.sample_ms)
+
     def take(self) -> Dict[str, List[float]]:
         while self.pending and all(end.query() for _, end in self.pending[0][1]):
             key, spans, count = self.pending.popleft()
@@ -87,6 +107,54 @@ class ProducerTrace:
             self.done[key].extend([total / count] * count)
         out, self.done = self.done, {k: [] for k in PRODUCER_KEYS}
         return out
+
+
+class TracedSampling:
+    """GPU sampling ``steps`` (:class:`~.minibatches.SampleSteps`) with each step timed into
+    ``trace`` (a GPU trace): two events recorded on ``stream``, the sampling stream, around
+    each step, the issue and the completion with packing; the finished
+    :class:`~.minibatches.Sampled` carries both spans. The stretch between the steps, while
+    earlier minibatches are gathered, is not counted."""
+
+    def __init__(self, steps, trace: ProducerTrace, stream: "torch.cuda.Stream"):
+        self.steps, self.trace, self.stream = steps, trace, stream
+
+    def start(self, batch) -> Tuple[Any, Span]:
+        span = self.trace.span()
+        span[0].record(self.stream)
+        started = self.steps.start(batch)
+        span[1].record(self.stream)
+        return started, span
+
+    def finish(self, batch, started: Tuple[Any, Span]):
+        inner, issued = started
+        span = self.trace.span()
+        span[0].record(self.stream)
+        out = self.steps.finish(batch, inner)
+        span[1].record(self.stream)
+        return replace(out, spans=(issued, span))
+
+
+def timed_read(read: Callable[..., torch.Tensor], trace: ProducerTrace, key: str = "gather_ms"):
+    """``read`` with the time of each call added to ``trace``'s ``key``: with a GPU trace the
+    GPU time between two events recorded on the current stream around the call (the stream the
+    read is issued on), else the host time of the call."""
+    if trace.on_gpu:
+        def on_gpu(*args, **kwargs) -> torch.Tensor:
+            span = trace.span()
+            span[0].record()
+            out = read(*args, **kwargs)
+            span[1].record()
+            trace.gpu(key, [span])
+            return out
+        return on_gpu
+
+    def on_host(*args, **kwargs) -> torch.Tensor:
+        start = time.perf_counter()
+        out = read(*args, **kwargs)
+        trace.host(key, time.perf_counter() - start)
+        return out
+    return on_host
 
 
 @dataclass
@@ -184,6 +252,60 @@ class ProducerTimings:
         return out
 
 
+class StepHook:
+    """The points of a trainer's minibatch that a trace times, called by the training loop:
+    this base class does nothing at each (the hook of a run without ``Plan.trace``,
+    :data:`NO_TRACE`); :class:`TrainerTrace` records."""
+
+    def step_begins(self, item, waited: float) -> None:
+        """The host has ``item`` (a :class:`~.messages.SlotReady`) after ``waited`` seconds, and
+        the current stream waits for its features; nothing of the step is issued yet."""
+
+    def inputs_copied(self) -> None:
+        """The minibatch's blocks and labels have been issued for copying to the device."""
+
+    def step_ends(self) -> None:
+        """A training minibatch's optimiser step is issued."""
+
+    def epoch_summary(self, epoch: int) -> Optional[TraceSummary]:
+        """The trace of ``epoch``'s training, once its training has ended and the device has
+        synchronised (None without a trace)."""
+        return None
+
+
+NO_TRACE = StepHook()
+
+
+class TrainerTrace(StepHook):
+    """``Plan.trace`` in the trainer: a :class:`ConsumerTrace` per epoch of its training
+    minibatches (events on the current stream, the compute stream), and the gathering side's
+    timings every message carries (:class:`ProducerTimings`)."""
+
+    def __init__(self, on_gpu: bool):
+        self.epochs: Dict[int, ConsumerTrace] = defaultdict(lambda: ConsumerTrace(on_gpu))
+        self.producer = ProducerTimings()
+        self.current: Optional[ConsumerTrace] = None  # the trace of the step in progress, if timed
+
+    def step_begins(self, item, waited: float) -> None:
+        self.producer.add(item.trace)
+        batch = item.batch
+        self.current = self.epochs[batch.epoch] if batch.phase is Phase.TRAIN else None
+        if self.current is not None:
+            self.current.step_begins(waited)
+
+    def inputs_copied(self) -> None:
+        if self.current is not None:
+            self.current.inputs_copied()
+
+    def step_ends(self) -> None:
+        if self.current is not None:
+            self.current.step_ends()
+
+    def epoch_summary(self, epoch: int) -> TraceSummary:
+        trace = self.epochs.pop(epoch, None) or ConsumerTrace(False)
+        return trace.summary(self.producer)
+
+
 class Stage(Enum):
     """The stages of a loader, in the order a minibatch meets them: its seeds are sampled
     (``SAMPLE``), its input rows read (``GATHER``), the loader's minibatch object made
@@ -245,6 +367,28 @@ class StageTimes:
             v.clear()
 
 
-def timed(times: Optional[StageTimes], stage: Stage):
-    """``times.timed(stage)``, or a context that records nothing when ``times`` is None."""
-    return contextlib.nullcontext() if times is None else times.timed(stage)
+class _Untimed(StageTimes):
+    """The stage times of a loader asked for none: every call records nothing."""
+
+    _NOTHING = contextlib.nullcontext()
+
+    def begin(self) -> float:
+        return 0.0
+
+    def end(self, stage: Stage, began: float) -> None:
+        pass
+
+    def timed(self, stage: Stage):
+        return self._NOTHING
+
+    def add(self, stage: Stage, ms: Sequence[float]) -> None:
+        pass
+
+
+UNTIMED = _Untimed()
+
+
+def stage_timer(times: Optional[StageTimes]) -> StageTimes:
+    """What a loader's stages record into: ``times``, or :data:`UNTIMED` when it is None
+    (decided where a minibatch's stages begin, not at each stage)."""
+    return UNTIMED if times is None else times

@@ -76,7 +76,7 @@ from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
-from ..pipeline.trace import Stage, StageTimes, timed
+from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, op_device
 from ..sampling import draw_seed
 from .data import DataExtras, stores_from_data
@@ -325,7 +325,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
             yield batch.input_id, batch.node, draw_seed()
 
     def collate_fn(self, index) -> Any:
-        with timed(self.stage_times, Stage.SAMPLE):
+        with stage_timer(self.stage_times).timed(Stage.SAMPLE):
             return super().collate_fn(index)
 
     def filter_fn(self, out: SamplerOutput, gathered: Optional[Dict[str, torch.Tensor]] = None) -> Data:
@@ -334,17 +334,18 @@ class NeighborLoader(ProcessWay, NodeLoader):
         ``e_id``, ``input_id``, ``batch_size``, the per-hop counts; then the transforms. With
         ``gathered`` (the process way, whose producer gathers) all of it counts as build time
         in :attr:`stage_times`."""
+        times = stage_timer(self.stage_times)
         if not gathered:
-            return self._filter(out, {}, self.stage_times)
-        with timed(self.stage_times, Stage.BUILD):
-            return self._filter(out, gathered, None)
+            return self._filter(out, {}, times)
+        with times.timed(Stage.BUILD):
+            return self._filter(out, gathered, UNTIMED)
 
-    def _filter(self, out: SamplerOutput, gathered: Dict[str, torch.Tensor], times: Optional[StageTimes]) -> Data:
+    def _filter(self, out: SamplerOutput, gathered: Dict[str, torch.Tensor], times: StageTimes) -> Data:
         if self.transform_sampler_output:
             out = self.transform_sampler_output(out)
         if not isinstance(out, SamplerOutput):
             raise TypeError(f"{type(self).__name__} builds minibatches from a SamplerOutput, got {type(out).__name__}")
-        with timed(times, Stage.GATHER):
+        with times.timed(Stage.GATHER):
             attrs = self.feature_store.get_all_tensor_attrs()
             if isinstance(self.feature_store, FeatureStore):  # sampled ids: read without bounds checks
                 tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else
@@ -355,7 +356,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
                 read = iter(self.feature_store.multi_get_tensor([a for a in attrs if a.attr_name not in gathered]))
                 tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else next(read))
                           for a in attrs]
-        with timed(times, Stage.BUILD):
+        with times.timed(Stage.BUILD):
             data = self.custom_cls() if self.custom_cls is not None else Data()
             data.edge_index = torch.stack([out.row, out.col], dim=0)
             if tables:
