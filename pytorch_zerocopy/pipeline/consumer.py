@@ -50,7 +50,7 @@ class InlineSource:
     def __init__(self, plan: Plan, ds: NodeDataset, batch_q, device: torch.device,
                  side_stream: Optional["torch.cuda.Stream"] = None, cached_rows: Optional[torch.Tensor] = None):
         self.device, self.side = device, side_stream
-        reader = feature_reader(plan, ds, device, cached_rows)
+        self.reader = reader = feature_reader(plan, ds, device, cached_rows)
         self.hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
         trace = ProducerTrace(device.type == "cuda") if plan.trace else None
         if plan.sample_on is SampleOn.GPU:
