@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -385,20 +385,35 @@ class PendingSample:
         self._buffers = buffers
         self._status = status
         self.event = event
-        self._blocks = blocks
+        self._taken = blocks is not None
+        self._result: Any = blocks
+        self._finish: Optional[Callable[[List[Block]], Any]] = None
 
     @classmethod
     def done(cls, blocks: List[Block]) -> "PendingSample":
         """A sample already taken: :meth:`result` returns ``blocks``."""
         return cls(None, None, None, None, blocks)
 
+    def then(self, finish: Callable[[Any], Any]) -> "PendingSample":
+        """Makes :meth:`result` return ``finish(blocks)`` (after any function given before),
+        called once: when the blocks are ready, or now if they are. Returns this object."""
+        if self._taken:
+            self._result = finish(self._result)
+        elif self._finish is None:
+            self._finish = finish
+        else:
+            before = self._finish
+            self._finish = lambda blocks: finish(before(blocks))
+        return self
+
     def ready(self) -> bool:
         """Whether the GPU work has finished (never blocks)."""
-        return self._blocks is not None or self.event is None or self.event.query()
+        return self._taken or self.event is None or self.event.query()
 
-    def result(self) -> List[Block]:
-        """The blocks, as :func:`sample_layers` returns them."""
-        if self._blocks is None:
+    def result(self) -> Any:
+        """The blocks, as :func:`sample_layers` returns them (or what the functions given to
+        :meth:`then` make of them)."""
+        if not self._taken:
             self.event.synchronize()
             c = self._call
             sizes = torch.ops.zerocopy.sample_layers_check.default(self._status, c.indptr, c.indices, c.seeds,
@@ -407,12 +422,14 @@ class PendingSample:
             num_layers = len(c.fanouts)
             node_counts = sizes[1:num_layers + 1]
             edge_counts = sizes[num_layers + 1:]
-            self._blocks = c.blocks([t[:n] for t, n in zip(nodes, node_counts)],
-                                    [t[:e] for t, e in zip(src, edge_counts)],
-                                    [t[:e] for t, e in zip(dst, edge_counts)],
-                                    [t[:e] for t, e in zip(eids, edge_counts)])
-            self._call = self._buffers = self._status = None
-        return self._blocks
+            blocks = c.blocks([t[:n] for t, n in zip(nodes, node_counts)],
+                              [t[:e] for t, e in zip(src, edge_counts)],
+                              [t[:e] for t, e in zip(dst, edge_counts)],
+                              [t[:e] for t, e in zip(eids, edge_counts)])
+            self._result = blocks if self._finish is None else self._finish(blocks)
+            self._taken = True
+            self._call = self._buffers = self._status = self._finish = None
+        return self._result
 
 
 def sample_layers_async(

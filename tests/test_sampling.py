@@ -1043,6 +1043,25 @@ def test_new_frontier_async_equals_sync(rng, device):
                 assert torch.equal(getattr(a, t), getattr(b, t))
 
 
+def test_pending_sample_then(rng, device):
+    """then(): the result is what the function makes of the blocks, computed once."""
+    g = CSRGraph.from_csr(*random_csr(rng))
+    if device == "cuda":
+        g = g.to("cuda")
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:32].to(device)
+    calls = []
+
+    def count_edges(blocks):
+        calls.append(len(blocks))
+        return [b.num_edges() for b in blocks]
+
+    pending = S.sample_layers_async(g, seeds, [3, 4], seed=5, frontier=NEW).then(count_edges)
+    pending = pending.then(sum)
+    want = sum(b.num_edges() for b in S.sample_layers(g, seeds, [3, 4], seed=5, frontier=NEW))
+    assert pending.result() == want and pending.result() == want
+    assert calls == [2]
+
+
 def test_new_frontier_bad_input(device):
     """Bad input under Frontier.NEW: the same exceptions, naming the argument, as Frontier.ALL."""
     def t(*v):
