@@ -8,8 +8,10 @@
 #   tests:FILE,...   the named test files (PYTEST_ARGS adds options; QUIET= names every test)
 #   bench:NAME       benchmarks/NAME.py --out $RESULTS (BENCH_ARGS_NAME adds options)
 #   doctor           zerocopy doctor
-# Each stage logs to $RESULTS/<stage>.log; results land in $RESULTS, packed into
-# $OUT/gpu-results.tgz when $OUT is set (the GPU host's result folder), also after a timeout.
+# A test stage that reaches its limit gets SIGINT first, so pytest still names (-rfE) and shows
+# the failures so far, then SIGKILL 30 s later. Each stage logs to $RESULTS/<stage>.log; results
+# land in $RESULTS, packed into $OUT/gpu-results.tgz when $OUT is set (the GPU host's result
+# folder), also after a timeout.
 set -uo pipefail
 RESULTS=${RESULTS:-gpu-results}
 mkdir -p "$RESULTS"
@@ -42,15 +44,15 @@ for spec in "$@"; do
   start=$(date +%s)
   case "$stage" in
     build) timeout "$limit" python3 -m pip install --no-build-isolation --no-deps -e . > "$log" 2>&1 ;;
-    tests:par) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
+    tests:par) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
                  -m "not whole_gpu" ${PYTEST_ARGS:-} $(parallel_files) > "$log" 2>&1 ;;
-    tests:ser) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
+    tests:ser) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
                  > "$log" 2>&1
                rc1=$?
                timeout 120 python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -m whole_gpu $(parallel_files) \
                  >> "$log" 2>&1
                [ $rc1 -eq 0 ] && [ $? -eq 0 ] ;;
-    tests:*) timeout "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} \
+    tests:*) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} \
                $(echo "${stage#tests:}" | tr ',' ' ') > "$log" 2>&1 ;;
     bench:*) name=${stage#bench:}; var="BENCH_ARGS_${name^^}"
              timeout "$limit" python3 "benchmarks/$name.py" --out "$RESULTS" ${!var:-} > "$log" 2>&1 ;;
