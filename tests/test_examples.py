@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -76,8 +77,9 @@ def test_graph_analytics_generated_and_snap(tmp_path):
     out = run([EXAMPLES / "graph_analytics.py", "--scale", "11"])
     assert re.search(r"BFS from \d+ reached [\d,]+ vertices", out)
     # What it does is said before each slow step, and the generation shows a progress bar.
+    first = "cuda" if torch.cuda.is_available() else "cpu"  # the example's first placement
     assert out.index("generating a Kronecker graph of 2^11 vertices") < out.index("ready in") \
-        < out.index("cpu: BFS, connected components and PageRank") < out.index("BFS from")
+        < out.index(f"{first}: BFS, connected components and PageRank") < out.index("BFS from")
     assert "kron11: fill" in out
     snap = tmp_path / "tiny.txt"
     snap.write_text("# a SNAP edge list\n0\t1\n1\t2\n3\t4\n")
