@@ -484,7 +484,9 @@ def test_process_way_failure_ends_every_role(small):
     """A role that dies raises PipelineError in the training loop, naming it, and the other
     roles are ended."""
     before = snapshot()
-    plan = make_plan("zerocopy", fanouts=(2, 3), batch_size=50, inject_failure=InjectedFailure("producer", "kill", 2))
+    # partition "none": on a GPU with MPS, partition 'auto' picks 'mps', which this process (no MPS client) refuses
+    plan = make_plan("zerocopy", "none", fanouts=(2, 3), batch_size=50,
+                     inject_failure=InjectedFailure("producer", "kill", 2))
     loader = NeighborLoader(small, [3, 2], batch_size=50, pipeline=plan)
     pids = {}
     with pytest.raises(PipelineError, match="producer"):
