@@ -67,7 +67,7 @@ def table_ready(reader: FeatureReader) -> Optional[TableReady]:
     table = reader.table if isinstance(reader, CachedTable) else reader
     if not isinstance(table, FeatureTable):
         return None
-    return TableReady(table.placement, table.shape[0] * table.shape[1] * table.dtype.itemsize, table.load_seconds)
+    return TableReady(table.placement, table.nbytes, table.load_seconds)
 
 
 def gather_into(reader: FeatureReader, idx: torch.Tensor, out: torch.Tensor) -> None:
