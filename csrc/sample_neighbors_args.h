@@ -5,6 +5,7 @@
 #pragma once
 
 #include "checks.h"
+#include "sampling.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
@@ -36,9 +37,15 @@ inline void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tens
   if (probs) check_same_device(indptr, "indptr", *probs, "probs");
 }
 
-inline void check_sample_layers_args(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-                                     c10::IntArrayRef fanouts, const std::optional<at::Tensor>& probs,
-                                     const std::optional<at::Tensor>& eids) {
+// Also returns the checked `frontier` argument as the rule it names.
+inline sampling::Frontier check_sample_layers_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                                   const at::Tensor& seeds, c10::IntArrayRef fanouts,
+                                                   const std::optional<at::Tensor>& probs,
+                                                   const std::optional<at::Tensor>& eids, int64_t frontier) {
+  TORCH_CHECK_VALUE(frontier == static_cast<int64_t>(sampling::Frontier::kAll) ||
+                        frontier == static_cast<int64_t>(sampling::Frontier::kNew),
+                    "frontier must be 0 (every node of the previous layer) or 1 (the nodes first reached in the "
+                    "previous layer), got ", frontier);
   TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must hold at least one fanout (one per layer)");
   for (const int64_t f : fanouts) {
     TORCH_CHECK_VALUE(f >= -1, "fanouts must be -1 (all neighbours) or >= 0, got ", fanouts);
@@ -51,6 +58,7 @@ inline void check_sample_layers_args(const at::Tensor& indptr, const at::Tensor&
                       indices.numel(), "), got ", eids->numel());
     check_same_device(indptr, "indptr", *eids, "eids");
   }
+  return static_cast<sampling::Frontier>(frontier);
 }
 
 inline void check_compact_ids_args(const at::Tensor& seeds, const at::Tensor& neighbors) {

@@ -22,6 +22,8 @@
 // Layers. Layer l of a multi-layer sample draws with layer_seed(seed, l): layer 0 with `seed`
 // itself (a one-layer sample equals sample_neighbors with the same seed), every later layer
 // with its own derived seed, so a node that is a seed in two layers gets independent samples.
+// A layer's frontier (Frontier below) is every node of the previous layer, or only the nodes
+// first reached there; either way a node's draws in layer l depend on (seed, l, node) alone.
 #pragma once
 
 #include <cmath>
@@ -79,6 +81,13 @@ ZC_HD double weighted_key(uint64_t seed, int64_t node, int64_t pos, double p) {
 ZC_HD uint64_t layer_seed(uint64_t seed, int64_t layer) {
   return layer == 0 ? seed : mix64(seed ^ mix64(static_cast<uint64_t>(layer)));
 }
+
+// The frontier of layer l >= 1 of a multi-layer sample (the op argument `frontier`, checked at
+// the op boundary; csrc/zerocopy.cpp describes the outputs of each).
+enum class Frontier : int64_t {
+  kAll = 0,  // every node of layer l - 1: DGL's message flow graphs
+  kNew = 1,  // the nodes first reached in layer l - 1: PyG's hops
+};
 
 // A sampling probability the kernels accept: finite and >= 0 (NaN fails both tests).
 ZC_HD bool valid_prob(float p) { return p >= 0.0f && p <= 3.402823466e38f; }

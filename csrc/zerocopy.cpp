@@ -88,21 +88,30 @@ TORCH_LIBRARY(zerocopy, m) {
   // position of each neighbour in that list (int64): a message flow graph's compaction.
   m.def("compact_ids(Tensor seeds, Tensor neighbors) -> (Tensor, Tensor)");
   // Multi-layer neighbour sampling with compaction, all layers in one call. `fanouts` in the
-  // order applied: fanouts[0] is sampled from `seeds` (distinct node ids), fanouts[l] from the
-  // nodes of layer l - 1; layer l draws with sampling::layer_seed(seed, l). `eids` (int64, one
-  // per position of `indices`, optional) maps a list position to its edge id (absent: the
-  // position is the id); `probs` (float32, optional) is indexed by edge id. Per layer l:
-  //   nodes[l]  int64 global ids of the layer's nodes: the layer's seeds first, in order, then
-  //             the new sampled neighbours in order of first appearance in (seed, draw) order
+  // order applied: fanouts[0] is sampled from `seeds` (distinct node ids), fanouts[l] from layer
+  // l's frontier; layer l draws with sampling::layer_seed(seed, l). `frontier`
+  // (sampling::Frontier, csrc/sampling.h) says which nodes are layer l's frontier for l >= 1:
+  //   0  every node of layer l - 1 (DGL's message flow graphs)
+  //   1  the nodes first reached in layer l - 1, nodes[l - 1][len(nodes[l - 2]):] (for l = 1,
+  //      nodes[0][len(seeds):]): PyG's hops, where a node's neighbours are sampled at most once
+  // `eids` (int64, one per position of `indices`, optional) maps a list position to its edge id
+  // (absent: the position is the id); `probs` (float32, optional) is indexed by edge id. Per
+  // layer l:
+  //   nodes[l]  int64 global ids of every node reached up to layer l: nodes[l - 1] (`seeds` for
+  //             l = 0) first, in order, then the sampled neighbours it does not hold, in order of
+  //             first appearance in (frontier node, draw) order
   //   src[l]    int64 index in nodes[l] of each sampled edge's neighbour
-  //   dst[l]    int64 index of the edge's seed (its index in nodes[l - 1], or in `seeds`)
+  //   dst[l]    int64 index in nodes[l - 1] (in `seeds` for l = 0) of the frontier node that
+  //             sampled the edge
   //   eids[l]   int64 edge id of each sampled edge
-  // Edges are in (seed, draw) order. Every offset pair, neighbour id, edge id and probability
-  // visited is checked (IndexError / ValueError naming the argument). On CUDA the whole call
-  // makes one host synchronisation (reading every layer's sizes and the error words at the
-  // end), plus one per fanout == -1 layer (its size has no bound known in advance).
+  // A node keeps its index in every later layer's nodes, so with frontier 1 nodes[L - 1] is
+  // PyG's node list (seeds, then each hop's new nodes) and src/dst are local ids into it.
+  // Edges are in (frontier node, draw) order. Every offset pair, neighbour id, edge id and
+  // probability visited is checked (IndexError / ValueError naming the argument). On CUDA the
+  // whole call makes one host synchronisation (reading every layer's sizes and the error words
+  // at the end), plus one per fanout == -1 layer (its size has no bound known in advance).
   m.def("sample_layers(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, Tensor? probs, "
-        "Tensor? eids, int seed) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eids)");
+        "Tensor? eids, int seed, *, int frontier=0) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eids)");
   // sample_layers without its synchronisation (CUDA): every output is a buffer of an upper-bound
   // size, and `status` (int64, on the GPU) holds the sizes and error words, to be copied to the
   // host when the work is done and read by sample_layers_check before any output is used:
@@ -110,8 +119,8 @@ TORCH_LIBRARY(zerocopy, m) {
   // len(nodes[l])), status[L + 1 + l] = edges of layer l, then sampling::kNumSampleErrors error
   // words. fanout == -1 layers still synchronise once each.
   m.def("sample_layers_launch(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, bool replace, "
-        "Tensor? probs, Tensor? eids, int seed) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, Tensor[] eids, "
-        "Tensor status)");
+        "Tensor? probs, Tensor? eids, int seed, *, int frontier=0) -> (Tensor[] nodes, Tensor[] src, Tensor[] dst, "
+        "Tensor[] eids, Tensor status)");
   // Raises the first error recorded in a host copy of sample_layers_launch's `status` (reading
   // the offending values from the call's inputs), else returns status[0 : 2L + 1]: the sizes.
   m.def("sample_layers_check(Tensor status, Tensor indptr, Tensor indices, Tensor seeds, Tensor? probs, "

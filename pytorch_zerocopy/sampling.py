@@ -6,6 +6,12 @@ samples outward from the seeds with one fanout per layer and compacts each layer
 flow graph (:class:`~pytorch_zerocopy.block.Block`: unique nodes, destination nodes first;
 relabelled edges), all layers in one call of the op ``zerocopy::sample_layers``.
 
+Frontiers (:class:`Frontier`). Layer ``l`` samples the neighbours of its frontier: with
+``Frontier.ALL`` (DGL's rule) every node of layer ``l - 1``; with ``Frontier.NEW`` (PyG's hops)
+only the nodes first reached in layer ``l - 1``, so each node's neighbours are sampled at most
+once. Either way a layer's nodes are every node reached so far, each keeping its index from the
+layer that first reached it, so the outermost block's nodes list every node of the sample.
+
 The graph is a :class:`~pytorch_zerocopy.graph.CSRGraph` (row ``v`` lists ``v``'s
 out-neighbours). ``edge_dir='out'`` samples its rows; ``'in'`` (DGL's default) samples its
 transpose :meth:`CSRGraph.csc() <pytorch_zerocopy.graph.CSRGraph.csc>`, computed once per graph
@@ -16,17 +22,18 @@ Where it runs. On the GPU when the graph's ``indptr`` is a CUDA tensor (placemen
 and ``"unified"``: the kernels then read the neighbour lists from host memory over PCIe, DGL's
 "UVA sampling"); on the CPU otherwise, multithreaded. Seeds are moved to that device.
 
-Synchronisation. On the GPU a :func:`sample_layers` call makes one host synchronisation: it reads
-every layer's sizes and the kernels' error words at once, at the end (plus one per layer with
-fanout ``-1``, whose size has no bound known in advance). :func:`sample_layers_async` makes
-none: it returns a :class:`PendingSample` whose :meth:`~PendingSample.result` waits for this
-call's work only (a CUDA event), so sampling minibatch ``i + 1`` can overlap other work.
+Synchronisation. On the GPU a :func:`sample_layers` call makes one host synchronisation, under
+either frontier rule: it reads every layer's sizes and the kernels' error words at once, at the
+end (plus one per layer with fanout ``-1``, whose size has no bound known in advance).
+:func:`sample_layers_async` makes none: it returns a :class:`PendingSample` whose
+:meth:`~PendingSample.result` waits for this call's work only (a CUDA event), so sampling
+minibatch ``i + 1`` can overlap other work.
 
 Determinism. Every random draw is a hash of ``(seed, seed node id, draw number)``: a given seed
 gives the same sample on every run and every thread count, and the CPU and CUDA kernels give
-identical uniform samples, with identical node order after compaction. Layer ``l`` (counted from
-the seeds) draws with a seed derived from ``(seed, l)`` (layer 0 with ``seed`` itself), so a node
-that is a seed in two layers gets independent samples in each.
+identical uniform samples, with identical node order after compaction, under either frontier
+rule. Layer ``l`` (counted from the seeds) draws with a seed derived from ``(seed, l)`` (layer 0
+with ``seed`` itself), so a node that is a seed in two layers gets independent samples in each.
 
 Validation. The kernels never trust the graph: every offset pair, neighbour id, edge id and
 probability they visit is checked, and bad input raises ``IndexError`` (seeds out of range) or
@@ -35,8 +42,9 @@ probability they visit is checked, and bad input raises ``IndexError`` (seeds ou
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -47,6 +55,7 @@ from .graph.csr import CSRGraph
 
 __all__ = [
     "Block",
+    "Frontier",
     "PendingSample",
     "SampledNeighbors",
     "as_csr_graph",
@@ -62,6 +71,23 @@ _NUM_SAMPLE_ERRORS = 7  # sampling::kNumSampleErrors (csrc/sampling.h): error wo
 EDGE_DIRS = ("in", "out")
 
 GraphLike = Union[CSRGraph, Tuple[torch.Tensor, torch.Tensor]]
+
+
+class Frontier(enum.IntEnum):
+    """Which nodes layer ``l >= 1`` of a multi-layer sample draws neighbours for (the op's
+    ``frontier`` argument, ``sampling::Frontier`` in csrc/sampling.h)."""
+
+    ALL = 0  # every node of layer l - 1: DGL's message flow graphs
+    NEW = 1  # the nodes first reached in layer l - 1: PyG's hops
+
+
+def _as_frontier(frontier) -> Frontier:
+    if isinstance(frontier, bool) or not isinstance(frontier, int):
+        raise TypeError(f"frontier must be a pytorch_zerocopy.sampling.Frontier, got {frontier!r}")
+    try:
+        return Frontier(frontier)
+    except ValueError:
+        raise ValueError(f"frontier must be Frontier.ALL or Frontier.NEW, got {frontier!r}") from None
 
 
 class SampledNeighbors(NamedTuple):
@@ -242,10 +268,15 @@ class _LayersCall:
     eids: Optional[torch.Tensor]
     seed: int
     device: torch.device  # where the op runs
+    frontier: Frontier = Frontier.ALL
 
     def op_args(self) -> tuple:
         return (self.indptr, self.indices, self.seeds, self.fanouts, self.replace, self.probs, self.eids,
                 self.seed)
+
+    def run(self, op):
+        """``op`` (``sample_layers`` or ``sample_layers_launch``) over these arguments."""
+        return op(*self.op_args(), frontier=int(self.frontier))
 
     def blocks(self, nodes: Sequence[torch.Tensor], src: Sequence[torch.Tensor], dst: Sequence[torch.Tensor],
                eids: Sequence[torch.Tensor]) -> List[Block]:
@@ -278,15 +309,16 @@ def applied_fanouts(fanouts: Sequence[int]) -> List[int]:
 
 
 def _layers_call(graph: GraphLike, seeds, fanouts: Sequence[int], edge_dir: str, replace: bool,
-                 probs: Optional[torch.Tensor], seed: Optional[int]) -> _LayersCall:
+                 probs: Optional[torch.Tensor], seed: Optional[int], frontier: Frontier) -> _LayersCall:
     fanouts = applied_fanouts(fanouts)
     if edge_dir not in EDGE_DIRS:
         raise ValueError(f"edge_dir must be 'in' or 'out', got {edge_dir!r}")
+    frontier = _as_frontier(frontier)
     g = as_csr_graph(graph)
     adj = g if edge_dir == "out" else g.csc()
     device = _compute_device(adj.indptr)
     return _LayersCall(adj.indptr, adj.indices, _as_seeds(seeds, device), fanouts, bool(replace),
-                       _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed), device)
+                       _as_probs(probs, adj.num_edges, device), adj.eids, _resolve_seed(seed), device, frontier)
 
 
 def sample_layers(
@@ -298,6 +330,7 @@ def sample_layers(
     replace: bool = False,
     probs: Optional[torch.Tensor] = None,
     seed: Optional[int] = None,
+    frontier: Frontier = Frontier.ALL,
 ) -> List[Block]:
     """Multi-layer neighbour sampling, DGL's NeighborSampler order.
 
@@ -309,6 +342,12 @@ def sample_layers(
     (seed, draw) order; its ``eids`` are the graph's ids of those edges; its nodes are its
     destination nodes, then the new neighbours in order of first appearance.
 
+    ``frontier`` (see the module doc): with ``Frontier.NEW`` a block's destination nodes are
+    still every node reached before its layer, but only those first reached in the layer before
+    have edges, and its new nodes are the neighbours reached for the first time in the whole
+    sample: ``result[0].nodes`` is PyG's node list (the seeds, then each hop's new nodes) and
+    every block's ``src``/``dst`` index into it.
+
     ``graph``: a :class:`CSRGraph` or an ``(indptr, indices)`` pair (see the module doc).
     ``seeds``: distinct node ids (int32/int64). ``probs``: one sampling weight per edge of
     ``graph``, indexed by edge id, finite and >= 0 (0: never sampled); place it like the graph
@@ -316,13 +355,16 @@ def sample_layers(
     default generator; a given seed reproduces the sample.
 
     A graph of another structure that defines ``__zerocopy_sample_layers__`` (a
-    :class:`~pytorch_zerocopy.graph.DynamicGraph`) samples itself, with the same arguments.
+    :class:`~pytorch_zerocopy.graph.DynamicGraph`) samples itself, with the same arguments
+    (``Frontier.ALL`` only).
     """
     own = getattr(type(graph), "__zerocopy_sample_layers__", None)
     if own is not None:
+        if _as_frontier(frontier) is not Frontier.ALL:
+            raise NotImplementedError(f"sample_layers: a {type(graph).__name__} samples with Frontier.ALL only")
         return own(graph, seeds, fanouts, edge_dir=edge_dir, replace=replace, probs=probs, seed=seed)
-    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
-    nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
+    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed, frontier)
+    nodes, src, dst, eids = call.run(torch.ops.zerocopy.sample_layers.default)
     return call.blocks(nodes, src, dst, eids)
 
 
@@ -343,20 +385,35 @@ class PendingSample:
         self._buffers = buffers
         self._status = status
         self.event = event
-        self._blocks = blocks
+        self._taken = blocks is not None
+        self._result: Any = blocks
+        self._finish: Optional[Callable[[List[Block]], Any]] = None
 
     @classmethod
     def done(cls, blocks: List[Block]) -> "PendingSample":
         """A sample already taken: :meth:`result` returns ``blocks``."""
         return cls(None, None, None, None, blocks)
 
+    def then(self, finish: Callable[[Any], Any]) -> "PendingSample":
+        """Makes :meth:`result` return ``finish(blocks)`` (after any function given before),
+        called once: when the blocks are ready, or now if they are. Returns this object."""
+        if self._taken:
+            self._result = finish(self._result)
+        elif self._finish is None:
+            self._finish = finish
+        else:
+            before = self._finish
+            self._finish = lambda blocks: finish(before(blocks))
+        return self
+
     def ready(self) -> bool:
         """Whether the GPU work has finished (never blocks)."""
-        return self._blocks is not None or self.event is None or self.event.query()
+        return self._taken or self.event is None or self.event.query()
 
-    def result(self) -> List[Block]:
-        """The blocks, as :func:`sample_layers` returns them."""
-        if self._blocks is None:
+    def result(self) -> Any:
+        """The blocks, as :func:`sample_layers` returns them (or what the functions given to
+        :meth:`then` make of them)."""
+        if not self._taken:
             self.event.synchronize()
             c = self._call
             sizes = torch.ops.zerocopy.sample_layers_check.default(self._status, c.indptr, c.indices, c.seeds,
@@ -365,12 +422,14 @@ class PendingSample:
             num_layers = len(c.fanouts)
             node_counts = sizes[1:num_layers + 1]
             edge_counts = sizes[num_layers + 1:]
-            self._blocks = c.blocks([t[:n] for t, n in zip(nodes, node_counts)],
-                                    [t[:e] for t, e in zip(src, edge_counts)],
-                                    [t[:e] for t, e in zip(dst, edge_counts)],
-                                    [t[:e] for t, e in zip(eids, edge_counts)])
-            self._call = self._buffers = self._status = None
-        return self._blocks
+            blocks = c.blocks([t[:n] for t, n in zip(nodes, node_counts)],
+                              [t[:e] for t, e in zip(src, edge_counts)],
+                              [t[:e] for t, e in zip(dst, edge_counts)],
+                              [t[:e] for t, e in zip(eids, edge_counts)])
+            self._result = blocks if self._finish is None else self._finish(blocks)
+            self._taken = True
+            self._call = self._buffers = self._status = self._finish = None
+        return self._result
 
 
 def sample_layers_async(
@@ -382,16 +441,17 @@ def sample_layers_async(
     replace: bool = False,
     probs: Optional[torch.Tensor] = None,
     seed: Optional[int] = None,
+    frontier: Frontier = Frontier.ALL,
 ) -> PendingSample:
     """:func:`sample_layers` without waiting: on the GPU the work is queued on the current stream
     and the sizes are copied to pinned host memory behind it, with no host synchronisation
     (except one per fanout ``-1`` layer). On the CPU the sample is taken now. Same arguments and
     the same blocks, from :meth:`PendingSample.result`."""
-    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed)
+    call = _layers_call(graph, seeds, fanouts, edge_dir, replace, probs, seed, frontier)
     if call.device.type != "cuda":
-        nodes, src, dst, eids = torch.ops.zerocopy.sample_layers.default(*call.op_args())
+        nodes, src, dst, eids = call.run(torch.ops.zerocopy.sample_layers.default)
         return PendingSample(call, None, None, None, call.blocks(nodes, src, dst, eids))
-    nodes, src, dst, eids, status = torch.ops.zerocopy.sample_layers_launch.default(*call.op_args())
+    nodes, src, dst, eids, status = call.run(torch.ops.zerocopy.sample_layers_launch.default)
     host = torch.empty(status.shape, dtype=torch.int64, pin_memory=True)
     host.copy_(status, non_blocking=True)
     event = torch.cuda.Event()
@@ -412,12 +472,12 @@ def _layer_fakes(indptr: torch.Tensor, fanouts: Sequence[int]):
 
 
 @register_fake("zerocopy::sample_layers")
-def _sample_layers_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed):
+def _sample_layers_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed, *, frontier=0):
     return _layer_fakes(indptr, fanouts)
 
 
 @register_fake("zerocopy::sample_layers_launch")
-def _sample_layers_launch_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed):
+def _sample_layers_launch_fake(indptr, indices, seeds, fanouts, replace, probs, eids, seed, *, frontier=0):
     nodes, src, dst, out_eids = _layer_fakes(indptr, fanouts)
     status = indptr.new_empty((2 * len(fanouts) + 1 + _NUM_SAMPLE_ERRORS,), dtype=torch.int64)
     return nodes, src, dst, out_eids, status

@@ -282,6 +282,89 @@ def test_fanouts_sample_from_each_frontier_once(small, replace):
             assert len(set(edge[seg].tolist())) == seg.stop - seg.start
 
 
+def random_data(gen, num_nodes, num_edges) -> Data:
+    """A fresh random graph with self-loops, repeated edges and isolated nodes."""
+    ei = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    ei[:, :5] = ei[:, 5:10]  # repeated edges
+    ei[1, 10:15] = ei[0, 10:15]  # self-loops
+    return Data(edge_index=ei, num_nodes=num_nodes)
+
+
+def check_pyg_hops(hops, edge_index, num_nodes, seeds, fanouts, replace):
+    """PyG's rules, from their definition (no random draws): the nodes are the seeds, then each
+    hop's new nodes in order of first appearance among its edges' sources; hop h's edges go into
+    the nodes first reached in hop h - 1, each of them sampling min(fanout, in-degree) distinct
+    edges (fanout with replacement, every one for -1); every edge is the graph's, e_id its
+    column; the counts add up."""
+    node, row, col, edge = hops.node.cpu(), hops.row.cpu(), hops.col.cpu(), hops.edge.cpu()
+    deg = torch.bincount(edge_index[1], minlength=num_nodes)
+    assert torch.equal(node[:seeds.numel()], seeds)
+    assert node.unique().numel() == node.numel()
+    assert sum(hops.num_sampled_nodes) == node.numel() and sum(hops.num_sampled_edges) == edge.numel()
+    assert len(hops.num_sampled_nodes) == len(fanouts) + 1 and len(hops.num_sampled_edges) == len(fanouts)
+    assert torch.equal(edge_index[0, edge], node[row]) and torch.equal(edge_index[1, edge], node[col])
+    bounds = torch.tensor([0] + hops.num_sampled_nodes).cumsum(0).tolist()
+    estart = 0
+    for h, f in enumerate(fanouts):
+        seg = slice(estart, estart + hops.num_sampled_edges[h])
+        estart = seg.stop
+        frontier = node[bounds[h]:bounds[h + 1]]
+        per_node = torch.bincount(col[seg] - bounds[h], minlength=frontier.numel())
+        assert per_node.numel() == frontier.numel()
+        assert seg.stop == seg.start or (int(col[seg].min()) >= bounds[h] and int(col[seg].max()) < bounds[h + 1])
+        d = deg[frontier]
+        want = d if f == -1 else (torch.where(d > 0, torch.full_like(d, f), 0) if replace else d.clamp(max=f))
+        assert torch.equal(per_node, want)
+        if not replace or f == -1:
+            assert edge[seg].unique().numel() == seg.stop - seg.start
+        new, seen = [], set(node[:bounds[h + 1]].tolist())
+        for u in node[row[seg]].tolist():
+            if u not in seen:
+                seen.add(u)
+                new.append(u)
+        assert node[bounds[h + 1]:bounds[h + 2]].tolist() == new
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[-1, -1, -1], [5, 3], [2, -1, 4], [0, 3], [6]])
+def test_hops_on_fresh_random_graphs(gen, replace, fanouts):
+    """PyG's rules on a fresh random graph; with every neighbour, exactly the reference."""
+    data = random_data(gen, 600, 2400)
+    _, gs, _ = stores_from_data(data, placement="cpu")
+    seeds = torch.randperm(600, generator=gen)[:25]
+    hops = sample_hops(gs.csc_graph, seeds, fanouts, replace=replace, seed=int(torch.randint(0, 2**62, (1,))))
+    check_pyg_hops(hops, data.edge_index, 600, seeds, fanouts, replace)
+    if all(f == -1 for f in fanouts):
+        nodes, per_hop, counts = reference_full(data.edge_index, 600, seeds, len(fanouts))
+        assert hops.node.tolist() == nodes and hops.num_sampled_nodes == counts
+        got = list(zip(hops.node[hops.row].tolist(), hops.node[hops.col].tolist(), hops.edge.tolist()))
+        assert got == [e for edges in per_hop for e in edges]
+
+
+def test_hops_follow_the_seed(small):
+    """One seed, one sample: the same hops again, other hops for another seed, and the hop stage
+    of the process way packs the very sample sample_hops takes."""
+    from types import SimpleNamespace
+
+    from pytorch_zerocopy.pyg.sampler import HopStage
+
+    _, gs, _ = stores_from_data(small, placement="cpu")
+    seeds = torch.randperm(small.num_nodes)[:64]
+    a = sample_hops(gs.csc_graph, seeds, [5, 4, 3], seed=123)
+    b = sample_hops(gs.csc_graph, seeds, [5, 4, 3], seed=123)
+    c = sample_hops(gs.csc_graph, seeds, [5, 4, 3], seed=124)
+    for t in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(a, t), getattr(b, t))
+    assert not torch.equal(a.edge, c.edge)
+    blocks = HopStage([5, 4, 3], False).start(gs.csc_graph, seeds, None, SimpleNamespace(sample_seed=123)).result()
+    want = a.blocks()
+    assert len(blocks) == len(want) == 3
+    for x, y in zip(blocks, want):
+        assert (x.num_src, x.num_dst) == (y.num_src, y.num_dst)
+        assert torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) and torch.equal(x.eids, y.eids)
+    assert torch.equal(blocks[0].nodes, a.node)
+
+
 def test_empty_frontier_and_isolated_seeds():
     ei = torch.tensor([[1, 2], [0, 0]])  # 1 -> 0, 2 -> 0; nodes 3, 4 isolated
     data = Data(x=torch.randn(5, 2), edge_index=ei, num_nodes=5)
@@ -678,6 +761,44 @@ def test_gpu_samples_and_gathers_from_host_memory(small):
     F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size]).backward()
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["unified", "cuda"])
+def test_gpu_hops_equal_the_cpus_and_wait_once(small, placement, capfd):
+    """The GPU takes the CPU's sample for the same seed, with one host synchronisation (the hop
+    stage none: its result waits)."""
+    from types import SimpleNamespace
+
+    from test_sampling import count_syncs
+
+    from pytorch_zerocopy.pyg.sampler import HopStage
+
+    if placement == "unified" and not zc.gpu_backed():
+        pytest.skip("this build serves unified tensors on the CPU")
+    csc = stores_from_data(small, placement="cpu")[1].csc_graph
+    graph = GraphStore.from_csc(csc, placement).csc_graph
+    seeds = torch.randperm(small.num_nodes)[:256]
+    for fanouts in ([10, 5], [4, 3, 2], [-1, 3]):
+        want = sample_hops(csc, seeds, fanouts, seed=77)
+        got = sample_hops(graph, seeds.cuda(), fanouts, seed=77)
+        assert got.node.is_cuda
+        for t in ("node", "row", "col", "edge"):
+            assert torch.equal(getattr(got, t).cpu(), getattr(want, t)), (fanouts, t)
+        assert got.num_sampled_nodes == want.num_sampled_nodes and got.num_sampled_edges == want.num_sampled_edges
+    gpu_seeds = seeds.cuda()
+    sample_hops(graph, gpu_seeds, [15, 10], seed=1)  # warm-up
+    _, syncs = count_syncs(capfd, lambda: sample_hops(graph, gpu_seeds, [15, 10], seed=2))
+    assert syncs == 1
+    _, syncs = count_syncs(capfd, lambda: sample_hops(graph, gpu_seeds, [15, 10, 5], seed=2))
+    assert syncs == 1
+    batch = SimpleNamespace(sample_seed=3)
+    pending, syncs = count_syncs(capfd, lambda: HopStage([15, 10], False).start(graph, gpu_seeds, None, batch))
+    assert syncs == 0
+    want = sample_hops(graph, gpu_seeds, [15, 10], seed=3).blocks()
+    for x, y in zip(pending.result(), want, strict=True):
+        assert (x.num_src, x.num_dst) == (y.num_src, y.num_dst)
+        assert torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst) and torch.equal(x.eids, y.eids)
+
+
 def test_benchmark_quick_mode(tmp_path):
     """benchmarks/pyg_loader.py --quick: the GPU benchmark's code path, small, on this machine."""
     import json
@@ -705,8 +826,8 @@ def test_benchmark_quick_mode(tmp_path):
 
 
 def test_first_hop_needs_no_compaction(small):
-    """Why sample_hops compacts from the second hop only: the first hop's block already is the
-    minibatch's node list (seeds first), and compacting it changes nothing."""
+    """A one-layer block's nodes already are the compaction of its seeds and neighbours (seeds
+    first): compacting them again changes nothing."""
     from pytorch_zerocopy.sampling import compact, sample_layers
 
     graph = GraphStore.from_csc(stores_from_data(small, placement="cpu")[1].csc_graph, "cpu").csc_graph

@@ -13,6 +13,7 @@ import pytorch_zerocopy  # noqa: F401  (registers the unified device)
 from pytorch_zerocopy import sampling as S
 from pytorch_zerocopy._compat import has_opcheck
 from pytorch_zerocopy.graph import CSRGraph
+from pytorch_zerocopy.unified import gpu_backed
 
 
 @pytest.fixture
@@ -783,3 +784,420 @@ def test_opcheck(rng, device):
         torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, test_utils=utils)
         if device == "cuda":
             torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, test_utils=utils)
+
+
+# ---------------------------------------------------------------------------------------------
+# Frontier.NEW: PyG's hops in one call. Layer l samples only the nodes first reached in layer
+# l - 1; nodes[l] lists every node reached so far, each keeping its index.
+
+NEW = S.Frontier.NEW
+
+
+def ref_sample_hops(indptr, indices, seeds, fanouts_applied, replace, seed, eids=None):
+    """The kernels' contract under Frontier.NEW, draws included: per layer (nodes, src, dst,
+    edge ids), as lists."""
+    indptr, indices = indptr.tolist(), indices.tolist()
+    eids = None if eids is None else eids.tolist()
+    nodes = list(seeds.tolist())
+    local = {v: i for i, v in enumerate(nodes)}
+    first, layers = 0, []
+    for layer, fanout in enumerate(fanouts_applied):
+        s = layer_seed(seed, layer)
+        before = len(nodes)
+        src, dst, pos = [], [], []
+        for i, v in enumerate(nodes[first:before]):
+            start, end = indptr[v], indptr[v + 1]
+            for r in ref_positions(s, v, end - start, fanout, replace):
+                u = indices[start + r]
+                if u not in local:
+                    local[u] = len(nodes)
+                    nodes.append(u)
+                src.append(local[u])
+                dst.append(first + i)
+                pos.append(start + r)
+        layers.append((list(nodes), src, dst, pos if eids is None else [eids[p] for p in pos]))
+        first = before
+    return layers
+
+
+def pyg_hops_full(indptr, indices, seeds, hops):
+    """PyG's semantics with every neighbour, from the definition alone (no draws): per hop the
+    nodes first reached in it, and its edges (neighbour, frontier node, position), in frontier
+    then list order."""
+    indptr, indices = indptr.tolist(), indices.tolist()
+    reached = list(seeds.tolist())
+    seen = set(reached)
+    frontier, new_per_hop, edges_per_hop = list(reached), [], []
+    for _ in range(hops):
+        new, edges = [], []
+        for v in frontier:
+            for p in range(indptr[v], indptr[v + 1]):
+                u = indices[p]
+                if u not in seen:
+                    seen.add(u)
+                    new.append(u)
+                edges.append((u, v, p))
+        new_per_hop.append(new)
+        edges_per_hop.append(edges)
+        frontier = new
+    return new_per_hop, edges_per_hop
+
+
+def check_hops(indptr, indices, seeds, fanouts_applied, replace, layers, eids=None):
+    """What Frontier.NEW promises, checked from the definition (no draws): the nodes are the
+    seeds then each layer's new nodes, in order of first appearance among the layer's edges;
+    layer l's edges come from the nodes first reached in layer l - 1, each of them with
+    min(fanout, degree) distinct edges (fanout with replacement, or the whole list for -1), every
+    edge one of the graph's; no node is a frontier node twice."""
+    nodes_l, src_l, dst_l, eid_l = ([t.cpu() for t in ts] for ts in layers)
+    indptr, indices, seeds = indptr.cpu(), indices.cpu().long(), seeds.cpu().long()
+    edge_src = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr.diff())  # the list owner
+    pos_of = torch.arange(indices.numel()) if eids is None else torch.argsort(eids.cpu())  # edge id -> position
+    deg = indptr.diff()
+    before, first, sampled = seeds, 0, set()
+    for fanout, nodes, src, dst, eid in zip(fanouts_applied, nodes_l, src_l, dst_l, eid_l, strict=True):
+        assert nodes.dtype == src.dtype == dst.dtype == eid.dtype == torch.int64
+        assert torch.equal(nodes[:before.numel()], before), "earlier nodes keep their place"
+        assert nodes.unique().numel() == nodes.numel()
+        frontier = torch.arange(first, before.numel())
+        assert not sampled & set(nodes[frontier].tolist()), "a node was a frontier twice"
+        sampled |= set(nodes[frontier].tolist())
+        assert src.numel() == dst.numel() == eid.numel()
+        if dst.numel():
+            assert int(dst.min()) >= first and int(dst.max()) < before.numel()
+            assert int(src.min()) >= 0 and int(src.max()) < nodes.numel()
+        pos = pos_of[eid]
+        # every edge is the graph's: position pos lists node dst's neighbour src
+        assert torch.equal(edge_src[pos], before[dst]) and torch.equal(indices[pos], nodes[src])
+        per_node = torch.bincount(dst - first, minlength=frontier.numel()) if dst.numel() else \
+            torch.zeros(frontier.numel(), dtype=torch.int64)
+        d = deg[before[frontier]]
+        if fanout == -1:
+            want = d
+        elif replace:
+            want = torch.where(d > 0, torch.full_like(d, fanout), 0)
+        else:
+            want = d.clamp(max=fanout)
+        assert torch.equal(per_node, want)
+        assert bool((dst.diff() >= 0).all()), "edges in frontier order"
+        if not replace or fanout == -1:
+            assert eid.unique().numel() == eid.numel(), "an edge sampled twice without replacement"
+        # the new nodes: the sampled neighbours not reached before, in order of first appearance
+        new, seen = [], set(before.tolist())
+        for u in nodes[src].tolist():
+            if u not in seen:
+                seen.add(u)
+                new.append(u)
+        assert nodes[before.numel():].tolist() == new
+        first, before = before.numel(), nodes
+
+
+def blocks_as_layers(blocks):
+    """sample_layers' blocks as the op's outputs: (nodes, src, dst, eids) lists, seeds' layer first."""
+    layers = blocks[::-1]
+    return tuple([getattr(b, t) for b in layers] for t in ("nodes", "src", "dst", "eids"))
+
+
+def op_hops(indptr, indices, seeds, fanouts_applied, replace=False, probs=None, eids=None, seed=0):
+    return torch.ops.zerocopy.sample_layers.default(indptr, indices, seeds, fanouts_applied, replace, probs, eids,
+                                                    seed, frontier=int(NEW))
+
+
+HOP_FANOUTS = [[4, 3, 2], [-1, 2], [3, -1], [0, 5], [2, 0, 3], [-1, -1], [6]]
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", HOP_FANOUTS)
+def test_new_frontier_op_matches_reference(rng, index_dtype, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=250, max_deg=12, index_dtype=index_dtype)
+    seeds = torch.randperm(250, generator=rng)[:15].to(torch.int32)
+    eids = torch.randperm(indices.numel(), generator=rng)
+    seed = int(torch.randint(0, 2**62, (), generator=rng))
+    for e in (None, eids):
+        got = op_hops(indptr, indices, seeds, fanouts, replace, eids=e, seed=seed)
+        want = ref_sample_hops(indptr, indices, seeds, fanouts, replace, seed, e)
+        assert as_lists(got) == [tuple(x) for x in want]
+        check_hops(indptr, indices, seeds, fanouts, replace, got, e)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[5, 4, 3], [-1, 3], [2, -1, 2]])
+def test_new_frontier_follows_pygs_rule(rng, placement, replace, fanouts):
+    """The structure of PyG's hops, on each placement, outputs poisoned beforehand on a GPU."""
+    indptr, indices = random_csr(rng, num_nodes=400, max_deg=15)
+    seeds = torch.randperm(400, generator=rng)[:30]
+    g = graph_on(indptr, indices, placement)
+    if placement != "cpu" and gpu_backed():
+        poison_allocator("cuda")
+    blocks = S.sample_layers(g, seeds, fanouts[::-1], edge_dir="out", replace=replace,
+                             seed=int(torch.randint(0, 2**62, (), generator=rng)), frontier=NEW)
+    check_hops(indptr, indices, seeds, fanouts, replace, blocks_as_layers(blocks))
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_new_frontier_with_every_neighbour_is_pygs_hops(rng, placement):
+    """fanout -1 is deterministic: exactly PyG's hops, from the definition."""
+    indptr, indices = random_csr(rng, num_nodes=300, max_deg=6)
+    seeds = torch.randperm(300, generator=rng)[:8]
+    g = graph_on(indptr, indices, placement)
+    blocks = S.sample_layers(g, seeds, [-1, -1, -1], edge_dir="out", frontier=NEW)
+    new_per_hop, edges_per_hop = pyg_hops_full(indptr, indices, seeds, 3)
+    nodes = blocks[0].nodes.cpu()
+    assert nodes.tolist() == seeds.tolist() + [u for new in new_per_hop for u in new]
+    for block, edges, new in zip(blocks[::-1], edges_per_hop, new_per_hop, strict=True):
+        assert block.num_src - block.num_dst == len(new)
+        got = list(zip(nodes[block.src.cpu()].tolist(), nodes[block.dst.cpu()].tolist(), block.eids.cpu().tolist()))
+        assert got == edges
+
+
+def test_new_frontier_first_layer_equals_all(rng):
+    """Both rules sample the seeds alike: the first layers are identical."""
+    indptr, indices = random_csr(rng)
+    seeds = torch.randperm(indptr.numel() - 1, generator=rng)[:40]
+    for replace in (False, True):
+        a = op_layers(indptr, indices, seeds, [5, 3], replace, seed=9)
+        b = op_hops(indptr, indices, seeds, [5, 3], replace, seed=9)
+        assert_same_layers([t[:1] for t in a], [t[:1] for t in b])
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_new_frontier_deterministic_and_thread_independent(rng, replace):
+    g = CSRGraph.from_csr(*random_csr(rng))
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:40]
+    a = S.sample_layers(g, seeds, [5, 5, 5], replace=replace, seed=17, frontier=NEW)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        b = S.sample_layers(g, seeds, [5, 5, 5], replace=replace, seed=17, frontier=NEW)
+    finally:
+        torch.set_num_threads(threads)
+    c = S.sample_layers(g, seeds, [5, 5, 5], replace=replace, seed=18, frontier=NEW)
+    for x, y in zip(a, b):
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(x, t), getattr(y, t))
+    assert not torch.equal(a[0].eids, c[0].eids)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4], [2, 2, -1]])
+def test_new_frontier_weighted(rng, device, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
+    g = CSRGraph.from_csr(indptr, indices)
+    probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
+    probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
+    seeds = torch.randperm(300, generator=rng)[:25]
+    placed = g.to("cuda") if device == "cuda" else g
+    blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4,
+                             frontier=NEW)
+    src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
+    nodes = blocks[0].nodes.cpu()
+    first = 0
+    for block, fanout in zip(blocks[::-1], fanouts[::-1]):
+        eids, dst = block.eids.cpu(), block.dst.cpu()
+        assert bool((probs[eids] > 0).all()), "sampled an edge with probability 0"
+        # edge_dir='in': the edge runs from the sampled neighbour to the frontier node
+        assert torch.equal(src_all[eids], nodes[block.src.cpu()]) and torch.equal(indices[eids].long(), nodes[dst])
+        assert dst.numel() == 0 or (int(dst.min()) >= first and int(dst.max()) < block.num_dst)
+        if fanout >= 0 and dst.numel():
+            assert int(torch.bincount(dst).max()) <= fanout
+        if not replace:
+            assert eids.unique().numel() == eids.numel()
+        first = block.num_dst
+    if device == "cuda":  # the same sample as the CPU op, up to rounding of the weighted keys
+        cpu = S.sample_layers(g, seeds, fanouts, probs=probs, replace=replace, seed=4, frontier=NEW)
+        same = sum(int(torch.equal(a.eids.cpu(), b.eids)) for a, b in zip(blocks, cpu))
+        assert same == len(fanouts)
+
+
+def test_new_frontier_empty_seeds_and_dead_ends(device):
+    g = CSRGraph.from_csr(torch.tensor([0, 1, 2, 2]), torch.tensor([1, 0]))
+    if device == "cuda":
+        g = g.to("cuda")
+    blocks = S.sample_layers(g, torch.empty(0, dtype=torch.int64, device=device), [2, 2], edge_dir="out",
+                             frontier=NEW)
+    assert [b.num_edges() for b in blocks] == [0, 0] and [b.num_src for b in blocks] == [0, 0]
+    # 0 -> 1 -> 0: hop 2 samples node 1 only, whose edge leads back to a reached node; hop 3 has no
+    # frontier; node 2 has no neighbour at all.
+    blocks = S.sample_layers(g, torch.tensor([2, 0], device=device), [-1, -1, -1], edge_dir="out", frontier=NEW)
+    assert blocks[0].nodes.tolist() == [2, 0, 1]
+    assert [(b.num_src, b.num_dst, b.num_edges()) for b in blocks[::-1]] == [(3, 2, 1), (3, 3, 1), (3, 3, 0)]
+    assert [b.src.tolist() for b in blocks[::-1]] == [[2], [1], []]
+    assert [b.dst.tolist() for b in blocks[::-1]] == [[1], [2], []]
+
+
+def test_new_frontier_async_equals_sync(rng, device):
+    g = CSRGraph.from_csr(*random_csr(rng))
+    if device == "cuda":
+        g = g.to("cuda")
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:64].to(device)
+    for fanouts in ([4, 6, 3], [-1, 3]):
+        pending = S.sample_layers_async(g, seeds, fanouts, seed=21, frontier=NEW)
+        want = S.sample_layers(g, seeds, fanouts, seed=21, frontier=NEW)
+        got = pending.result()
+        assert pending.ready() and pending.result() is got
+        for a, b in zip(got, want, strict=True):
+            assert (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
+            for t in ("nodes", "src", "dst", "eids"):
+                assert torch.equal(getattr(a, t), getattr(b, t))
+
+
+def test_pending_sample_then(rng, device):
+    """then(): the result is what the function makes of the blocks, computed once."""
+    g = CSRGraph.from_csr(*random_csr(rng))
+    if device == "cuda":
+        g = g.to("cuda")
+    seeds = torch.randperm(g.num_nodes, generator=rng)[:32].to(device)
+    calls = []
+
+    def count_edges(blocks):
+        calls.append(len(blocks))
+        return [b.num_edges() for b in blocks]
+
+    pending = S.sample_layers_async(g, seeds, [3, 4], seed=5, frontier=NEW).then(count_edges)
+    pending = pending.then(sum)
+    want = sum(b.num_edges() for b in S.sample_layers(g, seeds, [3, 4], seed=5, frontier=NEW))
+    assert pending.result() == want and pending.result() == want
+    assert calls == [2]
+
+
+def test_new_frontier_bad_input(device):
+    """Bad input under Frontier.NEW: the same exceptions, naming the argument, as Frontier.ALL."""
+    def t(*v):
+        return torch.tensor(v, device=device)
+
+    # A node reached in hop 1 (node 2) has bad offsets: found in hop 2.
+    g = bad_graph(device, t(0, 1, 1, -4), t(2))
+    expect(ValueError, r"at node 2: indptr\[2\] = 1, indptr\[3\] = -4",
+           lambda: S.sample_layers(g, t(0), [2, 2], edge_dir="out", frontier=NEW))
+    # A neighbour id out of range in hop 2 (node 1's list).
+    for dtype in (torch.int32, torch.int64):
+        g = bad_graph(device, t(0, 1, 2), t(1, -3).to(dtype))
+        expect(ValueError, r"indices\[1\] = -3 is out of range",
+               lambda g=g: S.sample_layers(g, t(0), [1, 1], edge_dir="out", frontier=NEW))
+    g = bad_graph(device, t(0, 2, 3), t(1, 0, 0), eids=t(0, 9, 1))
+    expect(ValueError, r"eids\[1\] = 9 is not an edge id of a graph with 3 edges",
+           lambda: S.sample_layers(g, t(0), [-1], edge_dir="out", frontier=NEW))
+    g = bad_graph(device, t(0, 2, 3), t(1, 0, 0))
+    probs = torch.tensor([0.5, 1.0, float("nan")], device=device)  # node 1's edge: reached in hop 2
+    expect(ValueError, r"probs\[2\] = nan.*: sampling probabilities must be finite and >= 0",
+           lambda: S.sample_layers(g, t(0), [1, -1], edge_dir="out", probs=probs, frontier=NEW))
+    g = CSRGraph.from_csr(*random_csr(torch.Generator().manual_seed(0), num_nodes=50))
+    if device == "cuda":
+        g = g.to("cuda")
+    expect(IndexError, r"seeds\[1\] = 50 is out of range for a graph with 50 nodes",
+           lambda: S.sample_layers(g, t(0, 50), [3, 3], edge_dir="out", frontier=NEW))
+    expect(ValueError, r"seeds must not repeat a node id .*seeds\[2\] = 4 repeats an earlier seed",
+           lambda: S.sample_layers(g, t(4, 1, 4, 4), [3, 2], edge_dir="out", frontier=NEW))
+    # The rule itself: checked where the op starts (a Frontier in Python, 0 or 1 in the op).
+    seeds = t(1, 2)
+    for bad in (2, -1):
+        expect(ValueError, rf"frontier must be 0 \(every node of the previous layer\) or 1 .*got {bad}",
+               lambda bad=bad: torch.ops.zerocopy.sample_layers.default(g.indptr, g.indices, seeds, [3], False,
+                                                                        None, None, 0, frontier=bad))
+        expect(ValueError, "frontier must be Frontier.ALL or Frontier.NEW",
+               lambda bad=bad: S.sample_layers(g, seeds, [3], frontier=bad))
+    expect(TypeError, "frontier must be a pytorch_zerocopy.sampling.Frontier",
+           lambda: S.sample_layers(g, seeds, [3], frontier="new"))
+    expect(TypeError, "frontier must be a pytorch_zerocopy.sampling.Frontier",
+           lambda: S.sample_layers_async(g, seeds, [3], frontier=True))
+    assert S.sample_layers(g, seeds, [3], frontier=1)[0].num_dst == 2  # an int naming a rule is accepted
+
+
+@pytest.mark.cuda
+def test_new_frontier_bad_rule_refused_by_the_launch():
+    indptr, indices = (t.cuda() for t in random_csr(torch.Generator().manual_seed(1), num_nodes=30))
+    with pytest.raises(ValueError, match="frontier must be 0"):
+        torch.ops.zerocopy.sample_layers_launch.default(indptr, indices, torch.tensor([1, 2], device="cuda"), [3],
+                                                        False, None, None, 0, frontier=7)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1], [4, -1, 3], [0, 5], [-1, -1]])
+def test_cuda_new_frontier_matches_cpu(rng, placement, index_dtype, replace, fanouts):
+    indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
+    seeds = torch.randperm(3000, generator=rng)[:400]
+    for edge_dir in ("out", "in"):
+        cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
+                              replace=replace, seed=1234, frontier=NEW)
+        g = graph_on(indptr, indices, placement)
+        for seed_dtype in (torch.int32, torch.int64):
+            poison_allocator("cuda")
+            gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
+                                  seed=1234, frontier=NEW)
+            for a, b in zip(gpu, cpu, strict=True):
+                assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
+                for t in ("nodes", "src", "dst", "eids"):
+                    assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
+
+
+@pytest.mark.cuda
+def test_cuda_new_frontier_large_batch_matches_cpu(rng):
+    """Frontiers past one block's counting sort (cub's radix sort orders them), several waves."""
+    indptr, indices = random_csr(rng, num_nodes=200_000, max_deg=30, index_dtype=torch.int32)
+    seeds = torch.randperm(200_000, generator=rng)[:20_000]
+    cpu = op_hops(indptr, indices, seeds, [10, 5, 2], seed=3)
+    assert cpu[0][0].numel() - seeds.numel() > 32 << 10  # layer 1's frontier
+    poison_allocator("cuda", 1 << 28)
+    gpu = op_hops(indptr.cuda(), indices.cuda(), seeds.cuda(), [10, 5, 2], seed=3)
+    assert_same_layers(gpu, cpu)
+    del gpu
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+def test_cuda_new_frontier_synchronises_once(rng, placement, capfd):
+    one = torch.ones((), dtype=torch.int64, device="cuda")
+    assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
+    indptr, indices = random_csr(rng, num_nodes=5000, index_dtype=torch.int32)
+    g = graph_on(indptr, indices, placement)
+    g.csc()  # built once, on first use (host work and copies)
+    seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
+    S.sample_layers(g, seeds, [15, 10], seed=1, frontier=NEW)  # warm-up: allocator, cub
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2, frontier=NEW))
+    assert syncs == 1
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2,
+                                                          frontier=NEW))
+    assert syncs == 1
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2, frontier=NEW))
+    assert syncs == 2  # a fanout -1 layer reads its edge total
+    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2, frontier=NEW))
+    assert syncs == 0
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3, frontier=NEW)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = S.sample_layers(g, seeds, [15, 10], seed=3, frontier=NEW)
+    for a, b in zip(pending.result(), want, strict=True):
+        for t in ("nodes", "src", "dst", "eids"):
+            assert torch.equal(getattr(a, t), getattr(b, t))
+
+
+@pytest.mark.skipif(not has_opcheck(), reason="torch.library.opcheck needs torch >= 2.4")
+def test_opcheck_new_frontier(rng, device):
+    indptr, indices = random_csr(rng, num_nodes=60, index_dtype=torch.int32)
+    indptr, indices = indptr.to(device), indices.to(device)
+    seeds = torch.randperm(60, generator=rng)[:10].to(device)
+    probs = torch.rand(indices.numel(), device=device)
+    eids = torch.randperm(indices.numel(), device=device)
+    utils = ("test_schema", "test_faketensor", "test_autograd_registration")
+    for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
+                 (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
+        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, {"frontier": int(NEW)},
+                              test_utils=utils)
+        if device == "cuda":
+            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, {"frontier": int(NEW)},
+                                  test_utils=utils)
+
+
+def test_dynamic_graph_refuses_new_frontier(rng):
+    from pytorch_zerocopy.graph import DynamicGraph
+
+    dg = DynamicGraph.from_csr(CSRGraph.from_csr(*random_csr(rng, num_nodes=30)), page_size=4)
+    with pytest.raises(NotImplementedError, match="Frontier.ALL only"):
+        S.sample_layers(dg, torch.tensor([1, 2]), [2], edge_dir="out", frontier=NEW)

@@ -1,7 +1,8 @@
-// zerocopy::sample_layers on the CPU: per layer, the one-layer sampler of sample_neighbors and
-// the hash-table compaction of compact_ids (csrc/cpu/sampling_cpu.h), each parallel over seeds
-// or positions with at::parallel_for. Results equal the CUDA kernel's for uniform sampling and
-// do not depend on the thread count.
+// zerocopy::sample_layers on the CPU: per layer, the one-layer sampler of sample_neighbors over
+// the layer's frontier and the hash-table compaction of compact_ids over the nodes reached so
+// far and the sampled neighbours (csrc/cpu/sampling_cpu.h), each parallel over seeds or
+// positions with at::parallel_for. Results equal the CUDA kernel's for uniform sampling and do
+// not depend on the thread count.
 
 #include "checks.h"
 #include "cpu/sampling_cpu.h"
@@ -46,8 +47,9 @@ at::Tensor edge_ids_of(const at::Tensor& edge_pos, const std::optional<at::Tenso
 
 Layers sample_layers_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_in, const at::Tensor& seeds_in,
                          c10::IntArrayRef fanouts, bool replace, const std::optional<at::Tensor>& probs_in,
-                         const std::optional<at::Tensor>& eids_in, int64_t seed) {
-  check_sample_layers_args(indptr_in, indices_in, seeds_in, fanouts, probs_in, eids_in);
+                         const std::optional<at::Tensor>& eids_in, int64_t seed, int64_t frontier_in) {
+  const sampling::Frontier frontier =
+      check_sample_layers_args(indptr_in, indices_in, seeds_in, fanouts, probs_in, eids_in, frontier_in);
   check_device_type(indptr_in, c10::DeviceType::CPU, "indptr");
   const at::Tensor indptr = indptr_in.contiguous();
   const at::Tensor indices = indices_in.contiguous();
@@ -57,20 +59,25 @@ Layers sample_layers_cpu(const at::Tensor& indptr_in, const at::Tensor& indices_
 
   Layers out;
   auto& [nodes_out, src_out, dst_out, eids_out] = out;
-  at::Tensor layer_seeds = seeds_in.contiguous();
+  // reached: every node reached so far (the seeds, then each layer's new nodes); the layer's
+  // frontier is reached[first:].
+  at::Tensor reached = seeds_in.contiguous();
+  int64_t first = 0;
   for (size_t l = 0; l < fanouts.size(); ++l) {
+    const at::Tensor layer_seeds = first == 0 ? reached : reached.narrow(0, first, reached.numel() - first);
     const SampleInputs inputs{indptr, indices, layer_seeds, probs, eids};
     const uint64_t s = sampling::layer_seed(static_cast<uint64_t>(seed), static_cast<int64_t>(l));
     LayerSample sample = sample_layer_cpu(indptr, indices, layer_seeds, fanouts[l], replace, probs, eids, s,
                                           "sample_layers", inputs);
     int64_t repeated = -1;
-    auto [nodes, local] = compact_cpu(layer_seeds, sample.neighbors, l == 0 ? &repeated : nullptr);
+    auto [nodes, local] = compact_cpu(reached, sample.neighbors, l == 0 ? &repeated : nullptr);
     if (repeated >= 0) raise_sample_error("sample_layers", sampling::kDuplicateSeed, repeated, inputs);
     nodes_out.push_back(nodes);
     src_out.push_back(local);
-    dst_out.push_back(sample.seed_index);
+    dst_out.push_back(first == 0 ? sample.seed_index : sample.seed_index + first);
     eids_out.push_back(edge_ids_of(sample.edge_pos, eids, inputs));
-    layer_seeds = nodes;
+    if (frontier == sampling::Frontier::kNew) first = reached.numel();
+    reached = nodes;
   }
   return out;
 }

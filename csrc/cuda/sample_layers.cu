@@ -24,25 +24,37 @@
 //              kPending | slot; per seed: (edges, first appearances) and each first slot's rank
 //   scan       cub's exclusive scan of the per-seed (edges, first appearances): where each seed's
 //              edges and new nodes go; the totals land after the last seed
-//   number     the layer's nodes: its seeds, then each new node at seeds + its rank (first
-//              appearance order, the CPU's order); the table then holds every node's local id;
-//              also writes the next layer's order keys and the layer's sizes (device memory)
+//   number     the layer's nodes: every node reached before the layer, then each new node at
+//              that count + its rank (first appearance order, the CPU's order); the table then
+//              holds every node's local id; also writes the next layer's order keys and the
+//              layer's sizes (device memory)
+// The frontier rules (sampling::Frontier). kAll: a layer's seeds are every node reached before
+// it, and each layer has a table of its own, into which the sample kernel enters the seeds
+// (code: their index, which is their local id). kNew: a layer's seeds are the nodes the previous
+// layer numbered (a range of its nodes whose start and length live in device memory), and the
+// layers share one table, so a node keeps the local id it got when first reached and is never
+// numbered, nor sampled from, twice; layer 0 enters the seeds as kAll does, and a group of
+// layers that starts after a fanout == -1 layer (which needs a table sized after its count)
+// first enters every node reached before it.
 // Every kernel reads its item count from device memory (the previous layer's sizes) and is
 // launched over the upper bound (without replacement a seed gets <= fanout edges, with
-// replacement exactly fanout; nodes <= seeds + edges), exiting early past the count. After the
-// last layer one kernel writes every layer's edges (src local id, dst seed index, edge id) and
-// the host reads every size and error word at once: the call's one synchronisation
+// replacement exactly fanout; nodes <= nodes reached before + edges; kNew: a layer's seeds <=
+// the previous layer's edges), exiting early past the count. After the last layer one kernel
+// writes every layer's edges (src local id, dst: the seed's local id in the layer before, edge
+// id) and the host reads every size and error word at once: the call's one synchronisation
 // (sample_layers_launch leaves it to the caller). A fanout == -1 layer has no static bound: it
 // first counts its edges (a count pass and a scan) and reads the total, one more
 // synchronisation; its slots are then dense (seed i owns slots offsets[i] .. offsets[i+1]).
 //
 // Operations per call for L layers with fanouts >= 0: 1 init + per layer (order: 1 up to 32 K
 // seeds, else 6 for cub's one-pass onesweep; sample, mark, 2 for cub's scan, number) + 1 edge
-// writer + 1 device-to-host copy: 15 for two layers of a 1024-seed minibatch.
+// writer + 1 device-to-host copy: 15 for two layers of a 1024-seed minibatch, under either
+// frontier rule.
 //
 // Determinism: the order of first appearance is decided by the smallest slot, and slots are
 // ordered by (seed index, draw), whatever order the warps run in; edges are written in (seed,
-// draw) order. The results therefore equal the CPU kernels' (csrc/cpu) for uniform sampling.
+// draw) order. The results therefore equal the CPU kernels' (csrc/cpu) for uniform sampling,
+// under either frontier rule.
 
 #include "checks.h"
 #include "dynamic_graph.h"
@@ -409,9 +421,12 @@ template <typename node_t, typename index_t>
 struct SampleLaunch {
   GraphView<index_t> g;
   const int64_t* sorted_keys;  // visit order: order keys, ascending bucket
-  const node_t* nodes;         // seed index -> node id
+  const node_t* nodes;         // seed i is node nodes[first + i]
+  const int64_t* first_seed;   // first (device memory); nullptr: 0
   const int64_t* num_seeds;    // seeds in use (device memory); nullptr: max_seeds
   int64_t max_seeds;
+  bool seed_codes;             // with compaction: enter seed i in the table with code i (its local
+                               // id); false where the seeds are in the table already
   int64_t fanout;
   bool replace;
   uint64_t seed;
@@ -427,6 +442,7 @@ template <typename node_t, typename index_t>
 __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleLaunch<node_t, index_t> a) {
   const int lane = threadIdx.x % kWarp;
   const int64_t n = device_count(a.num_seeds, a.max_seeds);
+  const int64_t first = a.first_seed != nullptr ? *a.first_seed : 0;
   if (a.count_only) {
     for (int64_t t = n + thread_index(); t <= a.max_seeds; t += thread_count()) a.counts[t] = 0;
   }
@@ -436,14 +452,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleLaunch<nod
       if (lane == 0) report(a.errors, kInternal, w);
       continue;
     }
-    const int64_t v = static_cast<int64_t>(a.nodes[i]);
+    const int64_t v = static_cast<int64_t>(a.nodes[first + i]);
     const SeedVisit sv = visit_seed(a.g, v, i, a.fanout, a.replace, a.errors, lane);
     const int64_t visited = sv.count > 0 ? sv.count : 0;
     if (a.count_only) {
       if (lane == 0) a.counts[i] = visited;
       continue;
     }
-    if (a.out.tslot != nullptr && lane == 0 && v >= 0 && v < a.g.num_nodes) {
+    if (a.out.tslot != nullptr && a.seed_codes && lane == 0 && v >= 0 && v < a.g.num_nodes) {
       unsigned long long previous;
       if (table_insert(a.out.table, v, static_cast<unsigned long long>(i), &previous) < 0) {
         report(a.errors, kInternal, i);
@@ -538,14 +554,17 @@ struct NumberLaunch {
   int64_t max_prev;
   int64_t* nodes;          // out: the layer's nodes
   int64_t max_nodes;
-  int64_t* next_keys;      // out (nullable): order keys of the nodes, -1 past them
+  int64_t* next_keys;      // out (nullable): order keys of the next layer's seeds, -1 past them
+  int64_t max_keys;        // entries of next_keys
+  bool keys_of_new;        // the next layer's seeds: the new nodes (kNew), else every node (kAll)
   int order_shift;
   int64_t* out_num_nodes;  // out (nullable): device sizes
   int64_t* out_num_edges;
+  int64_t* out_num_new;    // out (nullable): the number of new nodes
 };
 
 // The layer's nodes: the previous nodes, then each first appearance at its rank; each new
-// node's table code becomes its local id.
+// node's table code becomes its local id. The next layer's seed t is node key_base + t.
 template <typename prev_t>
 __global__ void __launch_bounds__(kThreads) number_kernel(const NumberLaunch<prev_t> a) {
   const int lane = threadIdx.x % kWarp;
@@ -554,18 +573,21 @@ __global__ void __launch_bounds__(kThreads) number_kernel(const NumberLaunch<pre
   const Totals total = a.offsets[a.max_groups];
   const int64_t counted = n_prev + total.nodes;
   const int64_t n_next = counted < a.max_nodes ? counted : a.max_nodes;
+  const int64_t key_base = a.keys_of_new ? n_prev : 0;
   if (thread_index() == 0) {
     if (a.out_num_nodes != nullptr) *a.out_num_nodes = n_next;
     if (a.out_num_edges != nullptr) *a.out_num_edges = total.edges;
+    if (a.out_num_new != nullptr) *a.out_num_new = n_next - n_prev;
   }
   for (int64_t t = thread_index(); t < a.max_nodes; t += thread_count()) {
     if (t < n_prev) {
       const int64_t id = static_cast<int64_t>(a.prev[t]);
       a.nodes[t] = id;
-      if (a.next_keys != nullptr) a.next_keys[t] = order_key(id, t, a.order_shift);
-    } else if (t >= n_next && a.next_keys != nullptr) {
-      a.next_keys[t] = -1;
+      if (a.next_keys != nullptr && !a.keys_of_new) a.next_keys[t] = order_key(id, t, a.order_shift);
     }
+  }
+  if (a.next_keys != nullptr) {
+    for (int64_t t = n_next - key_base + thread_index(); t < a.max_keys; t += thread_count()) a.next_keys[t] = -1;
   }
   for (int64_t g = warp_index(); g < n; g += warp_count()) {
     const int64_t start = a.lay.start(g), count = a.lay.count(g);
@@ -579,7 +601,8 @@ __global__ void __launch_bounds__(kThreads) number_kernel(const NumberLaunch<pre
       const int64_t id = static_cast<int64_t>(a.table.keys[t]);
       a.nodes[local] = id;
       a.table.codes[t] = static_cast<unsigned long long>(local);
-      if (a.next_keys != nullptr) a.next_keys[local] = order_key(id, local, a.order_shift);
+      const int64_t key = local - key_base;
+      if (a.next_keys != nullptr && key < a.max_keys) a.next_keys[key] = order_key(id, key, a.order_shift);
     }
   }
 }
@@ -596,7 +619,8 @@ struct EdgeWrite {
   int64_t skip;           // edges (in slot order) below this index are not written
   int64_t max_edges;      // capacity of the outputs
   int64_t* src;           // local id of the neighbour (-1: none, after a reported error)
-  int64_t* dst;           // index of the seed (nullable)
+  int64_t* dst;           // local id of the seed, *dst_base + its index (nullable)
+  const int64_t* dst_base;  // device memory; nullptr: 0
   int64_t* edge_ids;      // eids[position], or the position (nullable)
   const int64_t* eids;    // nullable; values checked against [0, num_positions)
   int64_t num_positions;  // len(eids): the number of edges
@@ -612,6 +636,7 @@ __global__ void __launch_bounds__(kThreads) write_edges_kernel(const EdgeWriteBa
   const EdgeWrite& w = batch.layer[blockIdx.y];
   const int lane = threadIdx.x % kWarp;
   const int64_t n = device_count(w.num_groups, w.max_groups);
+  const int64_t dst_base = w.dst_base != nullptr ? *w.dst_base : 0;
   for (int64_t g = warp_index(); g < n; g += warp_count()) {
     const int64_t start = w.lay.start(g), count = w.lay.count(g);
     const int64_t first_edge = w.offsets[g].edges - w.skip;
@@ -626,7 +651,7 @@ __global__ void __launch_bounds__(kThreads) write_edges_kernel(const EdgeWriteBa
         if (code < kPending) local = static_cast<int64_t>(code);
       }
       w.src[e] = local;
-      if (w.dst != nullptr) w.dst[e] = g;
+      if (w.dst != nullptr) w.dst[e] = dst_base + g;
       if (w.edge_ids != nullptr) {
         const int64_t p = w.pos[s];
         int64_t id = p;
@@ -711,6 +736,21 @@ __global__ void __launch_bounds__(kThreads)
       if (slot < 0) report(errors, kInternal, p);
     }
     tslot[p] = slot;
+  }
+}
+
+// The table of a group of kNew layers that starts after layer 0: every node reached before the
+// group, nodes[0 .. *count), with its local id as code (a bad seed, which layer 0 reported, is
+// left out as layer 0 left it out).
+__global__ void __launch_bounds__(kThreads)
+    insert_known_kernel(const int64_t* nodes, const int64_t* count, int64_t max_count, int64_t num_nodes,
+                        const IdTable table, unsigned long long* errors) {
+  const int64_t n = device_count(count, max_count);
+  for (int64_t t = thread_index(); t < n; t += thread_count()) {
+    const int64_t id = nodes[t];
+    if (id < 0 || id >= num_nodes) continue;
+    unsigned long long previous;
+    if (table_insert(table, id, static_cast<unsigned long long>(t), &previous) < 0) report(errors, kInternal, t);
   }
 }
 
@@ -836,11 +876,12 @@ class LayerSampler {
  public:
   // `g` and `seeds` (on g's device) must stay alive and unchanged until the work is done.
   LayerSampler(const GraphView<index_t>& g, const at::Tensor& seeds, c10::IntArrayRef fanouts, bool replace,
-               uint64_t seed)
+               uint64_t seed, Frontier frontier)
       : seeds_(seeds),
         fanouts_(fanouts.vec()),
         replace_(replace),
         seed_(seed),
+        frontier_(frontier),
         num_layers_(static_cast<int64_t>(fanouts.size())),
         opts_(seeds.options().dtype(at::kLong)),
         stream_(c10::cuda::getCurrentCUDAStream()),
@@ -852,6 +893,7 @@ class LayerSampler {
   LaunchResult run() {
     const int64_t L = num_layers_;
     status_ = at::empty({2 * L + 1 + kNumSampleErrors}, opts_);
+    if (frontier_ == Frontier::kNew) new_counts_ = at::empty({L}, opts_);
     layers_.resize(static_cast<size_t>(L));
     layers_[0].max_seeds = seeds_.numel();
     layers_[0].keys = at::empty({seeds_.numel()}, opts_);
@@ -864,29 +906,40 @@ class LayerSampler {
         if (!initialised_) initialise(nullptr, 0);
         count_dense(l);
       }
-      // Bounds and hash tables of the layers up to the next fanout == -1 layer.
+      // Bounds and hash tables of the layers up to the next fanout == -1 layer: one table per
+      // layer (kAll), or one for the whole group (kNew: a node is numbered once, whatever layer
+      // reaches it again).
       int64_t m = l + 1;
       while (m < L && fanouts_[static_cast<size_t>(m)] >= 0) ++m;
+      const bool shared = frontier_ == Frontier::kNew;
       int64_t words = 0;
       for (int64_t j = l; j < m; ++j) {
         LayerState& y = layers_[static_cast<size_t>(j)];
         y.fanout = fanouts_[static_cast<size_t>(j)];
         y.dense = y.fanout < 0;
-        if (j > l) y.max_seeds = layers_[static_cast<size_t>(j - 1)].max_nodes;
+        if (j > l) y.max_seeds = next_max_seeds(layers_[static_cast<size_t>(j - 1)]);
         if (!y.dense) y.max_edges = bound_product(y.max_seeds, y.fanout);
-        y.max_nodes = std::min(y.max_seeds + std::min(y.max_edges, node_cap_), node_cap_);
+        const int64_t before = j == 0 ? seeds_.numel() : layers_[static_cast<size_t>(j - 1)].max_nodes;
+        y.max_nodes = std::min(before + std::min(y.max_edges, node_cap_), node_cap_);
         y.capacity = table_capacity(y.max_nodes);
-        words += 2 * y.capacity;
+        if (!shared) words += 2 * y.capacity;
       }
+      if (shared) words = 2 * layers_[static_cast<size_t>(m - 1)].capacity;
       at::Tensor tables = at::empty({words}, opts_);
       int64_t offset = 0;
       for (int64_t j = l; j < m; ++j) {
         LayerState& y = layers_[static_cast<size_t>(j)];
-        y.table = table_in(tables, offset, y.capacity);
-        offset += 2 * y.capacity;
+        if (shared) {
+          y.capacity = layers_[static_cast<size_t>(m - 1)].capacity;
+          y.table = table_in(tables, 0, y.capacity);
+        } else {
+          y.table = table_in(tables, offset, y.capacity);
+          offset += 2 * y.capacity;
+        }
       }
       tables_.push_back(tables);
       initialise(tables.data_ptr<int64_t>(), words);
+      if (shared && l > 0) insert_known(l);
       for (int64_t j = l; j < m; ++j) run_layer(j);
       l = m;
     }
@@ -905,6 +958,28 @@ class LayerSampler {
  private:
   int64_t* status() { return status_.data_ptr<int64_t>(); }
   unsigned long long* errors() { return reinterpret_cast<unsigned long long*>(status() + 2 * num_layers_ + 1); }
+
+  // Layer j's seeds (its frontier) are nodes first .. first + count of with_seed_nodes(j), both
+  // in device memory: with kAll, every node reached before layer j; with kNew, those first
+  // reached in layer j - 1 (count written by layer j - 1's number kernel).
+  bool new_frontier(int64_t j) const { return frontier_ == Frontier::kNew && j > 0; }
+  int64_t* seed_count(int64_t j) { return new_frontier(j) ? new_counts_.data_ptr<int64_t>() + j : status() + j; }
+  const int64_t* seed_first(int64_t j) { return new_frontier(j) ? status() + j - 1 : nullptr; }
+
+  // Bound on the seeds of the layer after y.
+  int64_t next_max_seeds(const LayerState& y) const {
+    return frontier_ == Frontier::kNew ? std::min(y.max_edges, y.max_nodes) : y.max_nodes;
+  }
+
+  // kNew, a table group starting at layer j > 0: every node reached before layer j enters the
+  // group's (cleared) table with its local id.
+  void insert_known(int64_t j) {
+    const LayerState& prev = layers_[static_cast<size_t>(j - 1)];
+    insert_known_kernel<<<blocks_for_threads(std::max<int64_t>(prev.max_nodes, 1)), kThreads, 0, stream_>>>(
+        prev.nodes.data_ptr<int64_t>(), status() + j, prev.max_nodes, g_.num_nodes,
+        layers_[static_cast<size_t>(j)].table, errors());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 
   // Fills `n` words at `words` with -1; the first call also clears the error words and writes
   // the first layer's order keys and status[0].
@@ -927,8 +1002,10 @@ class LayerSampler {
     a.g = g_;
     a.sorted_keys = y.sorted.data_ptr<int64_t>();
     a.nodes = nodes;
-    a.num_seeds = status() + j;
+    a.first_seed = seed_first(j);
+    a.num_seeds = seed_count(j);
     a.max_seeds = y.max_seeds;
+    a.seed_codes = !new_frontier(j);
     a.fanout = y.fanout;
     a.replace = replace_;
     a.seed = layer_seed(seed_, j);
@@ -985,8 +1062,8 @@ class LayerSampler {
     y.nodes = at::empty({y.max_nodes}, opts_);
     if (!last) {
       LayerState& next = layers_[static_cast<size_t>(j + 1)];
-      next.keys = at::empty({y.max_nodes}, opts_);
-      next.max_seeds = y.max_nodes;
+      next.max_seeds = next_max_seeds(y);
+      next.keys = at::empty({next.max_seeds}, opts_);
     }
 
     with_seed_nodes(j, [&](auto nodes) {
@@ -998,7 +1075,7 @@ class LayerSampler {
 
     const GroupLayout lay = y.layout();
     mark_first_kernel<<<blocks_for_warps(y.max_seeds + 1), kThreads, 0, stream_>>>(
-        lay, status() + j, y.max_seeds, y.tslot.data_ptr<int64_t>(), y.table, y.within.data_ptr<int64_t>(),
+        lay, seed_count(j), y.max_seeds, y.tslot.data_ptr<int64_t>(), y.table, y.within.data_ptr<int64_t>(),
         as_totals(y.totals));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     scan_totals(as_totals(y.totals), as_totals(y.offsets), y.max_seeds + 1, opts_, stream_);
@@ -1007,7 +1084,7 @@ class LayerSampler {
       using prev_t = std::remove_const_t<std::remove_pointer_t<decltype(prev)>>;
       NumberLaunch<prev_t> a{};
       a.lay = lay;
-      a.num_groups = status() + j;
+      a.num_groups = seed_count(j);
       a.max_groups = y.max_seeds;
       a.tslot = y.tslot.data_ptr<int64_t>();
       a.within = y.within.data_ptr<int64_t>();
@@ -1015,14 +1092,20 @@ class LayerSampler {
       a.table = y.table;
       a.prev = prev;
       a.num_prev = status() + j;
-      a.max_prev = y.max_seeds;
+      a.max_prev = j == 0 ? seeds_.numel() : layers_[static_cast<size_t>(j - 1)].max_nodes;
       a.nodes = y.nodes.data_ptr<int64_t>();
       a.max_nodes = y.max_nodes;
-      a.next_keys = last ? nullptr : layers_[static_cast<size_t>(j + 1)].keys.data_ptr<int64_t>();
+      if (!last) {
+        const LayerState& next = layers_[static_cast<size_t>(j + 1)];
+        a.next_keys = next.keys.data_ptr<int64_t>();
+        a.max_keys = next.max_seeds;
+        a.keys_of_new = frontier_ == Frontier::kNew;
+        if (frontier_ == Frontier::kNew) a.out_num_new = new_counts_.data_ptr<int64_t>() + j + 1;
+      }
       a.order_shift = shift_;
       a.out_num_nodes = status() + j + 1;
       a.out_num_edges = status() + num_layers_ + 1 + j;
-      const int64_t threads = std::max(y.max_nodes, (y.max_seeds + 1) * kWarp);
+      const int64_t threads = std::max({y.max_nodes, (y.max_seeds + 1) * kWarp, a.max_keys});
       number_kernel<prev_t><<<blocks_for_threads(threads), kThreads, 0, stream_>>>(a);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     });
@@ -1042,7 +1125,7 @@ class LayerSampler {
         LayerState& y = layers_[static_cast<size_t>(j)];
         EdgeWrite& w = batch.layer[j - l0];
         w.lay = y.layout();
-        w.num_groups = status() + j;
+        w.num_groups = seed_count(j);
         w.max_groups = y.max_seeds;
         w.tslot = y.tslot.data_ptr<int64_t>();
         w.pos = y.pos.data_ptr<int64_t>();
@@ -1052,6 +1135,7 @@ class LayerSampler {
         w.max_edges = y.max_edges;
         w.src = y.src.data_ptr<int64_t>();
         w.dst = y.dst.data_ptr<int64_t>();
+        w.dst_base = seed_first(j);
         w.edge_ids = y.edge_ids.data_ptr<int64_t>();
         w.eids = eids_;
         w.num_positions = g_.num_edges;
@@ -1068,6 +1152,7 @@ class LayerSampler {
   std::vector<int64_t> fanouts_;
   bool replace_;
   uint64_t seed_;
+  Frontier frontier_;
   int64_t num_layers_;
   at::TensorOptions opts_;
   cudaStream_t stream_;
@@ -1077,6 +1162,7 @@ class LayerSampler {
   int64_t node_cap_ = 0;  // no layer has more nodes: the seeds plus every valid node id
   bool initialised_ = false;
   at::Tensor status_;
+  at::Tensor new_counts_;  // kNew: new_counts_[j] = layer j's seeds, for j >= 1 (device memory)
   std::vector<LayerState> layers_;
   std::vector<at::Tensor> tables_;
 };
@@ -1088,17 +1174,18 @@ using Layers = std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std:
 struct CudaInputs {
   at::Tensor indptr, indices, seeds;
   std::optional<at::Tensor> probs, eids;
+  Frontier frontier = Frontier::kAll;
   SampleInputs view() const { return SampleInputs{indptr, indices, seeds, probs, eids}; }
 };
 
 CudaInputs prepare_layers(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                           c10::IntArrayRef fanouts, const std::optional<at::Tensor>& probs,
-                          const std::optional<at::Tensor>& eids) {
-  check_sample_layers_args(indptr, indices, seeds, fanouts, probs, eids);
+                          const std::optional<at::Tensor>& eids, int64_t frontier) {
+  const Frontier rule = check_sample_layers_args(indptr, indices, seeds, fanouts, probs, eids, frontier);
   check_device_type(indptr, c10::DeviceType::CUDA, "indptr");
   return CudaInputs{indptr.contiguous(), indices.contiguous(), seeds.contiguous(),
                     probs ? std::optional<at::Tensor>(probs->contiguous()) : std::nullopt,
-                    eids ? std::optional<at::Tensor>(eids->contiguous()) : std::nullopt};
+                    eids ? std::optional<at::Tensor>(eids->contiguous()) : std::nullopt, rule};
 }
 
 template <typename index_t>
@@ -1111,26 +1198,28 @@ GraphView<index_t> csr_view(const CudaInputs& in) {
 // Every layer, queued on the current stream (no synchronisation unless a fanout is -1).
 template <typename idx_t>
 LaunchResult launch_view(const GraphView<idx_t>& g, const at::Tensor& seeds, c10::IntArrayRef fanouts, bool replace,
-                         int64_t seed) {
+                         int64_t seed, Frontier frontier) {
   LaunchResult out;
   AT_DISPATCH_INDEX_TYPES(seeds.scalar_type(), "sample_layers", [&] {
-    out = LayerSampler<index_t, idx_t>(g, seeds, fanouts, replace, static_cast<uint64_t>(seed)).run();
+    out = LayerSampler<index_t, idx_t>(g, seeds, fanouts, replace, static_cast<uint64_t>(seed), frontier).run();
   });
   return out;
 }
 
 LaunchResult launch_layers(const CudaInputs& in, c10::IntArrayRef fanouts, bool replace, int64_t seed) {
-  if (in.indices.scalar_type() == at::kInt) return launch_view(csr_view<int32_t>(in), in.seeds, fanouts, replace, seed);
-  return launch_view(csr_view<int64_t>(in), in.seeds, fanouts, replace, seed);
+  if (in.indices.scalar_type() == at::kInt) {
+    return launch_view(csr_view<int32_t>(in), in.seeds, fanouts, replace, seed, in.frontier);
+  }
+  return launch_view(csr_view<int64_t>(in), in.seeds, fanouts, replace, seed, in.frontier);
 }
 
 std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>,
            at::Tensor>
 sample_layers_launch_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                           c10::IntArrayRef fanouts, bool replace, const std::optional<at::Tensor>& probs,
-                          const std::optional<at::Tensor>& eids, int64_t seed) {
+                          const std::optional<at::Tensor>& eids, int64_t seed, int64_t frontier) {
   const c10::cuda::OptionalCUDAGuard guard(indptr.device());
-  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids);
+  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids, frontier);
   LaunchResult r = launch_layers(in, fanouts, replace, seed);
   return {r.nodes, r.src, r.dst, r.edge_ids, r.status};
 }
@@ -1161,9 +1250,9 @@ Layers narrowed(const LaunchResult& r, const std::vector<int64_t>& sizes) {
 
 Layers sample_layers_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                           c10::IntArrayRef fanouts, bool replace, const std::optional<at::Tensor>& probs,
-                          const std::optional<at::Tensor>& eids, int64_t seed) {
+                          const std::optional<at::Tensor>& eids, int64_t seed, int64_t frontier) {
   const c10::cuda::OptionalCUDAGuard guard(indptr.device());
-  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids);
+  const CudaInputs in = prepare_layers(indptr, indices, seeds, fanouts, probs, eids, frontier);
   const LaunchResult r = launch_layers(in, fanouts, replace, seed);
   return narrowed(r, check_sample_status(host_status(r), in.view()));
 }
@@ -1303,8 +1392,8 @@ Layers dynamic_graph_sample_layers_cuda(const at::Tensor& pool, const at::Tensor
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   const PagedInputs in = prepare_paged(pool, root, height, degree, seeds, fanouts, page_size, op);
   const LaunchResult r = in.pool.scalar_type() == at::kInt
-                             ? launch_view(paged_view<int32_t>(in), in.seeds, fanouts, replace, seed)
-                             : launch_view(paged_view<int64_t>(in), in.seeds, fanouts, replace, seed);
+                             ? launch_view(paged_view<int32_t>(in), in.seeds, fanouts, replace, seed, Frontier::kAll)
+                             : launch_view(paged_view<int64_t>(in), in.seeds, fanouts, replace, seed, Frontier::kAll);
   const at::Tensor host = host_status(r);
   const int64_t* words = host.data_ptr<int64_t>();
   const int64_t sizes = 2 * static_cast<int64_t>(fanouts.size()) + 1;

@@ -12,23 +12,25 @@ PyG's ``NeighborLoader`` returns one subgraph per minibatch, not one block per l
 * ``e_id``: the edge's id (its column in the ``edge_index`` the graph was built from).
 
 :func:`sample_hops` produces that with one call of
-:func:`pytorch_zerocopy.sampling.sample_layers` per hop (seeded by the hop's frontier) and, from
-the second hop on, one compaction into the minibatch's node list (the first hop's block already
-is that list: its frontier is every node reached so far). It runs where the graph lives: on the
-GPU for a unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists in
-place; on the CPU for a CPU graph. Its outputs live there too. On the GPU it waits for the GPU
-once per hop (the hop's sizes, which the next hop's frontier needs) and once per compaction:
-``2 L - 1`` host synchronisations for ``L`` hops, all on the current stream, so that the
-loader runs it on a side stream of its own.
+:func:`pytorch_zerocopy.sampling.sample_layers` for all hops, under the frontier rule
+:attr:`~pytorch_zerocopy.sampling.Frontier.NEW` (layer ``h`` samples the nodes first reached in
+layer ``h - 1``; nodes are numbered once, in the order above), whose outermost node list and
+per-layer local ids are the minibatch's: no compaction follows. It runs where the graph lives:
+on the GPU for a unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists
+in place; on the CPU for a CPU graph. Its outputs live there too. On the GPU the whole sample
+waits for the GPU once (every hop's sizes and the error words, read together at the end), plus
+once per hop of fanout ``-1`` (its size has no bound known in advance), all on the current
+stream, so that the loader runs it on a side stream of its own.
 
 Randomness: a minibatch's draws follow from one seed (hop ``h`` draws with a seed derived from
 it and ``h``), by default drawn from torch's default CPU generator, so ``torch.manual_seed``
 makes a run repeatable; the loader's process way draws the same seeds in the training process
-and sends them with the seed batches. ``fanout = -1`` takes every neighbour and is
-deterministic.
+and sends them with the seed batches. For a given seed the CPU and the GPU draw the same
+sample. ``fanout = -1`` takes every neighbour and is deterministic.
 
 Processes: :class:`HopStage` is this sampling as a stage of the loader's process way
-(:mod:`pytorch_zerocopy.pipeline.loader`): the hops travel packed as blocks
+(:mod:`pytorch_zerocopy.pipeline.loader`): on a GPU it queues the sample without waiting for it
+(:func:`~pytorch_zerocopy.sampling.sample_layers_async`), and the hops travel packed as blocks
 (:meth:`SampledHops.blocks`, :meth:`SampledHops.from_minibatch`).
 """
 
@@ -46,9 +48,7 @@ from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.messages import Minibatch
 from ..placement import to_device_async
-from ..sampling import PendingSample, compact, draw_seed, sample_layers
-
-_MASK63 = (1 << 63) - 1
+from ..sampling import Frontier, PendingSample, sample_layers, sample_layers_async
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,17 @@ class SampledHops:
         return out
 
     @classmethod
+    def from_layers(cls, blocks: Sequence[Block]) -> "SampledHops":
+        """The hops of a :func:`~pytorch_zerocopy.sampling.sample_layers` sample taken with
+        ``Frontier.NEW`` (its blocks, the layer farthest from the seeds first): the outermost
+        block's nodes (the same tensor) and every block's edges, concatenated, the seeds' hop
+        first. No host synchronisation: the counts are the blocks' sizes."""
+        hops = list(blocks)[::-1]
+        counts = [hops[0].num_dst] + [b.num_src - b.num_dst for b in hops]
+        return cls(blocks[0].nodes, torch.cat([b.src for b in hops]), torch.cat([b.dst for b in hops]),
+                   torch.cat([b.eids for b in hops]), counts, [b.num_edges() for b in hops])
+
+    @classmethod
     def from_minibatch(cls, mb: Minibatch) -> "SampledHops":
         """The hops a :class:`Minibatch` packed from :meth:`blocks` (views of its tensor)."""
         reached = [num_dst for _, num_dst in mb.layout.shapes]
@@ -107,39 +118,13 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
     """Samples ``fanouts[h]`` in-neighbours per node in hop ``h`` (PyG's order: the first
     fanout applies to the seeds) from ``csc``, a ``CSRGraph`` whose row ``v`` lists the sources
     of ``v``'s in-edges and whose ``eids`` give the edges' ids. ``seeds`` must be distinct.
-    ``seed``: the minibatch's random seed (None: drawn from torch's default generator).
+    ``seed``: the minibatch's random seed (None: drawn from torch's default generator). One
+    call of the sampling op (see the module docstring).
     """
     fanouts = _check_fanouts(fanouts)
-    seed = draw_seed() if seed is None else seed
-    nodes = seeds.reshape(-1).long()
-    rows: List[torch.Tensor] = []
-    cols: List[torch.Tensor] = []
-    edges: List[torch.Tensor] = []
-    num_nodes = [int(nodes.numel())]
-    num_edges: List[int] = []
-    start = 0  # nodes[start:] is the frontier: the nodes first reached in the previous hop
-    for hop, fanout in enumerate(fanouts):
-        frontier = nodes[start:]
-        (block,) = sample_layers(csc, frontier, [fanout], edge_dir="out", replace=replace,
-                                 seed=(seed * 1_000_003 + hop) & _MASK63)
-        width = block.num_dst
-        if not rows:
-            # The first hop's frontier is every node reached so far (the seeds): the block's
-            # nodes are already the minibatch's list and its ids the local ids.
-            reached = block.nodes
-            rows.append(block.src)
-        else:
-            # block.nodes = frontier, then its neighbours not in the frontier; place those in the
-            # minibatch's list (appending the ones not reached before) and map block ids to it.
-            reached, position = compact(nodes, block.nodes[width:])
-            local = torch.cat([torch.arange(start, start + width, device=position.device), position])
-            rows.append(local[block.src])
-        cols.append(block.dst + start)
-        edges.append(block.eids)
-        num_nodes.append(int(reached.numel()) - int(nodes.numel()))
-        num_edges.append(int(block.src.numel()))
-        start, nodes = int(nodes.numel()), reached
-    return SampledHops(nodes, torch.cat(rows), torch.cat(cols), torch.cat(edges).long(), num_nodes, num_edges)
+    blocks = sample_layers(csc, seeds.reshape(-1), fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
+                           frontier=Frontier.NEW)
+    return SampledHops.from_layers(blocks)
 
 
 def _fanout_list(num_neighbors) -> List[int]:
@@ -214,13 +199,16 @@ class NeighborSampler(BaseSampler):
 
 class HopStage(FedStage):
     """:func:`sample_hops` as the sample stage of the loader's process way: a seed batch's hops,
-    drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks`."""
+    drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks` (the
+    sample :func:`sample_hops` takes for that seed). On a GPU the sample is queued on the current
+    stream and :meth:`~pytorch_zerocopy.sampling.PendingSample.result` waits for it, once."""
 
     eids = True
 
     def __init__(self, fanouts: Sequence[int], replace: bool):
-        self.fanouts, self.replace = list(fanouts), bool(replace)
+        self.fanouts, self.replace = _check_fanouts(list(fanouts)), bool(replace)
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> PendingSample:
-        hops = sample_hops(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
-        return PendingSample.done(hops.blocks())
+        pending = sample_layers_async(graph, seeds.reshape(-1), self.fanouts[::-1], edge_dir="out",
+                                      replace=self.replace, seed=batch.sample_seed, frontier=Frontier.NEW)
+        return pending.then(lambda blocks: SampledHops.from_layers(blocks).blocks())
