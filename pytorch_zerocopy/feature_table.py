@@ -29,7 +29,9 @@ built from, or views of it, advance torch's version counter, and the next read r
 ``RuntimeError`` until :meth:`~CachedTable.refresh` re-reads the cached rows. Writes torch
 cannot see (another process, NumPy, another tensor over the same memory) are not detected:
 call ``refresh()`` after them. A ``MANAGED`` or ``GPU`` table made from a host tensor is a copy
-of it: later writes to the host tensor are not seen by the table at all.
+of it: in-place writes to that host tensor that torch sees make the table's next read (and its
+cache's) raise the same error until :meth:`FeatureTable.refresh` (or the cache's, which calls
+it) copies the tensor again, so a copy never serves rows older than its tensor's silently.
 
 Processes. A ``CPU`` or ``MAPPED`` table whose rows are in shared memory pickles as those rows
 (and a CachedTable over it as the table and its cached ids): a ``torch.multiprocessing`` child
@@ -302,6 +304,10 @@ class FeatureTable(_TableLike):
         self.load_seconds = 0.0  # how long load() took to make the table (0: built over given rows)
         self._given = data
         self._data = data if on_gpu else place(data, self.placement, self.device)
+        # The given host tensor's version when a MANAGED or GPU table copied it (None: the
+        # table reads the given bytes themselves).
+        copied = not on_gpu and self.placement in (Placement.MANAGED, Placement.GPU)
+        self._copied_version: Optional[int] = data._version if copied else None
         # What the gather op reads: a mapping as a CUDA tensor reaches the CUDA kernel without the
         # unified device's fallback; it keeps the mapping alive as long as this object.
         self.source = (_unified._C.device_alias(self._data, self.device)
@@ -334,11 +340,24 @@ class FeatureTable(_TableLike):
 
     @property
     def version(self) -> int:
-        """torch's version counter of the tensor whose bytes the table reads: the one it was
-        built from, when it reads that tensor's bytes (``CPU``, ``MAPPED``, a CUDA tensor), else
-        its own copy (see the module docstring's staleness contract)."""
-        copied = self._given.device.type != "cuda" and self.placement in (Placement.MANAGED, Placement.GPU)
-        return (self._data if copied else self._given)._version
+        """torch's version counter of the tensor the table was built from (for a copy, the host
+        tensor it copied: see the module docstring's staleness contract)."""
+        return self._given._version
+
+    def refresh(self) -> None:
+        """Copies the host tensor a ``MANAGED`` or ``GPU`` table was made from again (after
+        in-place writes to it); a table that reads its given bytes in place has nothing to do.
+        Synchronous: the new rows are in place on return."""
+        if self._copied_version is None:
+            return
+        self._data.copy_(self._given)
+        torch.cuda.synchronize(self.device)
+        self._copied_version = self._given._version
+
+    def _check_copy_fresh(self) -> None:
+        if self._copied_version is not None and self._given._version != self._copied_version:
+            raise RuntimeError(f"FeatureTable: the host tensor this {self.placement.value!r} table copied was written "
+                               "after the copy, so its rows may be stale; call refresh() to copy it again")
 
     @property
     def host(self) -> Optional[torch.Tensor]:
@@ -351,6 +370,7 @@ class FeatureTable(_TableLike):
         :attr:`device`; ``out``, ``check_bounds`` (a host synchronisation on the GPU) and
         ``ids_sorted`` (the caller promises ascending ids) as in
         :func:`pytorch_zerocopy.gather_rows`."""
+        self._check_copy_fresh()
         if self.device.type == "cuda" and ids.device.type == "cpu":
             ids = to_device_async(ids, self.device)
         return gather_rows(self.source, ids, out, index_sorted=ids_sorted, check_bounds=check_bounds,
@@ -493,7 +513,11 @@ class CachedTable(_TableLike):
             self.slot_of = slot_of
 
     def refresh(self) -> None:
-        """Re-reads the cached rows from the table (after writes to it; see the module doc)."""
+        """Refreshes the table where it has a ``refresh`` (a copy of a host tensor copies it
+        again), then re-reads the cached rows from it (after writes; see the module doc)."""
+        refresh_table = getattr(self.table, "refresh", None)
+        if refresh_table is not None:
+            refresh_table()
         self._fill_cache()
 
     def _fill_cache(self) -> None:

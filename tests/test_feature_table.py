@@ -319,13 +319,20 @@ def test_cached_table_detects_writes_and_refreshes(gen, placement):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["managed", "cuda"])
-def test_copied_tables_do_not_see_later_host_writes(gen, placement):
+@pytest.mark.parametrize("cached", [False, True])
+def test_copied_tables_refuse_reads_after_host_writes_until_refreshed(gen, placement, cached):
+    """A copy of a host tensor never serves rows older than the tensor silently: an in-place
+    write to it makes the next read raise; refresh() copies it again (cache included)."""
     host = random_rows(64, 3, torch.float32, gen)
-    before = host.clone()
-    table = CachedTable(FeatureTable(host, placement), torch.tensor([0, 5, 9]))
-    host.mul_(2)
+    plain = FeatureTable(host, placement)
+    table = CachedTable(plain, torch.tensor([0, 5, 9])) if cached else plain
     idx = torch.tensor([5, 6, 0])
-    torch.testing.assert_close(table[idx].cpu(), before[idx], rtol=0, atol=0)  # a copy: not stale, not changed
+    torch.testing.assert_close(table[idx].cpu(), host[idx], rtol=0, atol=0)
+    host[5:7].mul_(2)  # through a view: the same version counter
+    with pytest.raises(RuntimeError, match="refresh"):
+        table[idx]
+    table.refresh()
+    torch.testing.assert_close(table[idx].cpu(), host[idx], rtol=0, atol=0)
 
 
 @pytest.mark.cuda
