@@ -437,17 +437,21 @@ def test_gpu_default_reading_equals_the_table(data):
     feat = torch.randn(cg.num_nodes, 24)
     graph = make_graph((cg.src, cg.dst), num_nodes=cg.num_nodes, ndata={"feat": feat, "label": cg.label})
     sampler = NeighborSampler([4, 3], prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    torch.manual_seed(2)
     fast = DataLoader(graph, cg.train_idx, sampler, batch_size=100, use_uva=True, shuffle=True)
     cache = fast.node_caches["feat"].features
     assert cache.placement is default_reading(feat.numel() * 4)[0]
     assert cache.cache_rows == round(0.1 * cg.num_nodes)
-    torch.manual_seed(2)
     mapped = DataLoader(graph, cg.train_idx, sampler, batch_size=100, use_uva=True, shuffle=True,
                         feature_placement="unified", gpu_cache=None)
     assert mapped.node_caches["feat"].features.cache_rows == 0
-    for (ia, oa, ba), (ib, ob, bb) in zip(fast, mapped):
+
+    def epoch(loader):  # each loader's epoch from the same seed (zip would interleave their draws)
+        torch.manual_seed(2)
+        batches = list(loader)
         torch.cuda.current_stream().synchronize()
+        return batches
+
+    for (ia, oa, ba), (ib, ob, bb) in zip(epoch(fast), epoch(mapped), strict=True):
         assert torch.equal(ia, ib) and torch.equal(oa, ob)
         assert torch.equal(ba[0].srcdata["feat"], bb[0].srcdata["feat"])
         assert torch.equal(ba[0].srcdata["feat"].cpu(), feat[ia.cpu()])
