@@ -44,7 +44,9 @@ for spec in "$@"; do
   start=$(date +%s)
   case "$stage" in
     build) timeout "$limit" python3 -m pip install --no-build-isolation --no-deps -e . > "$log" 2>&1 ;;
-    tests:par) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
+    # Workers share the cores: each gets two OpenMP threads and compiles inductor's kernels itself.
+    tests:par) OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TORCHINDUCTOR_COMPILE_THREADS=1 \
+               timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
                  -m "not whole_gpu" ${PYTEST_ARGS:-} $(parallel_files) > "$log" 2>&1 ;;
     tests:ser) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
                  > "$log" 2>&1
