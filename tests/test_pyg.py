@@ -913,26 +913,28 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
     data = to_data(community_graph(num_nodes=3000, num_classes=8, avg_degree=8, feature_dim=32, seed=9))
     data.x = torch.randn(data.num_nodes, 32)
     placement, _ = default_reading(data.x.numel() * 4)
-    torch.manual_seed(5)
     fast = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True)
     assert fast.feature_store.placement_of("x") is placement
     assert fast.feature_store.cache_of("x").cache_rows == round(0.1 * data.num_nodes)
-    torch.manual_seed(5)
     mapped = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, feature_placement="unified", gpu_cache=None)
     assert mapped.feature_store.cache_of("x") is None
-    n = 0
-    for a, b in zip(fast, mapped):
+
+    def epoch(loader):  # each loader's epoch from the same seed (zip would interleave their draws)
+        torch.manual_seed(5)
+        batches = list(loader)
         torch.cuda.current_stream().synchronize()
+        return batches
+
+    n = 0
+    for a, b in zip(epoch(fast), epoch(mapped), strict=True):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.x, b.x) and torch.equal(a.x.cpu(), data.x[a.n_id.cpu()])
         assert torch.equal(a.y.cpu(), data.y[a.n_id.cpu()]) and torch.equal(a.e_id, b.e_id)
         n += 1
     assert n == len(mapped)
     # The sample equals the CPU's (the kernels' draws match), here through the overlap.
-    torch.manual_seed(5)
     cpu = NeighborLoader(stores_from_data(data, placement="cpu")[:2], [6, 4], batch_size=256, shuffle=True,
                          input_nodes=torch.arange(data.num_nodes))
-    torch.manual_seed(5)
     gpu = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, input_nodes=torch.arange(data.num_nodes))
-    for a, b in zip(cpu, gpu):
+    for a, b in zip(epoch(cpu), epoch(gpu), strict=True):
         assert torch.equal(a.n_id, b.n_id.cpu()) and torch.equal(a.x, b.x.cpu())
