@@ -938,3 +938,178 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
     gpu = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, input_nodes=torch.arange(data.num_nodes))
     for a, b in zip(epoch(cpu), epoch(gpu), strict=True):
         assert torch.equal(a.n_id, b.n_id.cpu()) and torch.equal(a.x, b.x.cpu())
+
+
+# --- work in flight: samples started two ahead, minibatches finished one ahead --------------
+
+
+def test_ahead_schedule_starts_two_and_finishes_one_ahead():
+    """The lookahead's order of work, run on the host (no streams): every item comes out once,
+    in order; item k + 2 is started and item k + 1 finished before item k is handed out. On
+    the CPU, one_ahead finishes each item in turn."""
+    from pytorch_zerocopy.pipeline.ahead import _ahead, one_ahead
+
+    def source(n, log):
+        for k in range(n):
+            log.append(("start", k))
+            yield k * 10
+
+    for n in (0, 1, 2, 3, 7):
+        log = []
+
+        def finish(started, log=log):
+            log.append(("finish", started // 10))
+            return -started
+
+        got = []
+        for item in _ahead(source(n, log), finish, None):
+            log.append(("got", -item // 10))
+            got.append(item)
+        assert got == [-10 * k for k in range(n)]
+        for k in range(n):
+            handed = log.index(("got", k))
+            assert log.index(("finish", k)) < handed
+            if k + 2 < n:
+                assert log.index(("start", k + 2)) < handed < log.index(("finish", k + 2))
+            if k + 1 < n:
+                assert log.index(("finish", k + 1)) < handed
+            if k + 3 < n:
+                assert handed < log.index(("start", k + 3))
+        # Without finish: each item made whole by the source, one ahead.
+        log.clear()
+        got = [item for item in _ahead((log.append(k) or k for k in range(n)), None, None)
+               if not log.append(("got", item))]
+        assert got == list(range(n))
+        assert log == ([0] if n else []) + [x for k in range(n) for x in ([k + 1] if k + 1 < n else []) + [("got", k)]]
+    log = []
+    assert list(one_ahead((log.append(k) or k for k in range(3)), torch.device("cpu"), lambda k: log.append(-k) or k)) \
+        == [0, 1, 2]
+    assert log == [0, 0, 1, -1, 2, -2]
+
+
+@pytest.fixture
+def ahead_on_host(monkeypatch):
+    """The in-process loader's GPU schedule (start two ahead, finish one ahead) run on the host:
+    the same order of work, without streams, so that it runs here too."""
+    import pytorch_zerocopy.pyg.loader as pyg_loader
+    from pytorch_zerocopy.pipeline.ahead import _ahead
+
+    monkeypatch.setattr(pyg_loader, "one_ahead", lambda source, device, finish=None: _ahead(source, finish, None))
+
+
+def one_at_a_time(loader):
+    """The loader's minibatches made as PyG's DataLoader makes them: each sampled, then
+    gathered and built, on the current stream, before the next is drawn."""
+    return torch.utils.data.DataLoader.__iter__(loader)
+
+
+class _OwnSampler(zc.pyg.NeighborSampler):
+    """A subclass that overrides sample_from_nodes: the loader must call it, one at a time."""
+
+    def sample_from_nodes(self, index, **kwargs):
+        out = super().sample_from_nodes(index, **kwargs)
+        out.metadata = (out.metadata[0] + 0, "own")
+        return out
+
+
+@pytest.mark.parametrize("case", ["shuffled", "bidirectional", "partial_last", "own_sampler", "transforms"])
+def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
+    """Every minibatch of the lookahead schedule equals the one made one at a time from the same
+    torch seed (shuffled seeds, so a minibatch out of place or built from another's sample
+    differs), and every one is there."""
+    kwargs = dict(batch_size=100, shuffle=True)
+    if case == "bidirectional":
+        kwargs["subgraph_type"] = "bidirectional"
+    elif case == "partial_last":
+        kwargs.update(batch_size=64, input_nodes=small.train_mask)
+    elif case == "own_sampler":
+        kwargs["neighbor_sampler"] = _OwnSampler(stores_from_data(small)[:2], [4, 3])
+    elif case == "transforms":
+        kwargs.update(transform=lambda d: d.update({"seen": d.n_id.numel()}),
+                      transform_sampler_output=lambda out: out)
+    loader = NeighborLoader(small, [4, 3], **kwargs)
+    for epoch in range(2):
+        torch.manual_seed(11 + epoch)
+        got = list(loader)
+        torch.manual_seed(11 + epoch)
+        want = list(one_at_a_time(loader))
+        assert len(got) == len(want) == len(loader) > 2
+        for g, w in zip(got, want):
+            assert_same_minibatch(g, w)
+        if case == "own_sampler":
+            assert all(batch.seed_time == "own" for batch in got)
+        torch.manual_seed(11 + epoch)
+        seeds = loader.input_data.node[list(torch.utils.data.DataLoader._get_iterator(loader)._sampler_iter)[0]]
+        assert torch.equal(got[0].n_id[:got[0].batch_size].cpu(), seeds)
+
+
+@pytest.mark.parametrize("schedule", ["loader", "lookahead"])
+def test_loader_samples_two_ahead_in_order(small, monkeypatch, request, schedule):
+    """When minibatch i is handed out, the GPU schedule has started the samples of minibatches
+    up to i + 2 (the CPU's, up to i), and minibatch i holds the i-th seeds sampled."""
+    if schedule == "lookahead":
+        request.getfixturevalue("ahead_on_host")
+    started = []
+    original = zc.pyg.NeighborSampler.sample_from_nodes_async
+
+    def counted(self, index):
+        started.append(index.node.clone())
+        return original(self, index)
+
+    monkeypatch.setattr(zc.pyg.NeighborSampler, "sample_from_nodes_async", counted)
+    loader = NeighborLoader(small, [4, 3], batch_size=100, shuffle=True)
+    ahead = 2 if schedule == "lookahead" or loader.device.type == "cuda" else 0
+    n = 0
+    for i, batch in enumerate(loader):
+        assert len(started) == min(i + 1 + ahead, len(loader)), i
+        assert torch.equal(batch.n_id[:batch.batch_size].cpu(), started[i]), i
+        n += 1
+    assert n == len(started) == len(loader)
+
+
+@pytest.mark.cuda
+def test_gpu_lookahead_equals_one_at_a_time_under_load():
+    """On a GPU, with side streams: every minibatch equals the one made one at a time on the
+    current stream from the same seed and holds the rows of its ids, while the loop queues
+    work of its own on the current stream and keeps every minibatch (memory reused too early,
+    or a minibatch read before its gather ran, changes them)."""
+    if not zc.gpu_backed():
+        pytest.skip("this build serves unified tensors on the CPU")
+    data = to_data(community_graph(num_nodes=4000, num_classes=8, avg_degree=10, feature_dim=64, seed=3))
+    data.x = torch.randn(data.num_nodes, 64)
+    loader = NeighborLoader(data, [8, 6], batch_size=128, shuffle=True, feature_placement="unified", gpu_cache=None)
+    assert loader.device.type == "cuda"
+    load = torch.randn(2048, 2048, device="cuda")
+    torch.manual_seed(4)
+    got = []
+    for batch in loader:
+        for _ in range(4):
+            load = torch.tanh(load @ load)  # the loop's step, on the current stream
+        batch.x.mul_(2)  # the loop writes what it was given, on the current stream
+        got.append(batch)
+    torch.cuda.synchronize()
+    torch.manual_seed(4)
+    want = list(one_at_a_time(loader))
+    torch.cuda.synchronize()
+    assert len(got) == len(want) == len(loader)
+    for g, w in zip(got, want):
+        w.x.mul_(2)
+        assert_same_minibatch(g, w)
+        assert torch.equal(g.x.cpu(), 2 * data.x[g.n_id.cpu()])
+        assert torch.equal(g.edge_attr.cpu(), data.edge_attr[g.e_id.cpu()])
+
+
+@pytest.mark.cuda
+def test_gpu_loader_waits_for_the_gpu_only_on_samples(small, capfd):
+    """An epoch of the in-process loader on a GPU makes no stream or device synchronisation
+    (torch's sync debug mode counts them): the one wait per minibatch is on its sample's event,
+    queued two minibatches earlier. A hop of fanout -1 adds one per minibatch (its size)."""
+    from test_sampling import count_syncs
+
+    if not zc.gpu_backed():
+        pytest.skip("this build serves unified tensors on the CPU")
+    for fanouts, per_minibatch in (([5, 5], 0), ([-1, 3], 1)):
+        loader = NeighborLoader(small, fanouts, batch_size=100, shuffle=True)
+        assert sum(1 for _ in loader) == len(loader)  # warm-up: allocator, pinned memory, cub
+        n, syncs = count_syncs(capfd, lambda loader=loader: sum(1 for _ in loader))
+        assert n == len(loader) and syncs == per_minibatch * n, (fanouts, syncs)

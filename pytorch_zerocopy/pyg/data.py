@@ -40,11 +40,13 @@ class DataExtras:
 
     def complete(self, batch: Data) -> Data:
         """Adds the edge-level rows of ``batch.e_id`` and the graph-level values to ``batch``;
-        keeps ``num_nodes`` an explicit attribute only where ``data`` had one (as PyG does)."""
+        keeps ``num_nodes`` an explicit attribute only where ``data`` had one (as PyG does).
+        ``e_id`` must hold valid edge ids, as a sampler's edges do: the rows are read without
+        the bounds check that costs a GPU a host synchronisation."""
         if not self.explicit_num_nodes and "num_nodes" in batch._store:
             del batch.num_nodes
         for name in self.edge_names:
-            batch[name] = self.edge_tables.get_tensor(None, name, batch.e_id)
+            batch[name] = self.edge_tables.read_rows(name, batch.e_id)
         for name, value in self.graph_values.items():
             if name not in batch:
                 batch[name] = value

@@ -39,10 +39,13 @@ Additions:
   built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
   ``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
   ``input_nodes`` with ``num_neighbors`` and ``batch_size``.
-* On a GPU, minibatch ``i + 1`` is sampled, gathered and built on side streams while the loop
-  works on minibatch ``i`` (:mod:`pytorch_zerocopy.pipeline.ahead`); rows of sampled nodes are
-  read without bounds checks (the sampler's ids are valid), so building a minibatch waits for
-  the GPU only in sampling.
+* On a GPU the loader keeps work in flight (:mod:`pytorch_zerocopy.pipeline.ahead`): before it
+  hands out minibatch ``i`` it has queued the sample of minibatch ``i + 2`` (without waiting for
+  it) and gathered and built minibatch ``i + 1``, each minibatch on a side stream of its own.
+  The host waits for the GPU once per minibatch, for the sizes of a sample queued one minibatch
+  earlier (plus once per hop of fanout ``-1``, and in PyG's ``subgraph_type='bidirectional'``
+  conversion); seeds reach the GPU through pinned memory and rows of sampled nodes and edges are
+  read without bounds checks (the sampler's ids are valid), so nothing else waits.
 * ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
@@ -62,14 +65,15 @@ from __future__ import annotations
 import warnings
 import weakref
 from dataclasses import replace as _replace
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
 
 import torch
+from torch.utils.data._utils.pin_memory import pin_memory
 from torch_geometric.data import Data
 from torch_geometric.data import FeatureStore as _PygFeatureStore
 from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
-from torch_geometric.sampler import SamplerOutput
+from torch_geometric.sampler import NodeSamplerInput, SamplerOutput
 
 from ..feature_table import AUTO, CacheConfig, cached_rows_for, default_reading, loader_cache, loader_placement
 from ..graph import CSRGraph
@@ -78,7 +82,7 @@ from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_da
 from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, op_device
-from ..sampling import draw_seed
+from ..sampling import PendingSample, draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
@@ -173,6 +177,14 @@ def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neigh
         config = _replace(config, fanouts=tuple(reversed(num_neighbors)), batch_size=int(batch_size), edge_dir="out")
         rows = cached_rows_for(graph, config, int(size[0]), row_bytes, seeds=seeds.cpu())
         feature_store.cache_rows(name, rows)
+
+
+class _Started(NamedTuple):
+    """A minibatch whose sample has been started (:meth:`NeighborLoader._start`)."""
+
+    sample: PendingSample  # its result: the SamplerOutput
+    times: StageTimes  # what its stages record into
+    sample_s: float  # host seconds spent starting the sample (counted in its sample time)
 
 
 class NeighborLoader(ProcessWay, NodeLoader):
@@ -302,8 +314,60 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def __iter__(self) -> Iterator:
         if self.processes is None:
-            return one_ahead(super().__iter__(), self.device)
+            return self._iter_here()
         return self._iter_processes()
+
+    def _iter_here(self) -> Iterator:
+        """The in-process epoch: each minibatch started (:meth:`_start`) and finished
+        (:meth:`_finish`) by :func:`~pytorch_zerocopy.pipeline.ahead.one_ahead`, which on a GPU
+        starts minibatch ``i + 2`` and finishes ``i + 1`` before it hands out ``i``, and on the
+        CPU does one after the other: the minibatches PyG's iterator makes, in its order, pinned
+        where it would pin them."""
+        indices = torch.utils.data.DataLoader._get_iterator(self)
+        batches = (self._start(batch) for batch in self._input_batches(indices))
+        if not getattr(indices, "_pin_memory", False):
+            return one_ahead(batches, self.device, self._finish)
+        device = getattr(indices, "_pin_memory_device", None)
+
+        def finish_pinned(started: _Started) -> Any:
+            return pin_memory(self._finish(started), device)
+        return one_ahead(batches, self.device, finish_pinned)
+
+    def _input_batches(self, indices=None) -> Iterator[NodeSamplerInput]:
+        """The seed batches of one epoch, in the order of ``indices`` (torch's DataLoader
+        iterator over this loader, made here when None: its base seed, then the batch
+        sampler's order), each as PyG's ``collate_fn`` cuts it."""
+        if indices is None:
+            indices = torch.utils.data.DataLoader._get_iterator(self)
+        while True:
+            try:
+                index = indices._next_index()
+            except StopIteration:
+                return
+            yield self.input_data[index]
+
+    def _start(self, batch: NodeSamplerInput) -> _Started:
+        """Starts sampling ``batch`` on the current stream: on a GPU this package's sampler
+        queues it without the host waiting (its seed is drawn now); another sampler (one that
+        overrides ``sample_from_nodes``) samples it now."""
+        times = stage_timer(self.stage_times)
+        began = times.begin()
+        sampler = self.node_sampler
+        if isinstance(sampler, NeighborSampler) and \
+                type(sampler).sample_from_nodes is NeighborSampler.sample_from_nodes:
+            pending = sampler.sample_from_nodes_async(batch)
+        else:
+            pending = PendingSample.done(sampler.sample_from_nodes(batch))
+        return _Started(pending, times, times.begin() - began)
+
+    def _finish(self, started: _Started) -> Any:
+        """The minibatch of a started sample, on the stream it was started on: takes the sample
+        (waits for its GPU work only, once), then gathers and builds (:meth:`filter_fn`)."""
+        times = started.times
+        began = times.begin()
+        out = started.sample.result()
+        times.end(Stage.SAMPLE, began - started.sample_s)
+        return self.filter_fn(out)
 
     def _iter_processes(self) -> Iterator[Data]:
         shape = self.feature_store.get_tensor_size(None, "x")[1:]
@@ -313,15 +377,8 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def _seed_batches(self):
         """``(input_id, seeds, sample seed)`` of each minibatch of an epoch, drawn as the
-        in-process loader draws them (torch's DataLoader iterator: its base seed, then the
-        batch sampler's order; one sampling seed per minibatch)."""
-        indices = torch.utils.data.DataLoader._get_iterator(self)
-        while True:
-            try:
-                index = indices._next_index()
-            except StopIteration:
-                return
-            batch = self.input_data[index]
+        in-process loader draws them (:meth:`_input_batches`; one sampling seed per minibatch)."""
+        for batch in self._input_batches():
             yield batch.input_id, batch.node, draw_seed()
 
     def collate_fn(self, index) -> Any:

@@ -20,7 +20,11 @@ on the GPU for a unified (host-resident, GPU-mapped) or CUDA graph, reading the 
 in place; on the CPU for a CPU graph. Its outputs live there too. On the GPU the whole sample
 waits for the GPU once (every hop's sizes and the error words, read together at the end), plus
 once per hop of fanout ``-1`` (its size has no bound known in advance), all on the current
-stream, so that the loader runs it on a side stream of its own.
+stream. :func:`sample_hops_async` queues the same sample without that wait (seeds on the CPU
+are moved without one too) and waits in :meth:`~pytorch_zerocopy.sampling.PendingSample.result`
+for this sample's work only: the loader starts minibatch ``i + 2``'s sample that way on a side
+stream before it hands out minibatch ``i`` (:mod:`pytorch_zerocopy.pipeline.ahead`), and
+:meth:`NeighborSampler.sample_from_nodes_async` is PyG's sampler call in that form.
 
 Randomness: a minibatch's draws follow from one seed (hop ``h`` draws with a seed derived from
 it and ``h``), by default drawn from torch's default CPU generator, so ``torch.manual_seed``
@@ -47,7 +51,7 @@ from ..block import Block
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.messages import Minibatch
-from ..placement import to_device_async
+from ..placement import op_device, to_device_async
 from ..sampling import Frontier, PendingSample, sample_layers, sample_layers_async
 
 
@@ -127,6 +131,21 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
     return SampledHops.from_layers(blocks)
 
 
+def sample_hops_async(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
+                      replace: bool = False, seed: Optional[int] = None) -> PendingSample:
+    """:func:`sample_hops` without waiting: the same sample for the same ``seed``, from
+    :meth:`~pytorch_zerocopy.sampling.PendingSample.result` (a :class:`SampledHops`). On the GPU
+    it is queued on the current stream with no host synchronisation (but one per hop of fanout
+    ``-1``), CPU ``seeds`` moved there through pinned memory without one; use the result on that
+    stream (or wait for the pending sample's ``event``). On the CPU the sample is taken now.
+    ``seed=None`` draws the seed now, from torch's default generator."""
+    fanouts = _check_fanouts(fanouts)
+    seeds = to_device_async(seeds.reshape(-1), op_device(csc.indptr))
+    pending = sample_layers_async(csc, seeds, fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
+                                  frontier=Frontier.NEW)
+    return pending.then(SampledHops.from_layers)
+
+
 def _fanout_list(num_neighbors) -> List[int]:
     values = num_neighbors.values if isinstance(num_neighbors, NumNeighbors) else num_neighbors
     if isinstance(values, dict):
@@ -169,12 +188,20 @@ class NeighborSampler(BaseSampler):
         return indptr.device
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        return self.sample_from_nodes_async(index).result()
+
+    def sample_from_nodes_async(self, index: NodeSamplerInput) -> PendingSample:
+        """:meth:`sample_from_nodes` without waiting (:func:`sample_hops_async`): its
+        :meth:`~pytorch_zerocopy.sampling.PendingSample.result` is the ``SamplerOutput``, with
+        the tensors on the stream current at this call and at ``result()`` (the loader calls
+        both on the minibatch's side stream). The sampling seed is drawn now."""
         if index.input_type is not None:
             raise NotImplementedError("heterogeneous sampling (an input node type) is not supported")
         if index.time is not None:
             raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
-        hops = sample_hops(self.graph_store.csc_graph, index.node, self.fanouts, replace=self.replace)
-        return self.output(hops, index.input_id)
+        input_id = index.input_id
+        pending = sample_hops_async(self.graph_store.csc_graph, index.node, self.fanouts, replace=self.replace)
+        return pending.then(lambda hops: self.output(hops, input_id))
 
     def output(self, hops: SampledHops, input_id: Optional[torch.Tensor]) -> SamplerOutput:
         """``hops`` as PyG's sampler output (made bidirectional when the sampler is), with
@@ -209,6 +236,5 @@ class HopStage(FedStage):
         self.fanouts, self.replace = _check_fanouts(list(fanouts)), bool(replace)
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> PendingSample:
-        pending = sample_layers_async(graph, seeds.reshape(-1), self.fanouts[::-1], edge_dir="out",
-                                      replace=self.replace, seed=batch.sample_seed, frontier=Frontier.NEW)
-        return pending.then(lambda blocks: SampledHops.from_layers(blocks).blocks())
+        pending = sample_hops_async(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
+        return pending.then(SampledHops.blocks)
