@@ -91,6 +91,30 @@ def papers_dataset(table_gib: float, width: int, degree: int, train_fraction: fl
     return ds
 
 
+class CacheRowChoices:
+    """The rows each cache setting keeps for one dataset, chosen once per benchmark run and
+    handed to every job with that setting. A choice depends only on the dataset and the plan's
+    ``cache`` (which carries the fanouts, batch size and seed it pre-samples with), not on the
+    GPU count or the row, so the jobs of a run would otherwise each repeat the same pre-sampling
+    epoch over the whole graph before their first minibatch."""
+
+    def __init__(self, ds):
+        self.ds = ds
+        self._rows: Dict[Any, torch.Tensor] = {}
+
+    def __call__(self, plan) -> Optional[torch.Tensor]:
+        """The rows of ``plan.cache`` (None without a cache), in shared memory."""
+        from pytorch_zerocopy.pipeline.gather import choose_cached_rows
+
+        if plan.cache is None:
+            return None
+        if plan.cache not in self._rows:
+            self._rows[plan.cache] = choose_cached_rows(
+                plan, self.ds, lambda c: print(f"  cache rows chosen once for every job with this cache: "
+                                               f"{c.describe()}", flush=True))
+        return self._rows[plan.cache]
+
+
 def trace_mean(summary: Optional[Dict[str, float]]) -> float:
     """The mean of one timing of a trace summary (nan where it has no values)."""
     return summary["mean"] if summary and summary.get("n") else float("nan")

@@ -44,9 +44,9 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,  # noqa: E402
-                                        machine_info, measure_ceilings, papers_dataset, trace_lines, trace_mean,
-                                        used_host_bytes, write_report)
+from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, CacheRowChoices, PeakHostMemory, data_bytes,  # noqa: E402
+                                        header_lines, machine_info, measure_ceilings, papers_dataset, trace_lines,
+                                        trace_mean, used_host_bytes, write_report)
 
 LABELLED_ROWS = {
     "default[mapped]": ("zerocopy", {"feature_placement": "unified"}),
@@ -61,8 +61,10 @@ BAR_HOST_BYTES = 1.2
 BAR_SCALE = 1.15
 
 
-def _run(ds, label: str, mode: str, args, baseline_bytes: int, ceiling_gbs: float, **settings) -> Dict:
-    """One training job; the row of its last (timed) epoch."""
+def _run(ds, label: str, mode: str, args, baseline_bytes: int, ceiling_gbs: float,
+         cache_rows: Optional[CacheRowChoices] = None, **settings) -> Dict:
+    """One training job; the row of its last (timed) epoch. ``cache_rows``: the run's cache rows,
+    chosen once for every job (else this job chooses its own)."""
     from pytorch_zerocopy.pipeline import make_plan
     from pytorch_zerocopy.train import run_plan
 
@@ -71,7 +73,8 @@ def _run(ds, label: str, mode: str, args, baseline_bytes: int, ceiling_gbs: floa
     start = time.perf_counter()
     plan = make_plan(mode, row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, **shape, **settings)
     with PeakHostMemory() as memory:
-        epochs = run_plan(plan, ds, mps_fallback=True, quiet=True)
+        epochs = run_plan(plan, ds, mps_fallback=True, quiet=True,
+                          cached_rows=cache_rows(plan) if cache_rows is not None else None)
     wall = time.perf_counter() - start
     last = epochs[-1]
     ms = last.steady_ms_per_minibatch
@@ -214,13 +217,15 @@ def main() -> int:
     baseline_bytes = used_host_bytes()
     print(f"table {args.table_gib:g} GiB, width {args.width}", flush=True)
     ds = papers_dataset(args.table_gib, args.width, args.degree)
+    cache_rows = CacheRowChoices(ds)
     data_size = data_bytes(ds)
     ceilings = measure_ceilings(None, 0) if gpu else {}
     ceiling = ceilings.get("pinned_memcpy_gbs", float("nan"))
     print(f"  ceilings: {ceilings}", flush=True)
 
-    def job(label: str, mode: str, settings: Dict, dataset) -> Dict:
-        row = _attempt(lambda: _run(dataset, label, mode, args, baseline_bytes, ceiling, **settings), label)
+    def job(label: str, mode: str, settings: Dict, dataset, cache_rows: CacheRowChoices) -> Dict:
+        row = _attempt(lambda: _run(dataset, label, mode, args, baseline_bytes, ceiling, cache_rows, **settings),
+                       label)
         print(_line(row), flush=True)
         return row
 
@@ -228,22 +233,23 @@ def main() -> int:
     for _ in range(args.repeats):
         for label in labels:
             mode, settings = {**CORE_ROWS, **QUICK_ROWS}[label]
-            runs.append(job(label, mode, dict(settings), ds))
+            runs.append(job(label, mode, dict(settings), ds, cache_rows))
     if args.labelled and not q:
         for label, (mode, settings) in LABELLED_ROWS.items():
-            runs.append(job(label, mode, dict(settings), ds))
+            runs.append(job(label, mode, dict(settings), ds, cache_rows))
     described = ds.describe()
-    del ds
+    del ds, cache_rows
     gc.collect()
     scale_runs: List[Dict] = []
     scale_data = None
     if args.scale_gib and not q and "default" in labels:
         print(f"scale: table {args.scale_gib:g} GiB", flush=True)
         big = papers_dataset(args.scale_gib, args.width, args.degree)
+        big_cache_rows = CacheRowChoices(big)
         scale_data = (big.describe(), big.feature_source.nbytes + big.graph_bytes)
         for _ in range(args.repeats):
-            scale_runs.append(job("default", "zerocopy", {}, big))
-        del big
+            scale_runs.append(job("default", "zerocopy", {}, big, big_cache_rows))
+        del big, big_cache_rows
         gc.collect()
 
     summaries = {label: summarise(runs, label) for label in labels + (list(LABELLED_ROWS) if args.labelled and not q else [])}

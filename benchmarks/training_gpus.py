@@ -40,9 +40,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, PeakHostMemory, data_bytes, header_lines,
-                                        machine_info, measure_ceilings, papers_dataset, trace_mean, used_host_bytes,
-                                        write_report)
+from benchmarks.pipeline_common import (BASELINES, CORE_ROWS, CacheRowChoices, PeakHostMemory, data_bytes,
+                                        header_lines, machine_info, measure_ceilings, papers_dataset, trace_mean,
+                                        used_host_bytes, write_report)
 
 BAR_SCALING = {2: 1.85, 4: 3.5}     # default on N GPUs over 1 GPU (epoch-time ratio of medians)
 BAR_OVER_BASELINE = 2.0             # default over the best baseline on the largest GPU count
@@ -96,8 +96,10 @@ def run_record(gpus: int, row: str, results: Dict[int, List], wall: float, peak_
             "peak_host_bytes": peak_host_bytes, "ranks": ranks}
 
 
-def _job(ds, gpus: int, row: str, args, baseline_bytes: int) -> Dict[str, Any]:
-    """One training job of ``row`` on ``gpus`` GPUs, timed over its last epoch."""
+def _job(ds, gpus: int, row: str, args, baseline_bytes: int,
+         cache_rows: Optional[CacheRowChoices] = None) -> Dict[str, Any]:
+    """One training job of ``row`` on ``gpus`` GPUs, timed over its last epoch; ``cache_rows``:
+    the run's cache rows, chosen once for every job (else this job chooses its own)."""
     from pytorch_zerocopy.pipeline import make_plan
     from pytorch_zerocopy.train import train_data_parallel
 
@@ -106,7 +108,8 @@ def _job(ds, gpus: int, row: str, args, baseline_bytes: int) -> Dict[str, Any]:
                      **_shape(args, args.global_batches // gpus), trace=True, **settings)
     start = time.perf_counter()
     with PeakHostMemory() as memory:
-        results = train_data_parallel(ds, gpus, plan=plan, quiet=True)
+        results = train_data_parallel(ds, gpus, plan=plan, quiet=True,
+                                      cached_rows=cache_rows(plan) if cache_rows is not None else None)
     return run_record(gpus, row, results, time.perf_counter() - start, memory.peak - baseline_bytes, plan.describe())
 
 
@@ -204,7 +207,7 @@ def report_lines(runs: List[Dict[str, Any]], cells: Dict, bars: Dict[str, Any], 
     return md
 
 
-def kill_check(ds, args, gpus: int = 2) -> Dict[str, Any]:
+def kill_check(ds, args, gpus: int = 2, cache_rows: Optional[CacheRowChoices] = None) -> Dict[str, Any]:
     """The default plan on ``gpus`` GPUs for 3 epochs with a checkpoint, once uninterrupted and
     once with rank 1's trainer SIGKILLed halfway through epoch 1 and the job restarted by
     elastic; what the restarted job trained, and whether it lost at most the epoch in flight."""
@@ -223,6 +226,7 @@ def kill_check(ds, args, gpus: int = 2) -> Dict[str, Any]:
                              local_processes=gpus, checkpoint_dir=os.path.join(root, name), **shape, **settings)
             start = time.perf_counter()
             results = train_data_parallel(ds, gpus, plan=plan, quiet=True,
+                                          cached_rows=cache_rows(plan) if cache_rows is not None else None,
                                           launch_options=LaunchOptions(max_restarts=1 if "inject_failure" in settings else 0))
             return results, time.perf_counter() - start
 
@@ -289,6 +293,7 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
     baseline_bytes = used_host_bytes()
     print(f"data-parallel scaling: table {table_gib:g} GiB, width {args.width}, GPUs {gpu_counts}", flush=True)
     ds = papers_dataset(table_gib, args.width, args.degree)
+    cache_rows = CacheRowChoices(ds)
     size, table_bytes, described = data_bytes(ds), ds.feature_source.nbytes, ds.describe()
     ceilings = measure_ceilings(None, 0, gpus=wanted)
     print(f"  ceilings (GPU 0): {ceilings}", flush=True)
@@ -328,7 +333,7 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
                 if (row in BASELINES or row in LABELLED_ROWS) and g not in baseline_gpus:
                     continue
                 try:
-                    r = _job(ds, g, row, args, baseline_bytes)
+                    r = _job(ds, g, row, args, baseline_bytes, cache_rows)
                 except Exception as e:  # noqa: BLE001 - report and go on
                     r = {"gpus": g, "mode": row, "error": str(e).strip().splitlines()[-1][:500]}
                 r["repeat"] = rep + (earlier.get("repeats", 0) if earlier else 0)
@@ -342,14 +347,14 @@ def run_scaling(args, gpu_counts: List[int], notes: List[str]) -> int:
                 write()
     if args.kill_check:
         try:
-            extra["kill_check"] = kill_check(ds, args)
+            extra["kill_check"] = kill_check(ds, args, cache_rows=cache_rows)
         except Exception as e:  # noqa: BLE001 - a failed check is a result
             extra["kill_check"] = {"error": str(e).strip().splitlines()[-1][:500], "gpus": 2, "killed_rank": 1,
                                    "killed_at_minibatch": -1, "restarted_epochs": {}, "test_acc": float("nan"),
                                    "reference_test_acc": float("nan"), "shm_left": [],
                                    "resume_loses_at_most_one_epoch": False}
         print(f"  kill check: {extra['kill_check']}", flush=True)
-    del ds
+    del ds, cache_rows
     gc.collect()
     write()
     with open(os.path.join(args.out, f"{name}.md")) as f:

@@ -85,6 +85,37 @@ def test_papers_like_generator():
     assert torch.equal(a.features, again.features) and torch.equal(a.graph.indices, again.graph.indices)
 
 
+# sha256 (first 16 hex digits) of each table's bytes for the papers_like call in the test below,
+# as the generator made them before its tables were allocated in shared memory.
+_PAPERS_LIKE_DIGESTS = {"indptr": "f70374232e4439a9", "indices": "99a5cfaca30e5c9a", "labels": "17a6580bc19d6ae8",
+                        "train": "0681f9499f6689ed", "val": "f933cfe25a00a1f2", "test": "a44164f06943b8f5",
+                        "features": "4095b2e77b56b60f"}
+
+
+def test_papers_like_tables_are_made_in_shared_memory_unchanged(monkeypatch):
+    """The same seed gives the same bytes as before, and no table of a node's size is copied into
+    shared memory afterwards (share_memory_ of a tensor not yet shared copies it)."""
+    import hashlib
+
+    copied = []
+    share = torch.Tensor.share_memory_
+
+    def recording_share(t):
+        if not t.is_shared():
+            copied.append(t.numel())
+        return share(t)
+
+    monkeypatch.setattr(torch.Tensor, "share_memory_", recording_share)
+    ds = papers_like(6000, avg_degree=5, feature_dim=16, num_classes=12, seed=7, device="cpu", chunk_bytes=1 << 14,
+                     train_fraction=0.05)
+    tables = {"indptr": ds.graph.indptr, "indices": ds.graph.indices, "labels": ds.labels, "train": ds.train_idx,
+              "val": ds.val_idx, "test": ds.test_idx, "features": ds.features}
+    digests = {k: hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()[:16] for k, t in tables.items()}
+    assert digests == _PAPERS_LIKE_DIGESTS
+    assert all(t.is_shared() for t in tables.values())
+    assert max(copied, default=0) < ds.num_nodes, copied  # only the small splits were copied
+
+
 def test_papers_like_popularity_skew():
     """Cited nodes are drawn by popularity: with the default skew a few nodes are cited far more
     than under uniform draws, the top 10% of nodes hold about a third of the citations, and

@@ -464,6 +464,70 @@ def test_hottest_orders_and_drops_cold():
     assert hotness.hottest(score, 0).tolist() == []
 
 
+def _hottest_by_stable_sort(score: torch.Tensor, count: int) -> torch.Tensor:
+    count = max(0, min(count, score.numel()))
+    order = torch.sort(score, descending=True, stable=True).indices[:count]
+    return order[score[order] > 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8])
+def test_hottest_matches_the_stable_sort(gen, dtype):
+    """Integer scores are ranked by their histogram: the same ids in the same order as a stable
+    descending sort, with many ties at the cut, few or no positive scores, and every count."""
+    for n, top, zeros in ((1, 3, 0.0), (500, 3, 0.0), (2000, 40, 0.5), (2000, 1, 0.9), (300, 0, 0.0),
+                          (5000, 200, 0.98)):
+        score = torch.randint(0, top + 1, (n,), generator=gen)
+        score[torch.rand(n, generator=gen) < zeros] = 0
+        score = score.to(dtype)
+        for count in sorted({0, 1, n // 7, n // 2, n - 1, n, n + 3, int(torch.randint(0, n + 1, (1,), generator=gen))}):
+            got = hotness.hottest(score, count)
+            assert got.dtype == torch.int64
+            assert torch.equal(got, _hottest_by_stable_sort(score.long(), count)), (n, top, count)
+
+
+def test_hottest_falls_back_to_sorting_other_scores(gen):
+    floats = torch.rand(1000, generator=gen) - 0.3
+    assert torch.equal(hotness.hottest(floats, 400), _hottest_by_stable_sort(floats, 400))
+    wide = torch.randint(0, 1 << 40, (1000,), generator=gen)  # past the histogram's range
+    wide[::3] = 7
+    assert torch.equal(hotness.hottest(wide, 600), _hottest_by_stable_sort(wide, 600))
+    negative = torch.randint(-5, 6, (1000,), generator=gen)
+    assert torch.equal(hotness.hottest(negative, 900), _hottest_by_stable_sort(negative, 900))
+
+
+def test_presample_hotness_is_the_serial_loop_on_any_thread_count(gen):
+    """Batches sampled on several threads count the same rows as the one-batch-at-a-time loop
+    (each batch's sample depends on its own seed), and the caller's thread count is kept."""
+    import math
+
+    from pytorch_zerocopy.sampling import sample_layers
+
+    g = CSRGraph.from_coo(torch.randint(0, 3000, (40000,), generator=gen),
+                          torch.randint(0, 3000, (40000,), generator=gen), num_nodes=3000)
+    seeds = torch.randperm(3000, generator=gen)[:700]
+    batch_size, fanouts, seed, batches = 32, (5, 4), 11, 50  # 22 batches an epoch: a second, reshuffled one
+    perm = torch.Generator().manual_seed(seed)
+    epoch = math.ceil(seeds.numel() / batch_size)
+    expected = torch.zeros(3000, dtype=torch.int64)
+    for b in range(batches):
+        if b % epoch == 0:
+            order = torch.randperm(seeds.numel(), generator=perm)
+        k = b % epoch
+        nodes = sample_layers(g, seeds[order[k * batch_size:(k + 1) * batch_size]], fanouts, edge_dir="out",
+                              seed=seed * 1_000_003 + b)[0].nodes
+        expected.index_add_(0, nodes, torch.ones_like(nodes))
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            got = hotness.presample_hotness(g, seeds, fanouts, batch_size=batch_size, num_batches=batches,
+                                            edge_dir="out", seed=seed)
+            assert torch.equal(got, expected)
+            assert torch.get_num_threads() == n
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_presample_hotness(gen):
     g = CSRGraph.from_coo(torch.randint(0, 500, (4000,), generator=gen), torch.randint(0, 500, (4000,), generator=gen),
                           num_nodes=500)

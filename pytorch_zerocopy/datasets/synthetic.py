@@ -247,10 +247,11 @@ def papers_like(
     cpu_gen = torch.Generator().manual_seed(seed)
 
     deg = torch.randint(1, 2 * avg_degree, (num_nodes,), generator=cpu_gen)
-    indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
+    # Every table the dataset keeps is made in shared memory, so sharing it copies nothing.
+    indptr = shared_host_tensor((num_nodes + 1,), torch.int64)
+    indptr[0] = 0
     torch.cumsum(deg, 0, out=indptr[1:])
     del deg
-    indptr.share_memory_()
     indices = shared_host_tensor((int(indptr[-1]),), torch.int64)
     args = (indptr, indices, num_classes, p_in, float(popularity_skew), seed, str(device), chunk_bytes)
     if device.type == "cuda":
@@ -266,7 +267,8 @@ def papers_like(
 
     features = GeneratedFeatures((num_nodes, feature_dim), dtype, num_classes, mean_scale,
                                  seed + _FEATURE_SEED_OFFSET, str(device), chunk_bytes)
-    labels = torch.arange(num_nodes, dtype=torch.int64) % num_classes
+    labels = shared_host_tensor((num_nodes,), torch.int64)
+    torch.arange(num_nodes, out=labels).remainder_(num_classes)
     train, val, test = _splits(num_nodes, train_fraction, 0.001, 0.002, cpu_gen)
     name = name or f"papers-like-{num_nodes}x{feature_dim}-skew{popularity_skew:g}"
     return NodeDataset(name, in_neighbour_graph(indptr, indices), features, labels, train, val, test,
