@@ -553,17 +553,23 @@ def graph_on(indptr, indices, placement):
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1]])
 def test_cuda_sample_layers_matches_cpu(rng, placement, index_dtype, replace, fanouts):
+    assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts)
+
+
+def assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts, **options):
+    """``sample_layers`` (``options``: its frontier rule) on the GPU, the graph in ``placement``,
+    int32 and int64 seeds, both edge directions, into poisoned memory: the CPU's layers."""
     indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
     seeds = torch.randperm(3000, generator=rng)[:400]
     for edge_dir in ("out", "in"):
         cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
-                              replace=replace, seed=1234)
+                              replace=replace, seed=1234, **options)
         g = graph_on(indptr, indices, placement)
         for seed_dtype in (torch.int32, torch.int64):
             poison_allocator("cuda")
             gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
-                                  seed=1234)
-            for a, b in zip(gpu, cpu):
+                                  seed=1234, **options)
+            for a, b in zip(gpu, cpu, strict=True):
                 assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
                 for t in ("nodes", "src", "dst", "eids"):
                     assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
@@ -1119,20 +1125,7 @@ def test_new_frontier_bad_rule_refused_by_the_launch():
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1], [4, -1, 3], [0, 5], [-1, -1]])
 def test_cuda_new_frontier_matches_cpu(rng, placement, index_dtype, replace, fanouts):
-    indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
-    seeds = torch.randperm(3000, generator=rng)[:400]
-    for edge_dir in ("out", "in"):
-        cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
-                              replace=replace, seed=1234, frontier=NEW)
-        g = graph_on(indptr, indices, placement)
-        for seed_dtype in (torch.int32, torch.int64):
-            poison_allocator("cuda")
-            gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
-                                  seed=1234, frontier=NEW)
-            for a, b in zip(gpu, cpu, strict=True):
-                assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
-                for t in ("nodes", "src", "dst", "eids"):
-                    assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
+    assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts, frontier=NEW)
 
 
 @pytest.mark.cuda
