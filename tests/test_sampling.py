@@ -610,7 +610,8 @@ def count_syncs(capfd, fn):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
-def test_cuda_sample_layers_synchronises_once(rng, placement, capfd):
+@pytest.mark.parametrize("options", [{}, {"frontier": S.Frontier.NEW}], ids=["every-node", "new-frontier"])
+def test_cuda_sample_layers_synchronises_once(rng, placement, options, capfd):
     # The counter sees a synchronisation inside an op called through torch.ops.
     one = torch.ones((), dtype=torch.int64, device="cuda")
     assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
@@ -618,22 +619,23 @@ def test_cuda_sample_layers_synchronises_once(rng, placement, capfd):
     g = graph_on(indptr, indices, placement)
     g.csc()  # built once, on first use (host work and copies)
     seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
-    S.sample_layers(g, seeds, [15, 10], seed=1)  # warm-up: allocator, cub
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2))
+    S.sample_layers(g, seeds, [15, 10], seed=1, **options)  # warm-up: allocator, cub
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2, **options))
     assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2,
+                                                          **options))
     assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2, **options))
     assert syncs == 2  # a fanout -1 layer reads its edge total
-    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2))
+    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2, **options))
     assert syncs == 0
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3)
+        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3, **options)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    want = S.sample_layers(g, seeds, [15, 10], seed=3)
-    for a, b in zip(pending.result(), want):
+    want = S.sample_layers(g, seeds, [15, 10], seed=3, **options)
+    for a, b in zip(pending.result(), want, strict=True):
         for t in ("nodes", "src", "dst", "eids"):
             assert torch.equal(getattr(a, t), getattr(b, t))
 
@@ -1139,36 +1141,6 @@ def test_cuda_new_frontier_large_batch_matches_cpu(rng):
     gpu = op_hops(indptr.cuda(), indices.cuda(), seeds.cuda(), [10, 5, 2], seed=3)
     assert_same_layers(gpu, cpu)
     del gpu
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("placement", ["cuda", "unified"])
-def test_cuda_new_frontier_synchronises_once(rng, placement, capfd):
-    one = torch.ones((), dtype=torch.int64, device="cuda")
-    assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
-    indptr, indices = random_csr(rng, num_nodes=5000, index_dtype=torch.int32)
-    g = graph_on(indptr, indices, placement)
-    g.csc()  # built once, on first use (host work and copies)
-    seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
-    S.sample_layers(g, seeds, [15, 10], seed=1, frontier=NEW)  # warm-up: allocator, cub
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2, frontier=NEW))
-    assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2,
-                                                          frontier=NEW))
-    assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2, frontier=NEW))
-    assert syncs == 2  # a fanout -1 layer reads its edge total
-    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2, frontier=NEW))
-    assert syncs == 0
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3, frontier=NEW)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    want = S.sample_layers(g, seeds, [15, 10], seed=3, frontier=NEW)
-    for a, b in zip(pending.result(), want, strict=True):
-        for t in ("nodes", "src", "dst", "eids"):
-            assert torch.equal(getattr(a, t), getattr(b, t))
 
 
 @pytest.mark.skipif(not has_opcheck(), reason="torch.library.opcheck needs torch >= 2.4")
