@@ -462,15 +462,21 @@ def test_sample_layers_deterministic_and_thread_independent(rng, replace):
     assert not torch.equal(a[0].eids, c[0].eids)
 
 
-@pytest.mark.parametrize("replace", [False, True])
-@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4]])
-def test_sample_layers_weighted(rng, device, replace, fanouts):
+def weighted_case(rng, device):
+    """A 300-node graph (its lists, the graph, and the graph on ``device``), edge weights by edge
+    id with 30 % zeros, 25 seeds."""
     indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
     g = CSRGraph.from_csr(indptr, indices)
     probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
     probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
     seeds = torch.randperm(300, generator=rng)[:25]
-    placed = g.to("cuda") if device == "cuda" else g
+    return indptr, indices, g, probs, seeds, g.to("cuda") if device == "cuda" else g
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4]])
+def test_sample_layers_weighted(rng, device, replace, fanouts):
+    indptr, indices, g, probs, seeds, placed = weighted_case(rng, device)
     blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4)
     src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
     for block, fanout in zip(blocks, fanouts):
@@ -789,9 +795,10 @@ def test_opcheck(rng, device):
                           (seeds, torch.randint(0, 60, (40,), generator=rng).to(device)), test_utils=utils)
     for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
                  (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
-        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, test_utils=utils)
-        if device == "cuda":
-            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, test_utils=utils)
+        for kwargs in ({}, {"frontier": int(S.Frontier.NEW)}):
+            torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, kwargs, test_utils=utils)
+            if device == "cuda":
+                torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, kwargs, test_utils=utils)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -991,12 +998,7 @@ def test_new_frontier_deterministic_and_thread_independent(rng, replace):
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4], [2, 2, -1]])
 def test_new_frontier_weighted(rng, device, replace, fanouts):
-    indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
-    g = CSRGraph.from_csr(indptr, indices)
-    probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
-    probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
-    seeds = torch.randperm(300, generator=rng)[:25]
-    placed = g.to("cuda") if device == "cuda" else g
+    indptr, indices, g, probs, seeds, placed = weighted_case(rng, device)
     blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4,
                              frontier=NEW)
     src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
@@ -1141,23 +1143,6 @@ def test_cuda_new_frontier_large_batch_matches_cpu(rng):
     gpu = op_hops(indptr.cuda(), indices.cuda(), seeds.cuda(), [10, 5, 2], seed=3)
     assert_same_layers(gpu, cpu)
     del gpu
-
-
-@pytest.mark.skipif(not has_opcheck(), reason="torch.library.opcheck needs torch >= 2.4")
-def test_opcheck_new_frontier(rng, device):
-    indptr, indices = random_csr(rng, num_nodes=60, index_dtype=torch.int32)
-    indptr, indices = indptr.to(device), indices.to(device)
-    seeds = torch.randperm(60, generator=rng)[:10].to(device)
-    probs = torch.rand(indices.numel(), device=device)
-    eids = torch.randperm(indices.numel(), device=device)
-    utils = ("test_schema", "test_faketensor", "test_autograd_registration")
-    for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
-                 (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
-        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, {"frontier": int(NEW)},
-                              test_utils=utils)
-        if device == "cuda":
-            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, {"frontier": int(NEW)},
-                                  test_utils=utils)
 
 
 def test_dynamic_graph_refuses_new_frontier(rng):
