@@ -14,7 +14,9 @@ per minibatch (the first minibatch, which carries the pipeline's fill, left out)
 minibatches; the job's is the slowest rank's. ``--repeats`` rounds each visit every (GPU count,
 row), so a slow spell of the machine hits both sides of a ratio; bars divide medians, with min and
 max beside them. Each rank's input wait (share of its steady time blocked on its next minibatch)
-and GPU busy share (its training steps' GPU time over its steady time) are kept, and the job's
+and GPU busy share (its training steps' GPU time over its steady time) are kept, with the
+median of every timing of its trace (the gathering side's host time to issue a sample among
+them: it grows when one gatherer's threads contend for the interpreter), and the job's
 peak host memory (``MemTotal - MemAvailable`` sampled every 50 ms, over the same before the
 dataset existed: every process and shared memory included).
 
@@ -70,9 +72,17 @@ def rank_record(rank: int, last) -> Dict[str, Any]:
             "gpu_busy_share": sum(train_ms) / (steady * 1e3) if train_ms and steady > 0 else float("nan"),
             "sample_ms": trace_mean(trace.producer.get("sample_ms")) if trace is not None else float("nan"),
             "gather_ms": trace_mean(trace.producer.get("gather_ms")) if trace is not None else float("nan"),
-            "cache_hit_rate": last.cache_hit_rate, "val_acc": last.val_acc, "loss": last.loss,
+            "p50_ms": _p50s(trace), "cache_hit_rate": last.cache_hit_rate, "val_acc": last.val_acc, "loss": last.loss,
             "partition": _partition(last.partition), "train_step": last.train_step,
             "param_checksum": last.param_checksum}
+
+
+def _p50s(trace) -> Dict[str, float]:
+    """The median of every timing of a rank's trace (``producer.sample_ms``, ``consumer.issue_ms``, ...)."""
+    if trace is None:
+        return {}
+    return {f"{side}.{key}": summary["p50"] for side in ("producer", "consumer")
+            for key, summary in getattr(trace, side).items() if summary.get("n")}
 
 
 def _partition(info) -> Optional[Dict[str, Any]]:

@@ -118,6 +118,7 @@ def test_traced_sampling_records_a_span_on_the_stream_around_each_step_and_compo
     assert log == [("begin1", stream), ("start", 0), ("end1", stream),
                    ("begin2", stream), ("finish", 0), ("end2", stream)]
     assert len(out.spans) == 2 and out.spans[0][0].name == "begin1" and out.spans[1][1].name == "end2"
+    assert out.issued > 0.0  # both steps' host time, the sizes' wait left out
     # Replay outside tracing: a replayed sample is neither sampled nor timed, and carries no spans.
     chain = replayed(traced, 1)
     kept = chain.finish(b0, chain.start(b0))

@@ -217,12 +217,16 @@ class Sampled:
     complete on the GPU (None when it was sampled on the CPU); ``spans``: the stretches of the
     sampling stream's time its sampling took (with ``Plan.trace``: issue, then completion and
     packing; the wait in between, while earlier minibatches are gathered, is not counted);
-    ``waited``: host seconds the gathering side waited for it."""
+    ``waited``: host seconds the gathering side waited for it; ``issued``: host seconds spent
+    issuing its GPU sample and packing it, the wait for its sizes left out (with ``Plan.trace``;
+    with several trainers served by one process this grows while their threads contend for
+    the interpreter)."""
 
     batch: Minibatch
     ready: Optional["torch.cuda.Event"] = None
     spans: Tuple[Span, ...] = ()
     waited: float = 0.0
+    issued: float = 0.0
 
     def relabelled(self, epoch: int, step: int) -> "Sampled":
         """This sample sent again as minibatch ``step`` of ``epoch`` (replay): the same packed

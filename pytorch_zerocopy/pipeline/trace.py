@@ -44,8 +44,9 @@ from .plan import Phase
 PERCENTILES = (10, 50, 90)
 
 # The gathering side's keys (milliseconds): host waits for a sampled minibatch and for a free
-# slot, host time to issue a minibatch's gather, and the sample and gather times themselves.
-PRODUCER_KEYS = ("batch_wait_ms", "slot_wait_ms", "issue_ms", "sample_ms", "gather_ms")
+# slot, host time to issue a minibatch's gather and its GPU sample, and the sample and gather
+# times themselves.
+PRODUCER_KEYS = ("batch_wait_ms", "slot_wait_ms", "issue_ms", "sample_issue_ms", "sample_ms", "gather_ms")
 
 
 def summarise(values: List[float]) -> Dict[str, float]:
@@ -96,6 +97,7 @@ class ProducerTrace:
         CPU sampler reported)."""
         self.host("batch_wait_ms", sampled.waited)
         if sampled.spans:
+            self.host("sample_issue_ms", sampled.issued)
             self.gpu("sample_ms", sampled.spans)
         elif sampled.batch.sample_ms:
             self.value("sample_ms", sampled.batch.sample_ms)
@@ -113,26 +115,29 @@ class TracedSampling:
     """GPU sampling ``steps`` (:class:`~.minibatches.SampleSteps`) with each step timed into
     ``trace`` (a GPU trace): two events recorded on ``stream``, the sampling stream, around
     each step, the issue and the completion with packing; the finished
-    :class:`~.minibatches.Sampled` carries both spans. The stretch between the steps, while
-    earlier minibatches are gathered, is not counted."""
+    :class:`~.minibatches.Sampled` carries both spans and the host time of both steps (less
+    its wait for the sample's sizes). The stretch between the steps, while earlier minibatches
+    are gathered, is not counted."""
 
     def __init__(self, steps, trace: ProducerTrace, stream: "torch.cuda.Stream"):
         self.steps, self.trace, self.stream = steps, trace, stream
 
-    def start(self, batch) -> Tuple[Any, Span]:
+    def start(self, batch) -> Tuple[Any, Span, float]:
+        t = time.perf_counter()
         span = self.trace.span()
         span[0].record(self.stream)
         started = self.steps.start(batch)
         span[1].record(self.stream)
-        return started, span
+        return started, span, time.perf_counter() - t
 
-    def finish(self, batch, started: Tuple[Any, Span]):
-        inner, issued = started
+    def finish(self, batch, started: Tuple[Any, Span, float]):
+        inner, issued, host = started
+        t = time.perf_counter()
         span = self.trace.span()
         span[0].record(self.stream)
         out = self.steps.finish(batch, inner)
         span[1].record(self.stream)
-        return replace(out, spans=(issued, span))
+        return replace(out, spans=(issued, span), issued=host + time.perf_counter() - t - out.waited)
 
 
 def timed_read(read: Callable[..., torch.Tensor], trace: ProducerTrace, key: str = "gather_ms"):
@@ -170,7 +175,8 @@ class TraceSummary:
 _TRACE_LABELS = (("consumer", "input_wait_ms", "trainer input wait"), ("consumer", "issue_ms", "host issue"),
                  ("consumer", "gpu_gap_ms", "GPU gap"), ("consumer", "gpu_copy_ms", "blocks copy"),
                  ("consumer", "gpu_train_ms", "GPU train"), ("producer", "sample_ms", "sample"),
-                 ("producer", "gather_ms", "gather"), ("producer", "batch_wait_ms", "wait for a sample"),
+                 ("producer", "gather_ms", "gather"), ("producer", "sample_issue_ms", "sample issue"),
+                 ("producer", "batch_wait_ms", "wait for a sample"),
                  ("producer", "slot_wait_ms", "wait for a slot"))
 
 
