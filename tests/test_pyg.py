@@ -32,7 +32,7 @@ from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader, data
 from pytorch_zerocopy.pipeline import PipelineError, PlanError, make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import InjectedFailure  # noqa: E402
 from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
-from pytorch_zerocopy.placement import PlacementError  # noqa: E402
+from pytorch_zerocopy.placement import Placement, PlacementError  # noqa: E402
 from test_pipeline_failures import _assert_nothing_left, snapshot  # noqa: E402
 
 PYG_CAN_SAMPLE = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
@@ -928,6 +928,8 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
     fast = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True)
     assert fast.feature_store.placement_of("x") is placement
     assert fast.feature_store.cache_of("x").cache_rows == round(0.1 * data.num_nodes)
+    for side in ("y", "train_mask", "val_mask", "test_mask"):  # a few bytes a node: read from GPU memory
+        assert fast.feature_store.placement_of(side) is Placement.GPU, side
     mapped = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, feature_placement="unified", gpu_cache=None)
     assert mapped.feature_store.cache_of("x") is None
 
@@ -942,6 +944,7 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.x, b.x) and torch.equal(a.x.cpu(), data.x[a.n_id.cpu()])
         assert torch.equal(a.y.cpu(), data.y[a.n_id.cpu()]) and torch.equal(a.e_id, b.e_id)
+        assert torch.equal(a.train_mask.cpu(), data.train_mask[a.n_id.cpu()]) and a.train_mask.dtype == torch.bool
         n += 1
     assert n == len(mapped)
     # The sample equals the CPU's (the kernels' draws match), here through the overlap.
