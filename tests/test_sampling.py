@@ -462,15 +462,21 @@ def test_sample_layers_deterministic_and_thread_independent(rng, replace):
     assert not torch.equal(a[0].eids, c[0].eids)
 
 
-@pytest.mark.parametrize("replace", [False, True])
-@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4]])
-def test_sample_layers_weighted(rng, device, replace, fanouts):
+def weighted_case(rng, device):
+    """A 300-node graph (its lists, the graph, and the graph on ``device``), edge weights by edge
+    id with 30 % zeros, 25 seeds."""
     indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
     g = CSRGraph.from_csr(indptr, indices)
     probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
     probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
     seeds = torch.randperm(300, generator=rng)[:25]
-    placed = g.to("cuda") if device == "cuda" else g
+    return indptr, indices, g, probs, seeds, g.to("cuda") if device == "cuda" else g
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4]])
+def test_sample_layers_weighted(rng, device, replace, fanouts):
+    indptr, indices, g, probs, seeds, placed = weighted_case(rng, device)
     blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4)
     src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
     for block, fanout in zip(blocks, fanouts):
@@ -553,17 +559,23 @@ def graph_on(indptr, indices, placement):
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1]])
 def test_cuda_sample_layers_matches_cpu(rng, placement, index_dtype, replace, fanouts):
+    assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts)
+
+
+def assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts, **options):
+    """``sample_layers`` (``options``: its frontier rule) on the GPU, the graph in ``placement``,
+    int32 and int64 seeds, both edge directions, into poisoned memory: the CPU's layers."""
     indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
     seeds = torch.randperm(3000, generator=rng)[:400]
     for edge_dir in ("out", "in"):
         cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
-                              replace=replace, seed=1234)
+                              replace=replace, seed=1234, **options)
         g = graph_on(indptr, indices, placement)
         for seed_dtype in (torch.int32, torch.int64):
             poison_allocator("cuda")
             gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
-                                  seed=1234)
-            for a, b in zip(gpu, cpu):
+                                  seed=1234, **options)
+            for a, b in zip(gpu, cpu, strict=True):
                 assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
                 for t in ("nodes", "src", "dst", "eids"):
                     assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
@@ -604,7 +616,8 @@ def count_syncs(capfd, fn):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
-def test_cuda_sample_layers_synchronises_once(rng, placement, capfd):
+@pytest.mark.parametrize("options", [{}, {"frontier": S.Frontier.NEW}], ids=["every-node", "new-frontier"])
+def test_cuda_sample_layers_synchronises_once(rng, placement, options, capfd):
     # The counter sees a synchronisation inside an op called through torch.ops.
     one = torch.ones((), dtype=torch.int64, device="cuda")
     assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
@@ -612,22 +625,23 @@ def test_cuda_sample_layers_synchronises_once(rng, placement, capfd):
     g = graph_on(indptr, indices, placement)
     g.csc()  # built once, on first use (host work and copies)
     seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
-    S.sample_layers(g, seeds, [15, 10], seed=1)  # warm-up: allocator, cub
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2))
+    S.sample_layers(g, seeds, [15, 10], seed=1, **options)  # warm-up: allocator, cub
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2, **options))
     assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2,
+                                                          **options))
     assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2))
+    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2, **options))
     assert syncs == 2  # a fanout -1 layer reads its edge total
-    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2))
+    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2, **options))
     assert syncs == 0
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3)
+        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3, **options)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    want = S.sample_layers(g, seeds, [15, 10], seed=3)
-    for a, b in zip(pending.result(), want):
+    want = S.sample_layers(g, seeds, [15, 10], seed=3, **options)
+    for a, b in zip(pending.result(), want, strict=True):
         for t in ("nodes", "src", "dst", "eids"):
             assert torch.equal(getattr(a, t), getattr(b, t))
 
@@ -781,9 +795,10 @@ def test_opcheck(rng, device):
                           (seeds, torch.randint(0, 60, (40,), generator=rng).to(device)), test_utils=utils)
     for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
                  (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
-        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, test_utils=utils)
-        if device == "cuda":
-            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, test_utils=utils)
+        for kwargs in ({}, {"frontier": int(S.Frontier.NEW)}):
+            torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, kwargs, test_utils=utils)
+            if device == "cuda":
+                torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, kwargs, test_utils=utils)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -983,12 +998,7 @@ def test_new_frontier_deterministic_and_thread_independent(rng, replace):
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[3, 5], [-1, 4], [2, 2, -1]])
 def test_new_frontier_weighted(rng, device, replace, fanouts):
-    indptr, indices = random_csr(rng, num_nodes=300, max_deg=20)
-    g = CSRGraph.from_csr(indptr, indices)
-    probs = torch.rand(indices.numel(), generator=rng) + 0.05  # by edge id of g
-    probs[torch.rand(indices.numel(), generator=rng) < 0.3] = 0.0
-    seeds = torch.randperm(300, generator=rng)[:25]
-    placed = g.to("cuda") if device == "cuda" else g
+    indptr, indices, g, probs, seeds, placed = weighted_case(rng, device)
     blocks = S.sample_layers(placed, seeds.to(device), fanouts, probs=probs.to(device), replace=replace, seed=4,
                              frontier=NEW)
     src_all = torch.repeat_interleave(torch.arange(300), indptr[1:] - indptr[:-1])
@@ -1119,20 +1129,7 @@ def test_new_frontier_bad_rule_refused_by_the_launch():
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("fanouts", [[10, 15], [25, 5, 3], [-1, 4], [3, -1], [4, -1, 3], [0, 5], [-1, -1]])
 def test_cuda_new_frontier_matches_cpu(rng, placement, index_dtype, replace, fanouts):
-    indptr, indices = random_csr(rng, num_nodes=3000, max_deg=60, index_dtype=index_dtype)
-    seeds = torch.randperm(3000, generator=rng)[:400]
-    for edge_dir in ("out", "in"):
-        cpu = S.sample_layers(graph_on(indptr, indices, "cpu"), seeds, fanouts, edge_dir=edge_dir,
-                              replace=replace, seed=1234, frontier=NEW)
-        g = graph_on(indptr, indices, placement)
-        for seed_dtype in (torch.int32, torch.int64):
-            poison_allocator("cuda")
-            gpu = S.sample_layers(g, seeds.to(seed_dtype).cuda(), fanouts, edge_dir=edge_dir, replace=replace,
-                                  seed=1234, frontier=NEW)
-            for a, b in zip(gpu, cpu, strict=True):
-                assert a.src.is_cuda and (a.num_src, a.num_dst) == (b.num_src, b.num_dst)
-                for t in ("nodes", "src", "dst", "eids"):
-                    assert torch.equal(getattr(a, t).cpu(), getattr(b, t)), (edge_dir, t)
+    assert_cuda_layers_match_cpu(rng, placement, index_dtype, replace, fanouts, frontier=NEW)
 
 
 @pytest.mark.cuda
@@ -1146,53 +1143,6 @@ def test_cuda_new_frontier_large_batch_matches_cpu(rng):
     gpu = op_hops(indptr.cuda(), indices.cuda(), seeds.cuda(), [10, 5, 2], seed=3)
     assert_same_layers(gpu, cpu)
     del gpu
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("placement", ["cuda", "unified"])
-def test_cuda_new_frontier_synchronises_once(rng, placement, capfd):
-    one = torch.ones((), dtype=torch.int64, device="cuda")
-    assert count_syncs(capfd, lambda: torch.ops.aten._local_scalar_dense.default(one)) == (1, 1)
-    indptr, indices = random_csr(rng, num_nodes=5000, index_dtype=torch.int32)
-    g = graph_on(indptr, indices, placement)
-    g.csc()  # built once, on first use (host work and copies)
-    seeds = torch.randperm(5000, generator=rng)[:1024].cuda()
-    S.sample_layers(g, seeds, [15, 10], seed=1, frontier=NEW)  # warm-up: allocator, cub
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10], seed=2, frontier=NEW))
-    assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [15, 10, 5], edge_dir="out", seed=2,
-                                                          frontier=NEW))
-    assert syncs == 1
-    _, syncs = count_syncs(capfd, lambda: S.sample_layers(g, seeds, [-1, 10], seed=2, frontier=NEW))
-    assert syncs == 2  # a fanout -1 layer reads its edge total
-    pending, syncs = count_syncs(capfd, lambda: S.sample_layers_async(g, seeds, [15, 10], seed=2, frontier=NEW))
-    assert syncs == 0
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        pending = S.sample_layers_async(g, seeds, [15, 10], seed=3, frontier=NEW)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    want = S.sample_layers(g, seeds, [15, 10], seed=3, frontier=NEW)
-    for a, b in zip(pending.result(), want, strict=True):
-        for t in ("nodes", "src", "dst", "eids"):
-            assert torch.equal(getattr(a, t), getattr(b, t))
-
-
-@pytest.mark.skipif(not has_opcheck(), reason="torch.library.opcheck needs torch >= 2.4")
-def test_opcheck_new_frontier(rng, device):
-    indptr, indices = random_csr(rng, num_nodes=60, index_dtype=torch.int32)
-    indptr, indices = indptr.to(device), indices.to(device)
-    seeds = torch.randperm(60, generator=rng)[:10].to(device)
-    probs = torch.rand(indices.numel(), device=device)
-    eids = torch.randperm(indices.numel(), device=device)
-    utils = ("test_schema", "test_faketensor", "test_autograd_registration")
-    for args in ((indptr, indices, seeds, [3, 2], False, None, None, 5),
-                 (indptr, indices, seeds, [-1, 2], True, probs, eids, 6)):
-        torch.library.opcheck(torch.ops.zerocopy.sample_layers.default, args, {"frontier": int(NEW)},
-                              test_utils=utils)
-        if device == "cuda":
-            torch.library.opcheck(torch.ops.zerocopy.sample_layers_launch.default, args, {"frontier": int(NEW)},
-                                  test_utils=utils)
 
 
 def test_dynamic_graph_refuses_new_frontier(rng):
