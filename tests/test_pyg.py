@@ -202,6 +202,38 @@ def test_feature_store_maps_host_tables_only_where_a_gpu_reads_them():
     assert cpu_store.get_tensor(None, "x", None) is x
 
 
+def test_feature_store_refresh_refills_a_cache_after_writes():
+    store = FeatureStore()
+    x = torch.randn(50, 3)
+    store.put_tensor(x, group_name=None, attr_name="x", index=None)
+    store.cache_rows("x", torch.tensor([1, 4]))
+    ids = torch.tensor([4, 5])
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match="refresh"):
+        store.read_rows("x", ids)
+    store.refresh("x")
+    assert torch.equal(store.read_rows("x", ids).cpu(), x[ids])
+    with pytest.raises(KeyError, match="no table 'h'"):
+        store.refresh("h")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["x", "y", "train_mask"])
+def test_gpu_copies_refuse_reads_after_writes_to_the_data_until_refreshed(name):
+    """x copied into managed memory, labels and masks into GPU memory: an in-place write to the
+    Data's tensor makes the next minibatch raise; the store's refresh() copies it again."""
+    data = to_data(community_graph(num_nodes=1000, num_classes=4, avg_degree=6, feature_dim=8, seed=2))
+    loader = NeighborLoader(data, [4, 3], batch_size=100, feature_placement="managed", gpu_cache=None)
+    assert loader.feature_store.placement_of(name) is (Placement.MANAGED if name == "x" else Placement.GPU)
+    next(iter(loader))
+    data[name][:10] = data[name][:10].logical_not() if name == "train_mask" else data[name][:10] + 1
+    with pytest.raises(RuntimeError, match="refresh"):
+        next(iter(loader))
+    loader.feature_store.refresh(name)
+    batch = next(iter(loader))
+    assert torch.equal(batch[name].cpu(), data[name][batch.n_id.cpu()])
+
+
 def test_graph_store_layouts_and_edge_ids(gen):
     n = 30
     ei = torch.randint(0, n, (2, 200), generator=gen)
