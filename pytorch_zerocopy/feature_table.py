@@ -47,7 +47,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
+from typing import Any, Dict, Mapping, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import torch
 
@@ -666,6 +666,30 @@ def loader_placement(value: Any, pipeline: Any, what: str) -> Optional[Placement
         raise ValueError(f"with pipeline, the plan says where {what} is read from: pass "
                          "pipeline=make_plan(..., feature_placement=...) instead of feature_placement")
     return placement
+
+
+SIDE_TABLE_SHARE = 1 / 8
+"""A node table other than the features is a side table (labels, masks) when it holds at most
+this share of the feature table's bytes."""
+SIDE_TABLES_GPU_SHARE = 0.02
+"""The share of the GPU's memory that a loader's side tables may take there, together."""
+
+
+def default_side_readings(side_bytes: Mapping[str, int], features_bytes: int,
+                          gpu_bytes: int) -> Dict[str, Placement]:
+    """Where a loader on a GPU reads each node table other than its features (by name, its
+    bytes in ``side_bytes``) when the user names none: ``GPU`` (a private copy in GPU memory)
+    for tables of at most :data:`SIDE_TABLE_SHARE` of the features' ``features_bytes``, smallest
+    first, while together they take at most :data:`SIDE_TABLES_GPU_SHARE` of ``gpu_bytes``;
+    ``MAPPED`` for the others. A minibatch reads a few bytes of each such table per node: from
+    host memory each row costs a PCIe round trip of its own, from GPU memory next to nothing."""
+    budget = SIDE_TABLES_GPU_SHARE * gpu_bytes
+    readings: Dict[str, Placement] = {}
+    for name, nbytes in sorted(side_bytes.items(), key=lambda item: (item[1], item[0])):
+        small = nbytes <= SIDE_TABLE_SHARE * features_bytes and nbytes <= budget
+        readings[name] = Placement.GPU if small else Placement.MAPPED
+        budget -= nbytes if small else 0
+    return readings
 
 
 def default_reading(table_bytes: int) -> Tuple[Placement, CacheConfig]:

@@ -617,3 +617,16 @@ def test_cpu_cache_count_hits_and_a_wrapped_index_select(gen, monkeypatch):
     assert torch.equal(torch.index_select(ft, 0, idx), table[idx])
     with pytest.raises(ValueError, match="expected a GPU, got meta"):
         gpu_device("meta")
+
+
+def test_side_tables_are_read_from_gpu_memory_while_small():
+    """Labels and masks (small next to the features) go to GPU memory, smallest first, while
+    together they fit the GPU share; a table as big as a share of the features stays mapped."""
+    from pytorch_zerocopy.feature_table import SIDE_TABLES_GPU_SHARE, default_side_readings
+
+    sides = {"y": 8_000_000, "train_mask": 1_000_000, "big": 200_000_000}
+    got = default_side_readings(sides, 512_000_000, 80 << 30)
+    assert got == {"train_mask": Placement.GPU, "y": Placement.GPU, "big": Placement.MAPPED}
+    got = default_side_readings({"c": 30, "a": 10, "b": 20}, 1_000_000, int(40 / SIDE_TABLES_GPU_SHARE))
+    assert got == {"a": Placement.GPU, "b": Placement.GPU, "c": Placement.MAPPED}
+    assert default_side_readings({}, 1, 1) == {}

@@ -32,7 +32,7 @@ from pytorch_zerocopy.pyg import (FeatureStore, GraphStore, NeighborLoader, data
 from pytorch_zerocopy.pipeline import PipelineError, PlanError, make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import InjectedFailure  # noqa: E402
 from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
-from pytorch_zerocopy.placement import PlacementError  # noqa: E402
+from pytorch_zerocopy.placement import Placement, PlacementError  # noqa: E402
 from test_pipeline_failures import _assert_nothing_left, snapshot  # noqa: E402
 
 PYG_CAN_SAMPLE = torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
@@ -200,6 +200,38 @@ def test_feature_store_maps_host_tables_only_where_a_gpu_reads_them():
     cpu_store = FeatureStore(map_host_tables=False)
     cpu_store.put_tensor(x, group_name=None, attr_name="x", index=None)
     assert cpu_store.get_tensor(None, "x", None) is x
+
+
+def test_feature_store_refresh_refills_a_cache_after_writes():
+    store = FeatureStore()
+    x = torch.randn(50, 3)
+    store.put_tensor(x, group_name=None, attr_name="x", index=None)
+    store.cache_rows("x", torch.tensor([1, 4]))
+    ids = torch.tensor([4, 5])
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match="refresh"):
+        store.read_rows("x", ids)
+    store.refresh("x")
+    assert torch.equal(store.read_rows("x", ids).cpu(), x[ids])
+    with pytest.raises(KeyError, match="no table 'h'"):
+        store.refresh("h")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["x", "y", "train_mask"])
+def test_gpu_copies_refuse_reads_after_writes_to_the_data_until_refreshed(name):
+    """x copied into managed memory, labels and masks into GPU memory: an in-place write to the
+    Data's tensor makes the next minibatch raise; the store's refresh() copies it again."""
+    data = to_data(community_graph(num_nodes=1000, num_classes=4, avg_degree=6, feature_dim=8, seed=2))
+    loader = NeighborLoader(data, [4, 3], batch_size=100, feature_placement="managed", gpu_cache=None)
+    assert loader.feature_store.placement_of(name) is (Placement.MANAGED if name == "x" else Placement.GPU)
+    next(iter(loader))
+    data[name][:10] = data[name][:10].logical_not() if name == "train_mask" else data[name][:10] + 1
+    with pytest.raises(RuntimeError, match="refresh"):
+        next(iter(loader))
+    loader.feature_store.refresh(name)
+    batch = next(iter(loader))
+    assert torch.equal(batch[name].cpu(), data[name][batch.n_id.cpu()])
 
 
 def test_graph_store_layouts_and_edge_ids(gen):
@@ -928,6 +960,8 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
     fast = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True)
     assert fast.feature_store.placement_of("x") is placement
     assert fast.feature_store.cache_of("x").cache_rows == round(0.1 * data.num_nodes)
+    for side in ("y", "train_mask", "val_mask", "test_mask"):  # a few bytes a node: read from GPU memory
+        assert fast.feature_store.placement_of(side) is Placement.GPU, side
     mapped = NeighborLoader(data, [6, 4], batch_size=256, shuffle=True, feature_placement="unified", gpu_cache=None)
     assert mapped.feature_store.cache_of("x") is None
 
@@ -942,6 +976,7 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.x, b.x) and torch.equal(a.x.cpu(), data.x[a.n_id.cpu()])
         assert torch.equal(a.y.cpu(), data.y[a.n_id.cpu()]) and torch.equal(a.e_id, b.e_id)
+        assert torch.equal(a.train_mask.cpu(), data.train_mask[a.n_id.cpu()]) and a.train_mask.dtype == torch.bool
         n += 1
     assert n == len(mapped)
     # The sample equals the CPU's (the kernels' draws match), here through the overlap.

@@ -84,6 +84,10 @@ class FeatureStore(_PygFeatureStore):
         self._readers: Dict[Key, FeatureTable] = {}
         self._caches: Dict[Key, CachedTable] = {}
         self._placements: Dict[Key, Placement] = {}  # tables read from a placement named by read_from
+        # The CPU tensor each table was put as, where the table maps its bytes: copies
+        # (``MANAGED``, ``GPU``) are made from it, so that torch sees in-place writes to it and
+        # the copy refuses reads until refresh() (FeatureTable's staleness contract).
+        self._put: Dict[Key, torch.Tensor] = {}
         self.map_host_tables = _unified.gpu_backed() if map_host_tables is None else bool(map_host_tables)
 
     # --- PyG's interface ---------------------------------------------------------------
@@ -93,7 +97,10 @@ class FeatureStore(_PygFeatureStore):
         key = (attr.group_name, attr.attr_name)
         if attr.index is None:
             self._tables[key] = self._place(tensor)
-            self._readers[key] = self._reader(self._tables[key], self._placements.get(key))
+            self._put.pop(key, None)
+            if tensor.device.type == "cpu" and not _unified.is_unified(tensor) and tensor.is_contiguous():
+                self._put[key] = tensor
+            self._readers[key] = self._reader(key, self._placements.get(key))
             cache = self._caches.pop(key, None)
             if cache is not None and self._tables[key].shape[0] == cache.num_rows:
                 self._caches[key] = self._cached(key, cache.cached_ids)
@@ -106,7 +113,7 @@ class FeatureStore(_PygFeatureStore):
         host = table.cpu() if table.device.type != "cuda" else table
         host[index if isinstance(index, slice) else index.to(host.device).long()] = tensor.to(host.device, host.dtype)
         if self._placements.get(key) in (Placement.MANAGED, Placement.GPU):  # a copy: made again
-            self._readers[key] = self._reader(table, self._placements[key])
+            self._readers[key] = self._reader(key, self._placements[key])
             if key in self._caches:
                 self._caches[key] = self._cached(key, self._caches[key].cached_ids)
         if key in self._caches:
@@ -129,6 +136,7 @@ class FeatureStore(_PygFeatureStore):
     def _remove_tensor(self, attr: TensorAttr) -> bool:
         self._caches.pop((attr.group_name, attr.attr_name), None)
         self._placements.pop((attr.group_name, attr.attr_name), None)
+        self._put.pop((attr.group_name, attr.attr_name), None)
         self._readers.pop((attr.group_name, attr.attr_name), None)
         return self._tables.pop((attr.group_name, attr.attr_name), None) is not None
 
@@ -151,16 +159,32 @@ class FeatureStore(_PygFeatureStore):
         tensor = tensor.contiguous()
         return _unified.to_unified(tensor) if self.map_host_tables else tensor
 
-    @staticmethod
-    def _reader(table: torch.Tensor, placement: Optional[Placement] = None) -> FeatureTable:
-        """The reader of a placed table (rows: its first dimension): over the same bytes, or
-        over a copy in ``placement`` (``MANAGED``, ``GPU``) when given."""
+    def _reader(self, key: Key, placement: Optional[Placement] = None) -> FeatureTable:
+        """The reader of table ``key`` (rows: its first dimension): over the same bytes, or
+        over a copy in ``placement`` (``MANAGED``, ``GPU``) when given, made from the tensor put."""
+        table = self._tables[key]
         rows = table.reshape(table.shape[0], -1)
         if table.device.type == "cuda":
             return FeatureTable(rows, Placement.GPU)
         if placement in (Placement.MANAGED, Placement.GPU):
-            return FeatureTable(rows.cpu() if _unified.is_unified(rows) else rows, placement)
+            put = self._put.get(key)
+            source = put.reshape(put.shape[0], -1) if put is not None else rows.cpu() if _unified.is_unified(rows) \
+                else rows
+            return FeatureTable(source, placement)
         return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU)
+
+    def refresh(self, attr_name: str, group_name: Optional[str] = None) -> None:
+        """Copies table ``attr_name`` into its placement again and refills its cache, after
+        in-place writes to the tensor put (which make a copy's reads raise until then); a table
+        read in place only refills its cache."""
+        key = (group_name, attr_name)
+        if key not in self._tables:
+            raise KeyError(f"refresh: no table {attr_name!r} (group {group_name!r}) in this FeatureStore")
+        cache = self._caches.get(key)
+        if cache is not None:
+            cache.refresh()  # refreshes the reader under it first
+        else:
+            self._readers[key].refresh()
 
     def read_from(self, attr_name: str, placement, group_name: Optional[str] = None) -> None:
         """Reads table ``attr_name`` from ``placement`` from now on: ``"managed"`` (a copy in
@@ -181,7 +205,7 @@ class FeatureStore(_PygFeatureStore):
         if not _unified.is_unified(table) or not _unified.gpu_backed():
             raise PlacementError(f"read_from: table {attr_name!r} is read on the CPU here (no GPU reads it); "
                                  "placements are for tables a GPU reads")
-        self._readers[key] = self._reader(table, parsed)
+        self._readers[key] = self._reader(key, parsed)
         self._placements[key] = parsed
         cache = self._caches.get(key)
         if cache is not None:

@@ -31,6 +31,10 @@ Additions:
   was already told to read from a placement (:meth:`~pytorch_zerocopy.pyg.FeatureStore.read_from`)
   is kept so; either way no cache is added unless ``gpu_cache`` asks for one. On the CPU
   nothing changes: tables are read where they are, without a cache unless asked for.
+* On a GPU the other node tables mapped for it (labels, masks: a few bytes a node) that name
+  no placement are read from a copy in GPU memory while they are small
+  (:func:`pytorch_zerocopy.feature_table.default_side_readings`): from host memory every row of
+  each would cost a PCIe round trip of its own, every minibatch.
 * ``gpu_cache``: ``"auto"`` (the default above), None (no cache), a share of the rows such as
   ``"10%"`` or a number of rows of ``x`` (both chosen by pre-sampling), a
   :class:`~pytorch_zerocopy.CacheConfig` for ``x``, or ``{feature name: CacheConfig}``: the
@@ -75,7 +79,9 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import NodeSamplerInput, SamplerOutput
 
-from ..feature_table import AUTO, CacheConfig, cached_rows_for, default_reading, loader_cache, loader_placement
+from .. import unified as _unified
+from ..feature_table import (AUTO, CacheConfig, cached_rows_for, default_reading, default_side_readings, loader_cache,
+                             loader_placement)
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
@@ -147,6 +153,29 @@ def _read_x(feature_store, placement: Optional[Placement], gpu_cache):
     if chosen or feature_store.cache_of("x") is not None:
         return None
     return auto_cache
+
+
+def _read_side_tables(feature_store, device: torch.device) -> None:
+    """Reads each node table of ``feature_store`` other than ``x`` that is mapped for the GPU
+    and names no placement (labels, masks) from where
+    :func:`~pytorch_zerocopy.feature_table.default_side_readings` says: small ones from a copy
+    in GPU memory, which a later in-place write to the host tensor makes refuse reads until
+    refreshed (``put_tensor`` makes the copy again)."""
+    if not isinstance(feature_store, FeatureStore) or feature_store.get_tensor_size(None, "x") is None:
+        return
+    x = feature_store.get_tensor(None, "x", None)
+    sides = {}
+    for attr in feature_store.get_all_tensor_attrs():
+        named = feature_store.placement_of(attr.attr_name, attr.group_name) is not None
+        if attr.group_name is not None or attr.attr_name == "x" or named:
+            continue
+        table = feature_store.get_tensor(None, attr.attr_name, None)
+        if _unified.is_unified(table):  # mapped for the GPU (a CUDA table is read where it is)
+            sides[attr.attr_name] = table.numel() * table.element_size()
+    gpu_bytes = torch.cuda.get_device_properties(device).total_memory
+    for name, placement in default_side_readings(sides, x.numel() * x.element_size(), gpu_bytes).items():
+        if placement is not Placement.MAPPED:
+            feature_store.read_from(name, placement)
 
 
 def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neighbors, input_nodes,
@@ -273,6 +302,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
             input_nodes = torch.arange(graph_store.num_nodes)
         if pipeline is False and self.device.type == "cuda":
             gpu_cache = _read_x(feature_store, placement, gpu_cache)
+            _read_side_tables(feature_store, self.device)
         elif placement is not None:
             raise PlacementError(f"feature_placement {placement.value!r}: sampling runs on the CPU here, where tables "
                                  "are read as they lie")
