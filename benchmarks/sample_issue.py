@@ -84,17 +84,23 @@ def processes_run(args, count: int) -> Dict[str, Any]:
     pipes, procs = [], []
     for _ in range(count):
         a, b = ctx.Pipe()
-        p = ctx.Process(target=_process_entry, args=(args, b), daemon=True)
+        p = ctx.Process(target=_process_entry, args=(args, b))  # not daemonic: papers_like starts children
         p.start()
         pipes.append(a)
         procs.append(p)
-    for a in pipes:
-        assert a.recv() == "ready"
-    for a in pipes:
-        a.send("go")
-    outs = [a.recv() for a in pipes]
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        for a in pipes:
+            if not a.poll(300):
+                raise TimeoutError("a sampler process did not get ready within 300 s")
+            assert a.recv() == "ready"
+        for a in pipes:
+            a.send("go")
+        outs = [a.recv() for a in pipes]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
     return _summary(outs)
 
 

@@ -279,10 +279,16 @@ class FeatureTable(_TableLike):
     data, ``GPU`` for CUDA data): where the rows are read from. ``device``: the GPU that reads
     them (default: the current one; ignored on the CPU). ``tuning``: the gather kernel's
     launch (:class:`~pytorch_zerocopy.ops.GatherTuning`), for a process that shares its GPU.
+    ``watch``: the host tensor whose version :attr:`version` reports when ``data`` is a unified
+    mapping of it (a mapping carries no version of its own: writes to the tensor it maps are
+    seen only through this), so a cache over the table notices them.
     """
 
     def __init__(self, data: torch.Tensor, placement: Union[Placement, str, None] = None, *,
-                 device: DeviceLike = None, tuning: GatherTuning = DEFAULT_TUNING):
+                 device: DeviceLike = None, tuning: GatherTuning = DEFAULT_TUNING,
+                 watch: Optional[torch.Tensor] = None):
+        if watch is not None and (not isinstance(watch, torch.Tensor) or watch.device.type != "cpu"):
+            raise TypeError("FeatureTable: watch must be the CPU tensor that data maps")
         if not isinstance(data, torch.Tensor):
             raise TypeError(f"FeatureTable: data must be a tensor, got {type(data).__name__}")
         if data.dim() != 2:
@@ -303,6 +309,7 @@ class FeatureTable(_TableLike):
         self.tuning = tuning
         self.load_seconds = 0.0  # how long load() took to make the table (0: built over given rows)
         self._given = data
+        self._watched = data if watch is None else watch
         self._data = data if on_gpu else place(data, self.placement, self.device)
         # The given host tensor's version when a MANAGED or GPU table copied it (None: the
         # table reads the given bytes themselves).
@@ -341,8 +348,9 @@ class FeatureTable(_TableLike):
     @property
     def version(self) -> int:
         """torch's version counter of the tensor the table was built from (for a copy, the host
-        tensor it copied: see the module docstring's staleness contract)."""
-        return self._given._version
+        tensor it copied; for a mapping, the tensor given as ``watch``: see the module
+        docstring's staleness contract)."""
+        return self._watched._version
 
     def refresh(self) -> None:
         """Copies the host tensor a ``MANAGED`` or ``GPU`` table was made from again (after

@@ -317,6 +317,21 @@ def test_cached_table_detects_writes_and_refreshes(gen, placement):
     torch.testing.assert_close(table[idx].cpu(), host[idx], rtol=0, atol=0)
 
 
+def test_a_mapping_watches_the_tensor_it_maps(gen):
+    """A table over a unified mapping of a host tensor sees that tensor's writes only through
+    ``watch``: with it, a cache over the table notices them."""
+    host = random_rows(64, 3, torch.float32, gen)
+    mapping = zc.to_unified(host)
+    table = CachedTable(FeatureTable(mapping, "unified", watch=host), torch.tensor([0, 5, 9]))
+    host[5].add_(1)
+    with pytest.raises(RuntimeError, match="refresh"):
+        table[torch.tensor([5])]
+    table.refresh()
+    torch.testing.assert_close(table[torch.tensor([5, 6])].cpu(), host[[5, 6]], rtol=0, atol=0)
+    with pytest.raises(TypeError, match="watch must be the CPU tensor"):
+        FeatureTable(mapping, "unified", watch="host")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["managed", "cuda"])
 @pytest.mark.parametrize("cached", [False, True])

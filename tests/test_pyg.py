@@ -202,8 +202,11 @@ def test_feature_store_maps_host_tables_only_where_a_gpu_reads_them():
     assert cpu_store.get_tensor(None, "x", None) is x
 
 
-def test_feature_store_refresh_refills_a_cache_after_writes():
-    store = FeatureStore()
+@pytest.mark.parametrize("mapped", [None, True], ids=["default", "mapped"])
+def test_feature_store_refresh_refills_a_cache_after_writes(mapped):
+    """Also where the table is a unified mapping of the tensor put (a GPU's default; forced on
+    the CPU with ``map_host_tables``): writes to the tensor reach the cache's staleness check."""
+    store = FeatureStore(map_host_tables=mapped)
     x = torch.randn(50, 3)
     store.put_tensor(x, group_name=None, attr_name="x", index=None)
     store.cache_rows("x", torch.tensor([1, 4]))
@@ -222,7 +225,8 @@ def test_feature_store_refresh_refills_a_cache_after_writes():
 def test_gpu_copies_refuse_reads_after_writes_to_the_data_until_refreshed(name):
     """x copied into managed memory, labels and masks into GPU memory: an in-place write to the
     Data's tensor makes the next minibatch raise; the store's refresh() copies it again."""
-    data = to_data(community_graph(num_nodes=1000, num_classes=4, avg_degree=6, feature_dim=8, seed=2))
+    # 64 features: the labels and masks are small beside them, so the loader copies them to the GPU.
+    data = to_data(community_graph(num_nodes=1000, num_classes=4, avg_degree=6, feature_dim=64, seed=2))
     loader = NeighborLoader(data, [4, 3], batch_size=100, feature_placement="managed", gpu_cache=None)
     assert loader.feature_store.placement_of(name) is (Placement.MANAGED if name == "x" else Placement.GPU)
     next(iter(loader))

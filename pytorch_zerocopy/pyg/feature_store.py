@@ -171,7 +171,9 @@ class FeatureStore(_PygFeatureStore):
             source = put.reshape(put.shape[0], -1) if put is not None else rows.cpu() if _unified.is_unified(rows) \
                 else rows
             return FeatureTable(source, placement)
-        return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU)
+        put = self._put.get(key)
+        return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU,
+                            watch=put.reshape(put.shape[0], -1) if put is not None and _unified.is_unified(rows) else None)
 
     def refresh(self, attr_name: str, group_name: Optional[str] = None) -> None:
         """Copies table ``attr_name`` into its placement again and refills its cache, after
