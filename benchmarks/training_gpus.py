@@ -53,9 +53,10 @@ BAR_SOAK_MIB = 64.0
 # Settings a user could pick, run where the baselines run (never a bar).
 LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 25.0}),
                  "default[no_cache]": ("zerocopy", {"cache": None}),
-                 # A producer per GPU, every one mapping one shared table (the default before the
-                 # machine's one gatherer).
-                 "default[producer_per_gpu]": ("zerocopy", {"gather_in": "producer"})}
+                 # A producer per GPU, every one mapping one shared table (the default beyond
+                 # MACHINE_GATHERER_TRAINERS GPUs), and the machine's one gatherer (the default up to it).
+                 "default[producer_per_gpu]": ("zerocopy", {"gather_in": "producer"}),
+                 "default[machine_gatherer]": ("zerocopy", {"gather_in": "machine"})}
 ROWS = {**CORE_ROWS, **LABELLED_ROWS}
 
 

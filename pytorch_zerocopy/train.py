@@ -246,13 +246,15 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     The plan is made once, here (``settings``: :class:`Plan` fields), unless ``plan`` is given
     (made by :func:`make_plan` with ``local_processes=nproc``); each worker takes its rank's
     share of it (:meth:`Plan.for_rank`). The dataset is put in shared memory once, here, and
-    every worker maps it. The machine holds one copy of the feature table: on GPUs the plan's
+    every worker maps it. The machine holds one copy of the feature table: on two GPUs the plan's
     default has one process of the machine (``Plan.gather_in`` machine,
     :mod:`.pipeline.machine`) load it, in the host memory kind the GPUs read fastest, and sample
-    and gather for every worker's trainer; a table in a shareable placement (``unified``) that
-    every worker's own producer maps is made here once. ``use_gpu=False`` keeps every pipeline on the CPU (gloo) even where GPUs exist. With MPS
-    partitioning (the default for ``zerocopy`` where MPS exists), this process starts one MPS
-    control daemon that serves every GPU of the machine, each pipeline's producer and trainer
+    and gather for every worker's trainer; on more (see
+    :data:`~.pipeline.plan.MACHINE_GATHERER_TRAINERS`) each worker's own producer maps one table
+    in a shareable placement (``unified``), made here once. ``use_gpu=False`` keeps every
+    pipeline on the CPU (gloo) even where GPUs exist. With MPS partitioning (the default for
+    ``zerocopy`` where MPS exists), this process starts one MPS control daemon that serves
+    every GPU of the machine, each pipeline's producer and trainer
     connect to it with their thread shares, and it is stopped when the run ends, also when a
     worker fails. ``cached_rows``: the rows of a ``cache`` setting, when already chosen
     (:func:`~pytorch_zerocopy.pipeline.gather.choose_cached_rows`); else chosen here, once for

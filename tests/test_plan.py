@@ -12,7 +12,8 @@ from pytorch_zerocopy.pipeline import plan as plan_module
 from pytorch_zerocopy import probe
 from pytorch_zerocopy.feature_table import CacheConfig, CachePolicy
 from pytorch_zerocopy.ops import GatherTuning
-from pytorch_zerocopy.pipeline.plan import InjectedFailure, available_cores, default_cache, default_gather_batches
+from pytorch_zerocopy.pipeline.plan import (MACHINE_GATHERER_TRAINERS, InjectedFailure, available_cores, default_cache,
+                                            default_gather_batches)
 from pytorch_zerocopy.placement import Placement
 
 GPU = dict(device="cuda:0")
@@ -204,6 +205,11 @@ def test_the_default_is_the_fast_path(gpu_machine):
     assert several.producer_share == 25.0 and several.gather_tuning == GatherTuning(blocks_per_sm=4, unroll=16)
     each = make_plan("zerocopy", row_bytes=512, local_processes=2, gather_in="producer")
     assert (each.gather_in, each.feature_placement) == (GatherIn.PRODUCER, Placement.MAPPED)
+    # More trainers than one gatherer's threads serve well: a producer each, one mapped table.
+    many = make_plan("zerocopy", row_bytes=512, local_processes=MACHINE_GATHERER_TRAINERS + 1)
+    assert (many.gather_in, many.feature_placement, many.partition) == (GatherIn.PRODUCER, Placement.MAPPED,
+                                                                        Partition.MPS)
+    assert make_plan("zerocopy", row_bytes=512, local_processes=4, gather_in="machine").gather_in is GatherIn.MACHINE
     # No bounded grid without MPS, or with green contexts.
     for other in (make_plan("zerocopy", "none", row_bytes=512), make_plan("zerocopy", "green")):
         assert other.feature_placement is Placement.MANAGED and other.gather_tuning == GatherTuning()

@@ -25,7 +25,6 @@ from .. import sampling as _sampling
 from ..block import Block
 from ..datasets.base import NodeDataset
 from ..graph import CSRGraph
-from ..placement import to_device_async
 from .messages import EpochMark, Minibatch
 from .plan import Phase, Plan
 from .trace import ProducerTrace, Span, TracedSampling
@@ -128,7 +127,7 @@ class SampleStage:
     def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
         """The labels part of the minibatch of ``seeds`` (host tensors), from the dataset's
         ``labels``."""
-        return labels[seeds]
+        return labels.index_select(0, seeds)
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> _sampling.PendingSample:
         """Samples ``batch`` (its ``seeds`` on ``graph``'s device) from ``graph``: on a GPU
@@ -298,10 +297,14 @@ class GpuSampler:
 
     def _start(self, batch: SeedBatch):
         with torch.cuda.stream(self.stream):
-            # Seeds and their labels reach the GPU in one asynchronous copy.
+            # Seeds and their labels reach the GPU in one asynchronous copy, out of a block of
+            # torch's pinned-memory cache (reused only after the copy has run).
             n = batch.seeds.numel()
             labels = self.stage.labels(self.labels, batch.seeds)
-            both = to_device_async(torch.cat([batch.seeds, labels.to(torch.int64)]), self.device)
+            staged = torch.empty(n + labels.numel(), dtype=torch.int64, pin_memory=self.device.type == "cuda")
+            staged[:n].copy_(batch.seeds)
+            staged[n:].copy_(labels)
+            both = staged.to(self.device, non_blocking=True)
             pending = self.stage.start(self.graph, both[:n], self.plan, batch)
         return pending, both[n:]
 

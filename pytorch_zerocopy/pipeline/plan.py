@@ -173,6 +173,11 @@ CACHED_MANAGED_PRODUCER_SHARE = 25.0
 # the GPU's memory (the rest stays for training and the ring).
 DEFAULT_CACHE_FRACTION = 0.1
 DEFAULT_CACHE_GPU_SHARE = 0.25
+# The most local trainers the machine's gatherer serves by default. Its serving threads share
+# one interpreter, and issuing a GPU sample is host work that holds it between the op calls, so
+# more threads than this issue fewer samples per second together than fewer would; with more
+# trainers, each gets a producer process of its own (reading one shared mapped table).
+MACHINE_GATHERER_TRAINERS = 2
 
 _FAILING_ROLES = ("sampler", "producer", "consumer")
 _FAILURE_KINDS = ("raise", "kill", "exit")
@@ -627,9 +632,10 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
 
     For ``zerocopy`` on a GPU, the fast path: ``feature_placement`` is the host memory kind this
     machine's GPU reads fastest (:func:`pytorch_zerocopy.probe.host_read_rates`, measured once
-    per machine); with ``local_processes > 1`` on a GPU, ``gather_in`` is ``machine``: one
-    process of the machine holds that table and gathers for every local trainer (a plan that
-    keeps a producer per trainer shares one ``unified`` copy instead); ``cache`` (when not given at all; None
+    per machine); with 2 to :data:`MACHINE_GATHERER_TRAINERS` local processes on a GPU,
+    ``gather_in`` is ``machine``: one process of the machine holds that table and gathers for
+    every local trainer; with more, and in any plan that keeps a producer per trainer, the
+    producers share one ``unified`` copy; ``cache`` (when not given at all; None
     means no cache) is a tenth of the rows chosen by pre-sampling, at most a quarter of the
     GPU's memory for a table of ``table_bytes``; ``producer_share`` is 25 with a cache in front
     of managed memory under MPS, else 10; ``gather_tuning`` a bounded grid under MPS from managed
@@ -665,7 +671,7 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
     gather_in = settings.pop("gather_in", None)
     if gather_in is None:
         producer = mode in (Mode.DMA, Mode.ZEROCOPY) and partition is not Partition.GREEN
-        machine = producer and mode is Mode.ZEROCOPY and on_gpu and local_processes > 1
+        machine = producer and mode is Mode.ZEROCOPY and on_gpu and 1 < local_processes <= MACHINE_GATHERER_TRAINERS
         gather_in = GatherIn.MACHINE if machine else GatherIn.PRODUCER if producer else GatherIn.TRAINER
     gather_in = _enum(GatherIn, gather_in, "gather_in")
     if (auto and mode is Mode.ZEROCOPY and on_gpu and gather_in.ring
