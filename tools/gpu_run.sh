@@ -5,7 +5,8 @@
 #   build            pip install -e . for the GPU's architecture
 #   tests:par        the GPU-safe test files, several pytest workers at once (pytest-xdist)
 #   tests:ser        the test files that start processes or take the whole GPU, one at a time
-#   tests:FILE,...   the named test files (PYTEST_ARGS adds options; QUIET= names every test)
+#   tests:FILE,...   the named test files (PYTEST_ARGS adds options, split on spaces; PYTEST_K is one
+#                    -k expression, spaces kept; QUIET= names every test)
 #   bench:NAME       benchmarks/NAME.py --out $RESULTS (BENCH_ARGS_NAME adds options)
 #   doctor           zerocopy doctor
 # A test stage that reaches its limit gets SIGINT first, so pytest still names (-rfE) and shows
@@ -47,14 +48,14 @@ for spec in "$@"; do
     # Workers share the cores: each gets two OpenMP threads and compiles inductor's kernels itself.
     tests:par) OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} TORCHINDUCTOR_COMPILE_THREADS=1 \
                timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -n "${WORKERS:-4}" --dist loadfile \
-                 -m "not whole_gpu" ${PYTEST_ARGS:-} $(parallel_files) > "$log" 2>&1 ;;
-    tests:ser) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} $SERIAL \
+                 -m "not whole_gpu" ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} $(parallel_files) > "$log" 2>&1 ;;
+    tests:ser) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} $SERIAL \
                  > "$log" 2>&1
                rc1=$?
                timeout 120 python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider -m whole_gpu $(parallel_files) \
                  >> "$log" 2>&1
                [ $rc1 -eq 0 ] && [ $? -eq 0 ] ;;
-    tests:*) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} \
+    tests:*) timeout -s INT -k 30 "$limit" python3 -m pytest ${QUIET--q} -rfE -p no:cacheprovider ${PYTEST_ARGS:-} ${PYTEST_K:+-k "$PYTEST_K"} \
                $(echo "${stage#tests:}" | tr ',' ' ') > "$log" 2>&1 ;;
     bench:*) name=${stage#bench:}; var="BENCH_ARGS_${name^^}"
              timeout "$limit" python3 "benchmarks/$name.py" --out "$RESULTS" ${!var:-} > "$log" 2>&1 ;;
