@@ -116,6 +116,19 @@ def _setup(args):
     return ds, plan, torch.device("cuda", 0)
 
 
+def bars_of(result: Dict[str, Any]) -> Dict[str, float]:
+    """The diagnostic's figures: one sampler's host time to issue a sample (p50, ms), and the
+    rate of the most samplers over one's, as threads of one process and as processes."""
+    threads, processes = result["threads"], result["processes"]
+    one, most = min(threads, key=int), max(threads, key=int)
+    def rate(way: Dict[str, Any], count) -> float:
+        return way[count]["minibatches_per_s"]
+
+    return {"issue_ms_p50_one_sampler": threads[one]["issue_ms_p50"],
+            f"threads_{most}_over_1_rate": rate(threads, most) / rate(threads, one),
+            f"processes_{most}_over_1_rate": rate(processes, most) / rate(processes, one)}
+
+
 def profile_table(ds, plan, device, rows: int = 30) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -148,6 +161,7 @@ def main() -> int:
         print(f"{count} sampler thread(s): {result['threads'][count]}", flush=True)
         result["processes"][count] = processes_run(args, count)
         print(f"{count} sampler process(es): {result['processes'][count]}", flush=True)
+    result["bars"] = bars_of(result)
     table = profile_table(ds, plan, device)
     print(table)
     os.makedirs(args.out, exist_ok=True)
