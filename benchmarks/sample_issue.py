@@ -112,7 +112,8 @@ def _setup(args):
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     # The default plan's sampling: on the GPU, the lists mapped in host memory, two samples ahead.
     plan = Plan(device="cuda:0", sample_on=SampleOn.GPU, fanouts=fanouts, batch_size=args.batch_size,
-                max_batches=args.batches, epochs=1, val_batches=1, trace=True, gather_batches=2, num_slots=4, num_samplers=0)
+                max_batches=args.batches, epochs=1, val_batches=1, trace=True, gather_batches=2, num_slots=4,
+                num_samplers=0)
     return ds, plan, torch.device("cuda", 0)
 
 
