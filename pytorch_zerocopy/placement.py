@@ -188,3 +188,16 @@ def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
+
+
+def cat_to_device_async(parts: Sequence[torch.Tensor], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The CPU tensors ``parts`` flattened, converted to ``dtype`` and concatenated on
+    ``device``, as :func:`to_device_async` moves one tensor: each part is written once, straight
+    into one block of torch's pinned-memory cache (no concatenation on the host first), and the
+    block reaches the GPU in one asynchronous copy. Off a GPU: the concatenation there."""
+    staged = torch.empty(sum(p.numel() for p in parts), dtype=dtype, pin_memory=device.type == "cuda")
+    offset = 0
+    for p in parts:
+        staged[offset:offset + p.numel()].copy_(p.reshape(-1))
+        offset += p.numel()
+    return staged.to(device, non_blocking=True)

@@ -17,7 +17,7 @@ from pytorch_zerocopy import hotness
 from pytorch_zerocopy._compat import has_opcheck
 from pytorch_zerocopy.feature_table import (CacheConfig, CachedTable, CachePolicy, FeatureTable, cached_rows_for,
                                             gather_rows_cached, node_cache_configs)
-from pytorch_zerocopy.placement import Placement
+from pytorch_zerocopy.placement import Placement, cat_to_device_async
 from pytorch_zerocopy.placement import gpu as gpu_device
 from pytorch_zerocopy.graph import CSRGraph
 
@@ -315,6 +315,16 @@ def test_cached_table_detects_writes_and_refreshes(gen, placement):
         table[idx]
     table.refresh()
     torch.testing.assert_close(table[idx].cpu(), host[idx], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("on", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_cat_to_device_async_concatenates_converted_parts(on):
+    seeds = torch.tensor([[5, 1], [9, 7]])
+    labels = torch.tensor([3, 0, 2], dtype=torch.int16)
+    out = cat_to_device_async([seeds, labels], torch.device(on), torch.int64)
+    assert out.device.type == on and out.dtype == torch.int64
+    assert out.cpu().tolist() == [5, 1, 9, 7, 3, 0, 2]
+    assert cat_to_device_async([], torch.device(on), torch.int64).numel() == 0
 
 
 def test_a_mapping_watches_the_tensor_it_maps(gen):

@@ -25,6 +25,7 @@ from .. import sampling as _sampling
 from ..block import Block
 from ..datasets.base import NodeDataset
 from ..graph import CSRGraph
+from ..placement import cat_to_device_async
 from .messages import EpochMark, Minibatch
 from .plan import Phase, Plan
 from .trace import ProducerTrace, Span, TracedSampling
@@ -297,14 +298,10 @@ class GpuSampler:
 
     def _start(self, batch: SeedBatch):
         with torch.cuda.stream(self.stream):
-            # Seeds and their labels reach the GPU in one asynchronous copy, out of a block of
-            # torch's pinned-memory cache (reused only after the copy has run).
+            # Seeds and their labels reach the GPU in one asynchronous copy.
             n = batch.seeds.numel()
             labels = self.stage.labels(self.labels, batch.seeds)
-            staged = torch.empty(n + labels.numel(), dtype=torch.int64, pin_memory=self.device.type == "cuda")
-            staged[:n].copy_(batch.seeds)
-            staged[n:].copy_(labels)
-            both = staged.to(self.device, non_blocking=True)
+            both = cat_to_device_async([batch.seeds, labels], self.device, torch.int64)
             pending = self.stage.start(self.graph, both[:n], self.plan, batch)
         return pending, both[n:]
 

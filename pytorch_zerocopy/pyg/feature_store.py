@@ -166,14 +166,13 @@ class FeatureStore(_PygFeatureStore):
         rows = table.reshape(table.shape[0], -1)
         if table.device.type == "cuda":
             return FeatureTable(rows, Placement.GPU)
-        if placement in (Placement.MANAGED, Placement.GPU):
-            put = self._put.get(key)
-            source = put.reshape(put.shape[0], -1) if put is not None else rows.cpu() if _unified.is_unified(rows) \
-                else rows
-            return FeatureTable(source, placement)
         put = self._put.get(key)
-        return FeatureTable(rows, Placement.MAPPED if _unified.is_unified(table) else Placement.CPU,
-                            watch=put.reshape(put.shape[0], -1) if put is not None and _unified.is_unified(rows) else None)
+        put_rows = None if put is None else put.reshape(put.shape[0], -1)
+        mapped = _unified.is_unified(table)
+        if placement in (Placement.MANAGED, Placement.GPU):
+            source = put_rows if put_rows is not None else rows.cpu() if mapped else rows
+            return FeatureTable(source, placement)
+        return FeatureTable(rows, Placement.MAPPED if mapped else Placement.CPU, watch=put_rows if mapped else None)
 
     def refresh(self, attr_name: str, group_name: Optional[str] = None) -> None:
         """Copies table ``attr_name`` into its placement again and refills its cache, after

@@ -160,7 +160,7 @@ def _read_side_tables(feature_store, device: torch.device) -> None:
     and names no placement (labels, masks) from where
     :func:`~pytorch_zerocopy.feature_table.default_side_readings` says: small ones from a copy
     in GPU memory, which a later in-place write to the host tensor makes refuse reads until
-    refreshed (``put_tensor`` makes the copy again)."""
+    ``feature_store.refresh(name)`` copies it again."""
     if not isinstance(feature_store, FeatureStore) or feature_store.get_tensor_size(None, "x") is None:
         return
     x = feature_store.get_tensor(None, "x", None)
