@@ -110,12 +110,17 @@ def cuda_arch() -> Optional[str]:
     return f"{major}{minor}"
 
 
+# Force-included into EMOGI's sources when built for a GPU: the cudaMemAdvise overload CUDA 13
+# removed, which they call (a no-op before CUDA 13).
+CUDA13_SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emogi_cuda13.h")
+
+
 def build(checkout: str, arch: Optional[str], timeout: float = 600) -> None:
     """``make`` the four programs in ``checkout`` for ``arch`` (the Makefile's flags when None);
     raises RuntimeError with the end of make's output when it fails."""
     cmd = ["make", "-C", checkout] + [p.value for p in EmogiProgram]
     if arch:
-        cmd.append(f"NVCCFLAGS=-gencode arch=compute_{arch},code=sm_{arch}")
+        cmd.append(f"NVCCFLAGS=-gencode arch=compute_{arch},code=sm_{arch} -include {CUDA13_SHIM}")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"building EMOGI failed ({' '.join(cmd)}):\n{(out.stdout + out.stderr)[-3000:]}")

@@ -1,6 +1,8 @@
 """bfs / sssp / connected_components / pagerank against plain-Python references, networkx and
 scipy, for every variant and placement available; the variant chooser; bad input."""
 
+import dataclasses
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -272,9 +274,10 @@ def test_stats_count_edges(seed):
 # --- the variant chooser ------------------------------------------------------------------
 
 
-def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, n=1000, m=32_000):
+def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, n=1000, m=32_000, spread=0.0):
     return GraphTraits(placement=Placement.parse(placement), on_gpu=on_gpu, symmetric=symmetric,
-                       has_in_lists=symmetric if has_in_lists is None else has_in_lists, num_nodes=n, num_edges=m)
+                       has_in_lists=symmetric if has_in_lists is None else has_in_lists, num_nodes=n, num_edges=m,
+                       degree_spread=spread)
 
 
 @pytest.mark.parametrize("t, op, want", [
@@ -286,6 +289,9 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
     (traits(placement="managed"), "bfs", "direction"),
     (traits(m=4000), "bfs", "async"),
     (traits(m=4000, placement="cuda"), "bfs", "async"),
+    (traits(m=4000, spread=0.3), "bfs", "direction"),
+    (traits(m=4000, spread=0.3, placement="cuda"), "bfs", "aligned"),
+    (traits(m=4000, spread=0.3, symmetric=False), "bfs", "frontier"),
     (traits(m=4000, on_gpu=False, placement="cpu"), "bfs", "direction"),
     (traits(m=8000), "sssp", "frontier"),
     (traits(m=8001), "sssp", "aligned"),
@@ -304,6 +310,25 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
 def test_choose_variant(t, op, want):
     assert choose_variant(op, t) == want
     assert want in OP_VARIANTS[op]
+
+
+def test_degree_spread_tells_a_lattice_from_a_road_network():
+    """A lattice's degrees hardly vary (its border only); a road network's, with a third of the
+    links missing, do: only the first gets the async BFS on a GPU."""
+    from pytorch_zerocopy.graph import grid_graph, road_graph
+    from pytorch_zerocopy.graph.traversal import MESH_MAX_DEGREE_SPREAD, degree_spread
+
+    grid, road = grid_graph(64, 64), road_graph(64, 64, seed=1, device="cpu")
+    assert degree_spread(grid.indptr) <= MESH_MAX_DEGREE_SPREAD < degree_spread(road.indptr)
+    assert degree_spread(torch.zeros(1, dtype=torch.int64)) == 0.0
+    assert degree_spread(torch.zeros(5, dtype=torch.int64)) == 0.0
+    deg = torch.tensor([3] * 10000)
+    assert degree_spread(torch.cat([torch.zeros(1, dtype=torch.int64), deg.cumsum(0)])) == 0.0
+    for g, name in ((grid, "grid"), (road, "road")):
+        t = GraphTraits.of(g)
+        assert t.mesh_like and t.degree_spread == 0.0, name  # measured only where a GPU runs the op
+        on_gpu = dataclasses.replace(t, on_gpu=True, degree_spread=degree_spread(g.indptr))
+        assert choose_variant("bfs", on_gpu) == ("async" if name == "grid" else "direction")
 
 
 def test_choose_variant_huge_mesh_is_not_async():

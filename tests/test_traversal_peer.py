@@ -203,3 +203,20 @@ def test_ratios_to_emogi_use_its_fastest_kernel_and_pagerank_per_pass():
     assert bars["bfs_unified_over_emogi"] == pytest.approx(50.0 / 100.0)  # the failed kernel does not count
     assert bars["pagerank_unified_over_emogi"] == pytest.approx(80.0 / 40.0)
     assert bars["cc_unified_over_emogi"] is None
+
+
+def test_emogi_cuda13_shim_compiles_a_device_ordinal_advice(tmp_path):
+    """EMOGI's sources call cudaMemAdvise with a device ordinal, an overload CUDA 13 removed;
+    the header force-included when they are built restores it (compile only: no GPU here)."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc")
+    src = tmp_path / "advise.cu"
+    src.write_text("int main() { int *p = nullptr; cudaMallocManaged(&p, 64);\n"
+                   "  return cudaMemAdvise(p, 64, cudaMemAdviseSetAccessedBy, 0) != cudaSuccess; }\n")
+    out = subprocess.run([nvcc, "-c", "-include", emogi.CUDA13_SHIM, str(src), "-o", str(tmp_path / "advise.o")],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -21,7 +21,8 @@ that device. ``variant`` picks how a GPU schedules the work and reads neighbour 
                   neighbour in the frontier, so most lists are read only in part.
 * ``"async"``     bfs / sssp / pagerank: one persistent kernel over a device worklist (Atos): no
                   level barrier and no host round trip until the work runs out. It wins where
-                  levels are many and small (road networks, meshes: high diameter).
+                  levels are many and small and the first path found is mostly a shortest one
+                  (regular meshes); on a road network it re-visits lists many times over.
 * ``"push"``      pagerank: residual push (EMOGI's PageRank family) from x = 1/N; only vertices
                   whose residual is above a threshold push, and their lists alone are read.
 * ``"staged"``    cc: the edge list crosses PCIe once by DMA, in chunks, into GPU-memory buffers
@@ -93,6 +94,29 @@ DEFAULT_VARIANT = "auto"
 MESH_MEAN_DEGREE = 8.0
 # The async variants' worklist holds 2 * num_nodes entries, at most 2^31.
 ASYNC_MAX_NODES = 1 << 30
+# The async BFS (label-correcting) on a mesh-like graph only where the mesh is regular: the
+# coefficient of variation of the degrees of a strided sample of DEGREE_SAMPLE vertices at most
+# this. Where links are missing at random (a road network), the first path found to a vertex is
+# seldom a shortest one and the search re-visits lists over and over.
+MESH_MAX_DEGREE_SPREAD = 0.1
+DEGREE_SAMPLE = 4096
+
+
+def degree_spread(indptr: torch.Tensor) -> float:
+    """The coefficient of variation (std / mean, 0 for an edgeless graph) of the degrees of
+    every vertex, or of :data:`DEGREE_SAMPLE` of them spread by a multiplicative hash (a stride
+    would fall in step with a lattice's rows). Reads at most ``2 * DEGREE_SAMPLE`` offsets where
+    they are (host memory or GPU: one small copy back); deterministic, draws nothing from
+    torch's generators."""
+    n = indptr.numel() - 1
+    if n <= 0:
+        return 0.0
+    at = torch.arange(min(n, DEGREE_SAMPLE), device=indptr.device)
+    if n > DEGREE_SAMPLE:
+        at = (at * 2654435761) % n
+    deg = (indptr[at + 1] - indptr[at]).to("cpu", torch.float64)
+    mean = float(deg.mean())
+    return float(deg.std(correction=0)) / mean if mean > 0 else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,18 +129,29 @@ class GraphTraits:
     has_in_lists: bool  # in-neighbour lists at hand: symmetric, or CSRGraph.csc() already computed
     num_nodes: int
     num_edges: int
+    degree_spread: float = 0.0  # see degree_spread(); measured only for a mesh-like graph
+
+    @property
+    def mesh_like(self) -> bool:
+        """Mean degree at most MESH_MEAN_DEGREE (high diameter, small levels), small enough for
+        the async worklist."""
+        return 0 < self.num_nodes < ASYNC_MAX_NODES and self.num_edges <= MESH_MEAN_DEGREE * self.num_nodes
 
     @classmethod
     def of(cls, graph: CSRGraph) -> "GraphTraits":
-        return cls(placement=graph.placement, on_gpu=graph.device.type == "cuda", symmetric=graph.symmetric,
-                   has_in_lists=graph.symmetric or graph._csc is not None, num_nodes=graph.num_nodes,
-                   num_edges=graph.num_edges)
+        t = cls(placement=graph.placement, on_gpu=graph.device.type == "cuda", symmetric=graph.symmetric,
+                has_in_lists=graph.symmetric or graph._csc is not None, num_nodes=graph.num_nodes,
+                num_edges=graph.num_edges)
+        if t.mesh_like and t.on_gpu:
+            t = dataclasses.replace(t, degree_spread=degree_spread(graph.indptr))
+        return t
 
 
 def choose_variant(op: str, traits: GraphTraits) -> str:
     """The variant ``variant="auto"`` runs for ``op`` on a graph with these traits.
 
-    * bfs: ``"async"`` on a mesh-like graph (mean degree <= 8) on a GPU; ``"aligned"`` when
+    * bfs: ``"async"`` on a regular mesh-like graph (mean degree <= 8, degree spread <= 0.1:
+      a lattice, not a road network) on a GPU; ``"aligned"`` when
       the edge list is in GPU memory (reading fewer bytes, the point of ``"direction"``, saves
       little there: on the power-law graphs measured, top-down aligned reads won by 1.26-1.33x);
       otherwise ``"direction"`` when the in-neighbour lists are at hand (a symmetric graph, or
@@ -135,10 +170,9 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
     if op not in OP_VARIANTS:
         raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
     host_list = traits.placement in (Placement.MAPPED, Placement.MANAGED, Placement.UVM)
-    mesh_like = (0 < traits.num_nodes < ASYNC_MAX_NODES
-                 and traits.num_edges <= MESH_MEAN_DEGREE * traits.num_nodes)
+    mesh_like = traits.mesh_like
     if op == "bfs":
-        if mesh_like and traits.on_gpu:
+        if mesh_like and traits.on_gpu and traits.degree_spread <= MESH_MAX_DEGREE_SPREAD:
             return "async"
         if traits.placement is Placement.GPU:
             return "aligned"
