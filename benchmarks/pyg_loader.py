@@ -52,6 +52,11 @@ process's own work, build plus the model step measured alone on held minibatches
 loading is fully hidden behind the slowest stage); ``pyg_speedup_over_tuned_cpu_loader`` (the
 fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
+Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
+where the host time of N loader-only minibatches goes (after a warm-up): ``cProfile``'s
+functions by own time and ``torch.profiler``'s ops by self CPU time (``host_profiles`` in the
+JSON, one section each in the report). It times nothing that a bar reads.
+
     python benchmarks/pyg_loader.py            # a few minutes on a 16-core host + one H100/H200
     python benchmarks/pyg_loader.py --quick    # a tiny graph; runs without a GPU
 
@@ -219,6 +224,39 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     return result
 
 
+PROFILED_ROWS = ("pyg", "dgl")  # the in-process loaders whose host work --profile reports
+PROFILE_ROWS = 25  # lines of each profile table
+
+
+def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
+    """Where the host time of ``batches`` loader-only minibatches goes (diagnostic, see the
+    module docstring): cProfile's functions by own time, torch.profiler's ops by self CPU time."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    loader = make_loader()
+    run_epoch(loader, family, False, min(batches, 5))  # warm-up
+    calls = cProfile.Profile()
+    calls.enable()
+    r = run_epoch(loader, family, False, batches)
+    calls.disable()
+    text = io.StringIO()
+    pstats.Stats(calls, stream=text).strip_dirs().sort_stats("tottime").print_stats(PROFILE_ROWS)
+    with profile(activities=[ProfilerActivity.CPU]) as ops:
+        run_epoch(loader, family, False, batches)
+    table = ops.key_averages().table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
+    if hasattr(loader, "close"):
+        loader.close()
+    del loader
+    gc.collect()
+    return {"batches": r["batches"], "ms_per_batch_under_cprofile": r["seconds"] / max(r["batches"], 1) * 1e3,
+            "cprofile": text.getvalue().strip(), "torch_profiler": table}
+
+
 def attempt(name: str, fn: Callable[[], Dict]) -> Dict:
     try:
         return fn()
@@ -337,6 +375,8 @@ def main(argv=None) -> int:
                                                              "(default: the cores less two, at most 8)")
     p.add_argument("--rows", default=None, help="loader rows to run, comma-separated (default: all); the pipeline "
                                                 "row always runs (its rate is every bar's denominator)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="diagnostic: profile the host work of N loader-only minibatches of the pyg and dgl rows")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="pyg_loader", help="output file name stem")
     args = p.parse_args(argv)
@@ -378,6 +418,14 @@ def main(argv=None) -> int:
         family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
         modes[name] = attempt(name, lambda: measure(name, make, family, args, processes))
     result["modes"] = modes
+    if args.profile:
+        profiled = [n for n in PROFILED_ROWS if n in wanted]
+        result["host_profiles"] = {}
+        for name in profiled:
+            kind, make, _ = rows[name]
+            family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
+            result["host_profiles"][name] = attempt(f"{name} profile",
+                                                    lambda: host_profile(make, family, args.profile))
     result["bars"] = compute_bars(modes, result["pipeline"])
     result["wall_s"] = time.perf_counter() - wall0
 
@@ -431,6 +479,13 @@ def write_markdown(r: Dict, path: str) -> None:
     if r.get("pyg_not_measured"):
         lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
     lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]
+    for name, prof in r.get("host_profiles", {}).items():
+        lines += ["", f"Host profile of `{name}` (diagnostic, loader alone, {prof.get('batches', '?')} minibatches):"]
+        if "error" in prof:
+            lines += ["", f"failed: {prof['error']}"]
+            continue
+        lines += ["", f"Under cProfile: {prof['ms_per_batch_under_cprofile']:.2f} ms per minibatch.", "", "```",
+                  prof["cprofile"], "```", "", "```", prof["torch_profiler"], "```"]
     lines += ["", f"Wall time {r['wall_s']:.0f} s (dataset {d['generate_s']:.1f} s)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -1063,7 +1063,42 @@ class _OwnSampler(zc.pyg.NeighborSampler):
         return out
 
 
-@pytest.mark.parametrize("case", ["shuffled", "bidirectional", "partial_last", "own_sampler", "transforms"])
+@pytest.mark.parametrize("shuffle, drop_last, n, size", [(True, False, 1000, 64), (True, True, 1000, 64),
+                                                         (False, False, 130, 64), (False, True, 130, 64),
+                                                         (True, False, 10, 64), (True, True, 10, 64),
+                                                         (True, False, 128, 64)])
+def test_index_batches_follow_torch_batch_sampler(shuffle, drop_last, n, size):
+    """The loader's seed batches cut from one permutation tensor equal torch's BatchSampler
+    lists, batch for batch, and leave torch's default generator where those leave it."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+    from pytorch_zerocopy.pyg.loader import _index_batches
+
+    sampler = BatchSampler(RandomSampler(range(n)) if shuffle else SequentialSampler(range(n)), size, drop_last)
+    torch.manual_seed(5)
+    want = [torch.tensor(b) for b in sampler]
+    want_next = torch.rand(3)
+    torch.manual_seed(5)
+    got = list(_index_batches(sampler))
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    assert all(g.dtype == torch.int64 for g in got)
+    assert torch.equal(torch.rand(3), want_next)
+
+
+def test_index_batches_leave_other_samplers_to_torch():
+    from torch.utils.data import BatchSampler, RandomSampler, SubsetRandomSampler
+
+    from pytorch_zerocopy.pyg.loader import _index_batches
+
+    for sampler in (RandomSampler(range(10), replacement=True), RandomSampler(range(10), num_samples=4),
+                    RandomSampler(range(10), generator=torch.Generator().manual_seed(1)),
+                    SubsetRandomSampler([1, 2, 3])):
+        assert _index_batches(BatchSampler(sampler, 4, False)) is None
+    assert _index_batches([[0, 1], [2]]) is None
+
+
+@pytest.mark.parametrize("case", ["shuffled", "bidirectional", "partial_last", "drop_last", "in_order", "generator",
+                                  "own_sampler", "transforms"])
 def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
     """Every minibatch of the lookahead schedule equals the one made one at a time from the same
     torch seed (shuffled seeds, so a minibatch out of place or built from another's sample
@@ -1073,6 +1108,12 @@ def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
         kwargs["subgraph_type"] = "bidirectional"
     elif case == "partial_last":
         kwargs.update(batch_size=64, input_nodes=small.train_mask)
+    elif case == "drop_last":
+        kwargs.update(batch_size=64, input_nodes=small.train_mask, drop_last=True)
+    elif case == "in_order":
+        kwargs.update(batch_size=64, shuffle=False)
+    elif case == "generator":  # torch's own batches (a generator of the loader's own): the same
+        kwargs.update(generator=torch.Generator())
     elif case == "own_sampler":
         kwargs["neighbor_sampler"] = _OwnSampler(stores_from_data(small)[:2], [4, 3])
     elif case == "transforms":
@@ -1081,8 +1122,12 @@ def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
     loader = NeighborLoader(small, [4, 3], **kwargs)
     for epoch in range(2):
         torch.manual_seed(11 + epoch)
+        if case == "generator":
+            loader.generator.manual_seed(11 + epoch)
         got = list(loader)
         torch.manual_seed(11 + epoch)
+        if case == "generator":
+            loader.generator.manual_seed(11 + epoch)
         want = list(one_at_a_time(loader))
         assert len(got) == len(want) == len(loader) > 2
         # PyG's to_bidirectional keeps one id of each edge sampled both ways by a sort that is not
@@ -1095,6 +1140,8 @@ def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
         if case == "own_sampler":
             assert all(batch.seed_time == "own" for batch in got)
         torch.manual_seed(11 + epoch)
+        if case == "generator":
+            loader.generator.manual_seed(11 + epoch)
         seeds = loader.input_data.node[list(torch.utils.data.DataLoader._get_iterator(loader)._sampler_iter)[0]]
         assert torch.equal(got[0].n_id[:got[0].batch_size].cpu(), seeds)
 
@@ -1169,3 +1216,25 @@ def test_gpu_loader_waits_for_the_gpu_only_on_samples(small, capfd):
         assert sum(1 for _ in loader) == len(loader)  # warm-up: allocator, pinned memory, cub
         n, syncs = count_syncs(capfd, lambda loader=loader: sum(1 for _ in loader))
         assert n == len(loader) and syncs == per_minibatch * n, (fanouts, syncs)
+
+
+def test_edge_index_is_a_view_of_a_samples_pairs_and_a_copy_otherwise():
+    from pytorch_zerocopy.pyg.sampler import edge_index
+
+    pairs = torch.arange(10).reshape(2, 5)
+    view = edge_index(pairs[0], pairs[1])
+    assert torch.equal(view, pairs) and view.data_ptr() == pairs.data_ptr()
+    for row, col in ((pairs[1], pairs[0]), (torch.arange(5), torch.arange(5, 10)), (pairs[0, :4], pairs[1, :4]),
+                     (torch.arange(0, 20, 2), torch.arange(20, 40, 2))):
+        got = edge_index(row, col)
+        assert torch.equal(got, torch.stack([row, col])) and got.data_ptr() not in (row.data_ptr(), col.data_ptr())
+    empty = torch.empty((2, 0), dtype=torch.long)
+    assert edge_index(empty[0], empty[1]).shape == (2, 0)
+
+
+def test_loader_edge_index_holds_the_samples_pairs(small):
+    torch.manual_seed(0)
+    batch = next(iter(NeighborLoader(small, [4, 3], batch_size=32)))
+    assert batch.edge_index.shape == (2, sum(batch.num_sampled_edges))
+    row, col = batch.edge_index
+    assert int(col.max()) < sum(batch.num_sampled_nodes[:-1]) and int(row.max()) < batch.n_id.numel()

@@ -72,6 +72,7 @@ from dataclasses import replace as _replace
 from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
 
 import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch.utils.data._utils.pin_memory import pin_memory
 from torch_geometric.data import Data
 from torch_geometric.data import FeatureStore as _PygFeatureStore
@@ -92,7 +93,7 @@ from ..sampling import PendingSample, draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
-from .sampler import NeighborSampler, SampledHops
+from .sampler import NeighborSampler, SampledHops, edge_index
 
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "worker_init_fn", "multiprocessing_context")
 
@@ -206,6 +207,37 @@ def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neigh
         config = _replace(config, fanouts=tuple(reversed(num_neighbors)), batch_size=int(batch_size), edge_dir="out")
         rows = cached_rows_for(graph, config, int(size[0]), row_bytes, seeds=seeds.cpu())
         feature_store.cache_rows(name, rows)
+
+
+def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
+    """The index batches of torch's ``BatchSampler`` over its ``RandomSampler`` (without
+    replacement, ``num_samples`` or a generator of its own) or ``SequentialSampler``, as int64
+    tensors cut from one permutation: the same batches in the same order, from the same draw of
+    torch's default generator at the same point (the first batch), as the sampler's lists of
+    Python ints, without building them. None for any other batch sampler."""
+    if type(batch_sampler) is not BatchSampler:
+        return None
+    sampler = batch_sampler.sampler
+    if type(sampler) is SequentialSampler:
+        order = None
+    elif type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None \
+            and sampler.generator is None:
+        order = sampler
+    else:
+        return None
+
+    def batches() -> Iterator[torch.Tensor]:
+        n = len(sampler.data_source)
+        if order is None:
+            perm = torch.arange(n)
+        else:  # RandomSampler.__iter__'s draws: a seed from the default generator, then randperm
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        size = batch_sampler.batch_size
+        end = n - n % size if batch_sampler.drop_last else n
+        for start in range(0, end, size):
+            yield perm[start:start + size]
+    return batches()
 
 
 class _Started(NamedTuple):
@@ -366,9 +398,16 @@ class NeighborLoader(ProcessWay, NodeLoader):
     def _input_batches(self, indices=None) -> Iterator[NodeSamplerInput]:
         """The seed batches of one epoch, in the order of ``indices`` (torch's DataLoader
         iterator over this loader, made here when None: its base seed, then the batch
-        sampler's order), each as PyG's ``collate_fn`` cuts it."""
+        sampler's order), each as PyG's ``collate_fn`` cuts it. Torch's own batch sampler over
+        its random or sequential sampler is followed without its lists of Python ints
+        (:func:`_index_batches`)."""
         if indices is None:
             indices = torch.utils.data.DataLoader._get_iterator(self)
+        batches = _index_batches(self.batch_sampler) if self._auto_collation else None
+        if batches is not None:
+            for index in batches:
+                yield self.input_data[index]
+            return
         while True:
             try:
                 index = indices._next_index()
@@ -445,7 +484,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
                           for a in attrs]
         with times.timed(Stage.BUILD):
             data = self.custom_cls() if self.custom_cls is not None else Data()
-            data.edge_index = torch.stack([out.row, out.col], dim=0)
+            data.edge_index = edge_index(out.row, out.col)
             if tables:
                 data.num_nodes = out.node.size(0)
             for name, table in tables:

@@ -51,7 +51,7 @@ from ..block import Block
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.messages import Minibatch
-from ..placement import op_device, to_device_async
+from ..placement import cat_to_device_async, op_device, to_device_async
 from ..sampling import Frontier, PendingSample, sample_layers, sample_layers_async
 
 
@@ -60,8 +60,10 @@ class SampledHops:
     """One minibatch's subgraph in PyG's layout (see the module docstring).
 
     ``node``: global ids (int64); ``row``/``col``: local edge endpoints (int64, indices into
-    ``node``); ``edge``: the edges' ids (int64); ``num_sampled_nodes``: ``len(fanouts) + 1``
-    counts (seeds first); ``num_sampled_edges``: ``len(fanouts)`` counts.
+    ``node``; from a sample, the two rows of one ``[2, E]`` buffer, which
+    :func:`edge_index` returns without a copy); ``edge``: the edges' ids (int64);
+    ``num_sampled_nodes``: ``len(fanouts) + 1`` counts (seeds first); ``num_sampled_edges``:
+    ``len(fanouts)`` counts.
     """
 
     node: torch.Tensor
@@ -93,8 +95,12 @@ class SampledHops:
         first. No host synchronisation: the counts are the blocks' sizes."""
         hops = list(blocks)[::-1]
         counts = [hops[0].num_dst] + [b.num_src - b.num_dst for b in hops]
-        return cls(blocks[0].nodes, torch.cat([b.src for b in hops]), torch.cat([b.dst for b in hops]),
-                   torch.cat([b.eids for b in hops]), counts, [b.num_edges() for b in hops])
+        edges = [b.num_edges() for b in hops]
+        first = hops[0].src
+        pairs = torch.empty((2, sum(edges)), dtype=first.dtype, device=first.device)
+        torch.cat([b.src for b in hops], out=pairs[0])
+        torch.cat([b.dst for b in hops], out=pairs[1])
+        return cls(blocks[0].nodes, pairs[0], pairs[1], torch.cat([b.eids for b in hops]), counts, edges)
 
     @classmethod
     def from_minibatch(cls, mb: Minibatch) -> "SampledHops":
@@ -103,6 +109,18 @@ class SampledHops:
         total = mb.layout.shapes[0][0]
         counts = [reached[0]] + [b - a for a, b in zip(reached, reached[1:])] + [total - reached[-1]]
         return cls(mb.input_nodes, mb.src, mb.dst, mb.eids, counts, list(mb.layout.num_edges))
+
+
+def edge_index(row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """``torch.stack([row, col])``; a view of their buffer, no copy, where ``col`` directly
+    follows ``row`` in one (a sample's :class:`SampledHops`): the result then aliases both."""
+    e = row.numel()
+    if (row.dim() == col.dim() == 1 and col.numel() == e and row.dtype == col.dtype and row.device == col.device
+            and row.stride(0) == col.stride(0) == 1
+            and row.untyped_storage().data_ptr() == col.untyped_storage().data_ptr()
+            and col.storage_offset() == row.storage_offset() + e):
+        return row.as_strided((2, e), (e, 1))
+    return torch.stack([row, col], dim=0)
 
 
 def _check_fanouts(fanouts: Sequence[int]) -> List[int]:
@@ -199,8 +217,12 @@ class NeighborSampler(BaseSampler):
             raise NotImplementedError("heterogeneous sampling (an input node type) is not supported")
         if index.time is not None:
             raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
-        input_id = index.input_id
-        pending = sample_hops_async(self.graph_store.csc_graph, index.node, self.fanouts, replace=self.replace)
+        node, input_id = index.node, index.input_id
+        device = op_device(self.graph_store.csc_graph.indptr)
+        if device.type == "cuda" and input_id is not None and node.device.type == input_id.device.type == "cpu":
+            both = cat_to_device_async([node, input_id], device, torch.int64)  # one staged copy for both
+            node, input_id = both[:node.numel()], both[node.numel():]
+        pending = sample_hops_async(self.graph_store.csc_graph, node, self.fanouts, replace=self.replace)
         return pending.then(lambda hops: self.output(hops, input_id))
 
     def output(self, hops: SampledHops, input_id: Optional[torch.Tensor]) -> SamplerOutput:
