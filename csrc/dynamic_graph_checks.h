@@ -148,6 +148,14 @@ inline void check_mask(const at::Tensor& mask, const at::Tensor& root, const at:
   check_same_device(pool, "pool", mask, "mask");
 }
 
+// The listed vertices of find_marked: int64, one dimension, on the pool's device (their values
+// are checked with the batch's contents).
+inline void check_marked_vertices(const at::Tensor& pool, const at::Tensor& vertices) {
+  check_dim(vertices, 1, "vertices");
+  check_dtype(vertices, at::kLong, "vertices");
+  check_same_device(pool, "pool", vertices, "vertices");
+}
+
 inline void check_seeds(const at::Tensor& seeds, const at::Tensor& pool, int64_t fanout, const char* op) {
   check_dim(seeds, 1, "seeds");
   check_dtype(seeds, at::kLong, "seeds");

@@ -156,7 +156,7 @@ TORCH_LIBRARY(zerocopy, m) {
         "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
         "Tensor vertices, Tensor run_offsets, Tensor run_dst, Tensor? run_weights, int page_size) -> ()");
   // found[j]: whether run_dst[j] is in the list of its run's vertex. Each run's destinations
-  // ascending.
+  // ascending; of a destination repeated in a run only the first copy is marked.
   m.def("dynamic_graph_contains(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
         "Tensor run_offsets, Tensor run_dst, int page_size) -> Tensor");
   // The list positions holding any of each run's (ascending) destinations: positions
@@ -167,6 +167,12 @@ TORCH_LIBRARY(zerocopy, m) {
   // id), sorted by vertex then position: the edges a vertex deletion removes.
   m.def("dynamic_graph_find_touching(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor page_owner, "
         "Tensor page_rank, Tensor meta, Tensor mask, int page_size) -> (Tensor vertices, Tensor positions)");
+  // The list positions of vertices[r] (strictly ascending) holding an id marked in `mask`
+  // (bool per vertex id), or every position when vertices[r] is itself marked: positions
+  // [pos_offsets[r], pos_offsets[r+1]) belong to vertices[r], ascending. What a vertex deletion
+  // removes from the lists named by its in-edges, without a sweep.
+  m.def("dynamic_graph_find_marked(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "Tensor mask, int page_size) -> (Tensor pos_offsets, Tensor positions)");
   // Deletes the list positions positions[pos_offsets[r]:pos_offsets[r+1]] (distinct,
   // ascending) of vertices[r] (strictly ascending), moving the list's tail into the holes, and
   // returns pages left empty to the free-page queue.

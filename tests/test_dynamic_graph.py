@@ -180,7 +180,7 @@ def run_script(rng, graph, placement, page_size, steps, device=None, others=()):
     dg = DynamicGraph.from_csr(graph, placement=placement, device=device, page_size=page_size, headroom=0.1)
     model = Model(graph)
     assert_matches(dg, model)
-    for step in range(steps):
+    for _step in range(steps):
         kind = rng.choice(["ins", "ins", "del", "del_existing", "vins", "vdel"])
         args = ()
         if kind == "ins":
@@ -467,6 +467,64 @@ def test_raw_ops_check_batch_contents(seed):
     assert_same_state(dg, _with_state(before))
 
 
+def _marked_reference(dg, vertices, mask):
+    """find_marked by the snapshot: per vertex, the positions of marked ids (all when the vertex is marked)."""
+    snap = dg.to_csr()
+    offsets, positions = [0], []
+    for v in vertices:
+        row = snap.indices[snap.indptr[v]:snap.indptr[v + 1]].tolist()
+        positions += [p for p, x in enumerate(row) if mask[v] or mask[x]]
+        offsets.append(len(positions))
+    return offsets, positions
+
+
+@pytest.mark.parametrize("placement", ["cpu", "unified"])
+@pytest.mark.parametrize("page_size", [4, 8])
+def test_find_marked_matches_snapshot(seed, placement, page_size):
+    rng = np.random.default_rng(seed)
+    dg = updated_graph(rng, placement=placement, page_size=page_size)
+    n = dg.root.numel()
+    mask = torch.from_numpy(rng.random(n) < 0.2).to(dg.device)
+    mask[7] = bool(rng.integers(0, 2))  # the hub's list, whole or searched
+    vertices = torch.from_numpy(np.sort(rng.choice(dg.num_nodes, 30, replace=False))).to(dg.device)
+    vertices = torch.cat([vertices, torch.tensor([7], device=dg.device)]).unique()
+    pos_offsets, positions = torch.ops.zerocopy.dynamic_graph_find_marked(
+        dg.pool, dg.root, dg.height, dg.degree, vertices, mask, dg.page_size)
+    want_offsets, want_positions = _marked_reference(dg, vertices.tolist(), mask.cpu().tolist())
+    assert pos_offsets.tolist() == want_offsets
+    assert positions.tolist() == want_positions
+    assert positions.numel() > 0
+
+
+def test_find_marked_checks_vertices(seed):
+    rng = np.random.default_rng(seed)
+    dg = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4)
+    mask = torch.zeros(dg.root.numel(), dtype=torch.bool)
+    find = lambda v: torch.ops.zerocopy.dynamic_graph_find_marked(  # noqa: E731
+        dg.pool, dg.root, dg.height, dg.degree, torch.tensor(v, dtype=torch.int64), mask, 4)
+    with pytest.raises(ValueError, match="strictly ascending"):
+        find([3, 3])
+    with pytest.raises(IndexError, match="vertices\\[1\\] = 20 is out of range"):
+        find([0, 20])
+    with pytest.raises(ValueError, match="mask must have one entry per vertex id"):
+        torch.ops.zerocopy.dynamic_graph_find_marked(dg.pool, dg.root, dg.height, dg.degree,
+                                                     torch.tensor([1]), mask[:5], 4)
+
+
+def test_contains_marks_first_copy_of_repeated_destination(seed):
+    rng = np.random.default_rng(seed)
+    dg = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4)
+    snap = dg.to_csr()
+    v = int(torch.nonzero(snap.indptr[1:] - snap.indptr[:-1])[0])
+    present = int(snap.indices[snap.indptr[v]])
+    absent = next(x for x in range(20) if x not in snap.indices[snap.indptr[v]:snap.indptr[v + 1]].tolist())
+    dst = sorted([present, present, present, absent, absent])
+    found = torch.ops.zerocopy.dynamic_graph_contains(dg.pool, dg.root, dg.height, dg.degree, torch.tensor([v]),
+                                                      torch.tensor([0, 5]), torch.tensor(dst), 4)
+    first = dst.index(present)
+    assert found.tolist() == [j == first for j in range(5)]
+
+
 def test_opcheck(seed):
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck needs torch >= 2.4")
@@ -489,6 +547,8 @@ def test_opcheck(seed):
     torch.library.opcheck(ops.dynamic_graph_find_touching.default,
                           (*lists, dg.page_owner, dg.page_rank, dg.meta, dg.alive & (dg.degree > 3), 4),
                           test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_find_marked.default,
+                          (*lists, L([1, 7]), dg.alive & (dg.degree > 3), 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_append.default,
                           (*_state_args(dg), L([1, 7]), L([0, 2, 3]), L([3, 5, 9]), None, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_remove.default,
@@ -623,7 +683,8 @@ def test_kronecker_graph_roundtrip_and_sampling():
 @cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
 @pytest.mark.parametrize("page_size,symmetrize,weights,index_dtype",
-                         [(4, False, None, torch.int32), (4, True, "float", torch.int64), (32, False, "int", torch.int32)])
+                         [(4, False, None, torch.int32), (4, True, "float", torch.int64),
+                          (32, False, "int", torch.int32)])
 def test_cuda_updates_match_cpu_exactly(seed, placement, page_size, symmetrize, weights, index_dtype):
     rng = np.random.default_rng(seed)
     g = random_csr(rng, symmetrize=symmetrize, weights=weights, index_dtype=index_dtype)

@@ -271,6 +271,60 @@ std::tuple<at::Tensor, at::Tensor> find_cpu(const at::Tensor& pool_in, const at:
   return {pos_offsets, positions};
 }
 
+std::tuple<at::Tensor, at::Tensor> find_marked_cpu(const at::Tensor& pool_in, const at::Tensor& root_in,
+                                                   const at::Tensor& height_in, const at::Tensor& degree_in,
+                                                   const at::Tensor& vertices_in, const at::Tensor& mask_in,
+                                                   int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_find_marked";
+  const int s = page_shift(page_size, op);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCpu, op);
+  check_marked_vertices(pool_in, vertices_in);
+  check_mask(mask_in, root_in, pool_in, op);
+  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
+                   degree = degree_in.contiguous(), vtx = vertices_in.contiguous(), mask_t = mask_in.contiguous();
+  const int64_t runs = vtx.numel(), n = root.numel();
+  const int64_t* vv = vtx.data_ptr<int64_t>();
+  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
+  for (int64_t r = 0; r < runs && first[kBadVertex] < 0; ++r)
+    if (!vertex_ok(vv, r, n, true)) first[kBadVertex] = r;
+  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", n, true, op);
+  const bool* mask = mask_t.data_ptr<bool>();
+  at::Tensor pos_offsets = at::zeros({runs + 1}, vtx.options());
+  at::Tensor positions;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    const Lists<index_t> g(pool, root, height, degree, s);
+    auto hit = [&](int64_t v, int64_t slot) {
+      const int64_t x = g.pool[slot];
+      return mask[v] || (x >= 0 && x < n && mask[x]);
+    };
+    int64_t* po = pos_offsets.data_ptr<int64_t>();
+    at::parallel_for(0, runs, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t v = vv[r];
+        int64_t count = 0;
+        if (mask[v]) {
+          count = g.degree[v];
+        } else {
+          g.each(v, [&](int64_t, int64_t slot) { count += hit(v, slot); });
+        }
+        po[r + 1] = count;
+      }
+    });
+    for (int64_t r = 0; r < runs; ++r) po[r + 1] += po[r];
+    positions = at::empty({po[runs]}, vtx.options());
+    int64_t* out = positions.data_ptr<int64_t>();
+    at::parallel_for(0, runs, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t k = po[r];
+        g.each(vv[r], [&](int64_t pos, int64_t slot) {
+          if (hit(vv[r], slot)) out[k++] = pos;
+        });
+      }
+    });
+  });
+  return {pos_offsets, positions};
+}
+
 std::tuple<at::Tensor, at::Tensor> find_touching_cpu(const at::Tensor& pool_in, const at::Tensor& root_in,
                                                      const at::Tensor& height_in, const at::Tensor& degree_in,
                                                      const at::Tensor& page_owner, const at::Tensor& page_rank,
@@ -561,6 +615,7 @@ TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("dynamic_graph_contains", contains_cpu);
   m.impl("dynamic_graph_find", find_cpu);
   m.impl("dynamic_graph_find_touching", find_touching_cpu);
+  m.impl("dynamic_graph_find_marked", find_marked_cpu);
   m.impl("dynamic_graph_remove", remove_cpu);
   m.impl("dynamic_graph_to_csr", to_csr_cpu);
   m.impl("dynamic_graph_sample", sample_cpu);

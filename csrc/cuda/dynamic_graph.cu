@@ -12,6 +12,7 @@
 //            sorted destinations; find keeps a hit mask per 32 entries, scans the counts and
 //            writes positions from the masks, so positions come out sorted.
 //   sampling: the kernels of zerocopy::sample_layers over the paged lists (sample_layers.cu).
+//   find_marked: find's items with a mask of vertex ids as the test (vertex deletion).
 //   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
 //            warp then walks the active pages one by one (whole pages: balanced by design).
 //
@@ -631,6 +632,127 @@ std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at
 }
 
 // ---------------------------------------------------------------------------------------------
+// find_marked: the items of find (one per (run, data page)), each entry tested against a mask
+// of vertex ids (one load, no per-run search), or taken whole when the run's vertex is marked.
+
+// Per run: its data pages; the first vertex that is out of range or not above the previous one.
+__global__ void marked_counts_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ degree,
+                                     int64_t num_ids, int s, int64_t* __restrict__ leaves,
+                                     unsigned long long* __restrict__ first) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    if (!vertex_ok(vtx, r, num_ids, true)) {
+      atomicMin(&first[kBadVertex], r);
+      leaves[r] = 0;
+      continue;
+    }
+    leaves[r] = ceil_shift(degree[vtx[r]], s);
+  }
+}
+
+// masks[item * steps + step] = the entries of the step that are marked (all of them when the
+// item's vertex is); item_count[item] = their number. Items kWarp at a time, as find_mask_kernel.
+template <typename idx_t>
+__global__ void find_marked_mask_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
+                                        const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                                        const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
+                                        int64_t runs, int64_t items, const bool* __restrict__ mask, int64_t num_ids,
+                                        unsigned* __restrict__ masks, int64_t* __restrict__ item_count, int s) {
+  const int lane = lane_id();
+  const int64_t size = int64_t(1) << s, steps = page_steps(s);
+  for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
+    int64_t my_i = 0, my_page = 0, my_deg = 0;
+    int my_whole = 0;
+    const int64_t t = first + lane;
+    if (t < items) {
+      const int64_t r = group_of(item_off, runs, t);
+      const int64_t v = vtx[r];
+      my_i = t - item_off[r];
+      my_deg = degree[v];
+      my_whole = mask[v] ? 1 : 0;
+      my_page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, my_i, s);
+    }
+    const int count = static_cast<int>(imin(kWarp, items - first));
+    for (int j0 = 0; j0 < count; j0 += kItemGroup) {
+      int64_t hits[kItemGroup] = {};
+      for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+        int64_t x[kItemGroup];
+        bool valid[kItemGroup], whole[kItemGroup];
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u) {
+          const int src = (j0 + u) & (kWarp - 1);
+          const int64_t i = __shfl_sync(kFull, my_i, src), page = __shfl_sync(kFull, my_page, src);
+          const int64_t deg = __shfl_sync(kFull, my_deg, src);
+          whole[u] = __shfl_sync(kFull, my_whole, src) != 0;
+          const int64_t k = k0 + lane;
+          valid[u] = j0 + u < count && k < size && (i << s) + k < deg;
+          x[u] = valid[u] && !whole[u] ? static_cast<int64_t>(pool[(page << s) + k]) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u) {
+          const bool hit = valid[u] && (whole[u] || (x[u] >= 0 && x[u] < num_ids && mask[x[u]]));
+          const unsigned m = __ballot_sync(kFull, hit);
+          if (lane == 0 && j0 + u < count) masks[(first + j0 + u) * steps + k0 / kWarp] = m;
+          hits[u] += __popc(m);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kItemGroup; ++u)
+        if (lane == 0 && j0 + u < count) item_count[first + j0 + u] = hits[u];
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, const at::Tensor& root_in,
+                                                    const at::Tensor& height_in, const at::Tensor& degree_in,
+                                                    const at::Tensor& vertices_in, const at::Tensor& mask_in,
+                                                    int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_find_marked";
+  const int s = page_shift(page_size, op);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
+  check_marked_vertices(pool_in, vertices_in);
+  check_mask(mask_in, root_in, pool_in, op);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
+                   degree = degree_in.contiguous(), vertices = vertices_in.contiguous(), mask = mask_in.contiguous();
+  const int64_t runs = vertices.numel(), num_ids = root.numel();
+  const auto opts = vertices.options();
+  at::Tensor leaves = at::zeros({runs}, opts);
+  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
+  if (runs > 0) {
+    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
+        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor item_off = offsets_of(leaves);
+  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
+  int64_t f[kNumBatchErrors];
+  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
+  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  const int64_t items = h[kNumBatchErrors];
+  if (items == 0) return {at::zeros({runs + 1}, opts), at::empty({0}, opts)};
+  at::Tensor item_count = at::empty({items}, opts);
+  at::Tensor masks = at::empty({items * page_steps(s)}, opts.dtype(at::kInt));
+  auto* m = reinterpret_cast<unsigned*>(masks.data_ptr<int32_t>());
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    find_marked_mask_kernel<index_t><<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
+        pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, mask.data_ptr<bool>(), num_ids, m,
+        item_count.data_ptr<int64_t>(), s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  const at::Tensor item_pos = offsets_of(item_count);
+  at::Tensor positions = at::empty({item_pos.slice(0, items).item<int64_t>()}, opts);
+  if (positions.numel() > 0) {
+    find_write_kernel<<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
+        item_off.data_ptr<int64_t>(), runs, items, m, item_pos.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return {item_pos.index_select(0, item_off), positions};
+}
+
+// ---------------------------------------------------------------------------------------------
 // Page sweeps: each lane tests one page of a 32-page tile, then the warp walks the active ones.
 
 template <typename Active, typename Body>
@@ -979,6 +1101,7 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("dynamic_graph_contains", contains_cuda);
   m.impl("dynamic_graph_find", find_cuda);
   m.impl("dynamic_graph_find_touching", find_touching_cuda);
+  m.impl("dynamic_graph_find_marked", find_marked_cuda);
   m.impl("dynamic_graph_remove", remove_cuda);
   m.impl("dynamic_graph_to_csr", to_csr_cuda);
   m.impl("dynamic_graph_bfs", bfs_cuda);

@@ -58,8 +58,9 @@ In-edges. Deleting a vertex edits every list holding an edge into it. Which list
 
 The index is opt-in because it doubles the pages and adds to every insertion, which a graph
 whose vertices are never deleted should not pay. With a list to read, deleting a batch of
-vertices reads their lists (or index lists), looks the batch up in the lists those name
-(``dynamic_graph_find``) and removes the hits: work in proportion to the edges touched.
+vertices reads their lists (or index lists), reads the lists those name testing each entry
+against the batch's mask (``dynamic_graph_find_marked``) and removes the hits: work in
+proportion to the lists touched.
 
 Reading while updating: :meth:`sample_neighbors`, :meth:`sample_layers` and :meth:`bfs` run on
 the paged lists and give the same results as the package's ops on the :meth:`to_csr`
@@ -132,16 +133,26 @@ def csr_bytes(graph: CSRGraph) -> int:
     return graph.indptr.numel() * graph.indptr.element_size() + graph.edge_list_bytes
 
 
-def tree_pages(degree: torch.Tensor, page_size: int) -> torch.Tensor:
+def tree_pages(degree: torch.Tensor, page_size: int, max_degree: Optional[int] = None) -> torch.Tensor:
     """Pages (data and index) of lists of the given degrees (int64, elementwise), as
     ``tree_pages`` in csrc/dynamic_graph.h: ``L = ceil(d / C)`` data pages plus, for every
-    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages."""
+    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages. ``max_degree``, a
+    bound on the degrees known on the host, limits the levels computed to the trees' height."""
     s = _page_shift(page_size)
     leaves = (degree + page_size - 1) >> s
-    shifts = s * torch.arange(1, 62 // s + 1, device=degree.device, dtype=torch.int64)
+    levels = 62 // s if max_degree is None else max(1, _tree_height(int(max_degree), s))
+    shifts = s * torch.arange(1, levels + 1, device=degree.device, dtype=torch.int64)
     per_level = (leaves[..., None] + (1 << shifts) - 1) >> shifts
     needed = leaves[..., None] > (1 << (shifts - s))
     return leaves + (per_level * needed).sum(-1)
+
+
+def _tree_height(degree: int, s: int) -> int:
+    """The height of the tree holding ``degree`` entries (``tree_shape`` in csrc/dynamic_graph.h)."""
+    nodes, height = (degree + (1 << s) - 1) >> s, 0
+    while nodes > 1:
+        nodes, height = (nodes + (1 << s) - 1) >> s, height + 1
+    return height
 
 
 def _page_shift(page_size: int) -> int:
@@ -179,6 +190,12 @@ def _contains_fake(pool, root, height, degree, vertices, run_offsets, run_dst, p
 
 @register_fake("zerocopy::dynamic_graph_find")
 def _find_fake(pool, root, height, degree, vertices, run_offsets, run_dst, page_size):
+    total = torch.library.get_ctx().new_dynamic_size()
+    return vertices.new_empty((vertices.shape[0] + 1,)), vertices.new_empty((total,))
+
+
+@register_fake("zerocopy::dynamic_graph_find_marked")
+def _find_marked_fake(pool, root, height, degree, vertices, mask, page_size):
     total = torch.library.get_ctx().new_dynamic_size()
     return vertices.new_empty((vertices.shape[0] + 1,)), vertices.new_empty((total,))
 
@@ -499,50 +516,58 @@ class DynamicGraph:
             return 0
         base = self._key_base()
         key, order = torch.sort(s * base + d, stable=True)
-        first = torch.ones_like(key, dtype=torch.bool)
-        first[1:] = key[1:] != key[:-1]
-        key, order = key[first], order[first]
         s = torch.div(key, base, rounding_mode="floor")
         d = key - s * base
         vertices, offsets = _runs(s)
-        found = _ops().dynamic_graph_contains.default(self.pool, self.root, self.height, self.degree, vertices,
+        # contains marks only the first copy of a destination repeated in a run: the pair's
+        # first occurrence in the batch (the sort is stable). Unmarked first copies are added.
+        keep = ~_ops().dynamic_graph_contains.default(self.pool, self.root, self.height, self.degree, vertices,
                                                       offsets, d, self.page_size)
-        new = ~found
-        s, d, order = s[new], d[new], order[new]
-        added = s.numel()
+        keep[1:] &= key[1:] != key[:-1]
+        kept = torch.zeros(key.numel() + 1, dtype=torch.int64, device=self.device)
+        torch.cumsum(keep, 0, out=kept[1:])
+        run_offsets = kept[offsets]
+        need = _pages_added(self.degree[vertices], run_offsets[1:] - run_offsets[:-1], self.page_size,
+                            self._entries + key.numel())
+        facts = [kept[-1:], need.reshape(1), self.meta]
+        index = None if self._in is None else _IndexBatch(self._in, d, keep, self._index_entries)
+        if index is not None:
+            facts += [index.runs.reshape(1), index.need.reshape(1), self._in.meta]
+        # The batch's one synchronisation before writing: entries to add and pages to take.
+        values = torch.cat(facts).tolist()
+        added, need_i, head, tail, fresh = values[:5]
         if added == 0:
             return 0
-        vertices, offsets = _runs(s)
-        self._append_runs(vertices, offsets, d, None if w is None else w[order], op)
+        self._make_room(need_i, tail - head + self.num_pages - fresh, op)
+        take = _compacted(keep, kept[1:] - 1, added)
+        self._append(vertices, run_offsets, d[take], None if w is None else w[order[take]])
         self._entries += added
-        if self._in is not None:
-            self._index_added(s, d)
+        if index is not None:
+            if self._index_entries + added > 2 * self._entries + _INDEX_SLACK:
+                self._build_in_index()
+            else:
+                runs, need_i, head, tail, fresh = values[5:]
+                self._in._make_room(need_i, tail - head + self._in.num_pages - fresh, "insert_edges (in-edge index)")
+                index_vertices, index_offsets, sources = index.runs_of(s, added, runs)
+                self._in._append(index_vertices, index_offsets, sources, None)
+                self._index_entries += added
         return added
+
+    def _append(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
+                weights: Optional[torch.Tensor]) -> None:
+        """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
+        distinct; empty runs allowed); the pool must hold the pages."""
+        _ops().dynamic_graph_append.default(
+            self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
+            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
 
     def _append_runs(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
                      weights: Optional[torch.Tensor], op: str) -> None:
         """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
         distinct), after reserving the pages."""
-        counts = offsets[1:] - offsets[:-1]
-        old = self.degree[vertices]
-        need = (tree_pages(old + counts, self.page_size) - tree_pages(old, self.page_size)).sum()
+        need = _pages_added(self.degree[vertices], offsets[1:] - offsets[:-1], self.page_size, None)
         self._reserve_pages(need, op)
-        _ops().dynamic_graph_append.default(
-            self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
-            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
-
-    def _index_added(self, src: torch.Tensor, dst: torch.Tensor) -> None:
-        """Records the new entries ``src[i] -> dst[i]`` in the in-edge index, or rebuilds the
-        index when its stale entries would pass the bound of the module docstring."""
-        if self._index_entries + src.numel() > 2 * self._entries + _INDEX_SLACK:
-            self._build_in_index()
-            return
-        base = self._key_base()
-        key, _ = torch.sort(dst * base + src)
-        head = torch.div(key, base, rounding_mode="floor")
-        vertices, offsets = _runs(head)
-        self._in._append_runs(vertices, offsets, key - head * base, None, "insert_edges (in-edge index)")
-        self._index_entries += src.numel()
+        self._append(vertices, offsets, dst, weights)
 
     def _find_edges(self, src: torch.Tensor, dst: torch.Tensor):
         """Where the distinct edges ``(src, dst)`` sit in their lists: ``(vertices, offsets,
@@ -643,20 +668,27 @@ class DynamicGraph:
             return 0
         dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
         dying[v] = True
-        index_lists = None if self._in is None else self._in._read_lists(v, self._num_nodes)
         if sweep or self.in_edge_lookup == "sweep":
             owners, positions = _ops().dynamic_graph_find_touching.default(
                 self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, dying,
                 self.page_size)
             vertices, pos_offsets = _runs(owners)
         else:
-            offsets, sources, seed_index = self._read_lists(v, self._num_nodes) if self.symmetric else index_lists
-            vertices, pos_offsets, positions = self._touching_listed(v, dying, offsets, sources, seed_index)
+            # The lists that may hold an edge into a dying vertex (its out-list on a symmetric
+            # graph, its index list otherwise), with the dying lists themselves, ascending.
+            named = (self if self.symmetric else self._in)._read_lists(v, self._num_nodes)
+            touched = dying.clone()
+            touched[named] = True
+            vertices = torch.nonzero(touched).flatten()
+            pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
+                self.pool, self.root, self.height, self.degree, vertices, dying, self.page_size)
         removed = self._remove(vertices, pos_offsets, positions)
         self._entries -= removed
-        if index_lists is not None:
-            vertices, pos_offsets, positions = _whole_lists(v, index_lists[0])
-            self._index_entries -= self._in._remove(vertices, pos_offsets, positions)
+        if self._in is not None:
+            # v's index lists go whole (every vertex of v is marked).
+            pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
+                self._in.pool, self._in.root, self._in.height, self._in.degree, v, dying, self.page_size)
+            self._index_entries -= self._in._remove(v, pos_offsets, positions)
         self.alive[v] = False
         cap = self.vertex_ring.numel()
         slots = (self._vertex_tail + torch.arange(v.numel(), device=self.device)) % cap
@@ -664,42 +696,21 @@ class DynamicGraph:
         self._vertex_tail += v.numel()
         return removed
 
-    def _read_lists(self, v: torch.Tensor, num_nodes: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The lists of the vertices ``v``: offsets (len(v) + 1), entries (int64) and, per
-        entry, its vertex's index in ``v``."""
+    def _read_lists(self, v: torch.Tensor, num_nodes: int) -> torch.Tensor:
+        """Every entry of the lists of the vertices ``v`` (int64, list after list)."""
         n = num_nodes
-        offsets, entries, _, seed_index = _ops().dynamic_graph_sample.default(
+        _, entries, _, _ = _ops().dynamic_graph_sample.default(
             self.pool, self.root[:n], self.height[:n], self.degree[:n], v, -1, False, 0, self.page_size)
-        return offsets, entries.to(torch.int64), seed_index
-
-    def _touching_listed(self, v: torch.Tensor, dying: torch.Tensor, offsets: torch.Tensor, sources: torch.Tensor,
-                         seed_index: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Runs of (vertex, list position) to remove when deleting ``v`` (ascending, distinct),
-        given for each ``v[i]`` the lists that may hold an edge into it:
-        ``sources[offsets[i] .. offsets[i + 1])``. The dying vertices' own lists go whole; in
-        every other named list the entries equal to a dying vertex are looked up."""
-        del offsets
-        targets = v[seed_index]
-        keep = ~dying[sources]
-        sources, targets = sources[keep], targets[keep]
-        vertices, found_offsets, found = self._find_edges(sources, targets)
-        own = torch.zeros(v.numel() + 1, dtype=torch.int64, device=self.device)
-        torch.cumsum(self.degree[v], 0, out=own[1:])
-        own_v, own_offsets, own_pos = _whole_lists(v, own)
-        owners = torch.cat([torch.repeat_interleave(vertices, found_offsets[1:] - found_offsets[:-1]),
-                            torch.repeat_interleave(own_v, own_offsets[1:] - own_offsets[:-1])])
-        positions = torch.cat([found, own_pos])
-        # The two groups name disjoint vertices, each with ascending positions: a stable sort by
-        # vertex gives the runs.
-        owners, order = torch.sort(owners, stable=True)
-        runs, pos_offsets = _runs(owners)
-        return runs, pos_offsets, positions[order]
+        return entries.to(torch.int64)
 
     # --- capacity --------------------------------------------------------------------------
 
     def _reserve_pages(self, need: torch.Tensor, op: str) -> None:
         need_i, head, tail, fresh = torch.cat([need.reshape(1), self.meta]).tolist()
-        free = tail - head + self.num_pages - fresh
+        self._make_room(need_i, tail - head + self.num_pages - fresh, op)
+
+    def _make_room(self, need_i: int, free: int, op: str) -> None:
+        """Grows the pool (or raises PoolFullError) unless ``free`` pages cover ``need_i``."""
         if need_i <= free:
             return
         if not self.grow:
@@ -842,13 +853,53 @@ def _runs(sorted_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return vertices, offsets
 
 
-def _whole_lists(v: torch.Tensor, offsets: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Runs removing every entry of the lists of ``v`` (ascending, distinct), whose lengths are
-    the steps of ``offsets``: ``(v, offsets, positions)`` with positions 0 .. length - 1 each."""
-    counts = offsets[1:] - offsets[:-1]
-    total = offsets[-1:].sum()
-    positions = torch.arange(int(total), device=v.device) - torch.repeat_interleave(offsets[:-1], counts)
-    return v, offsets, positions
+def _compacted(mask: torch.Tensor, slot: torch.Tensor, count: int) -> torch.Tensor:
+    """The indices of the ``count`` True entries of ``mask``, ascending, without a host
+    synchronisation: ``slot`` holds each True entry's rank among them (``cumsum(mask) - 1``)."""
+    out = torch.empty(count + 1, dtype=torch.int64, device=mask.device)
+    out.scatter_(0, torch.where(mask, slot, count), torch.arange(mask.numel(), device=mask.device))
+    return out[:count]
+
+
+def _pages_added(old: torch.Tensor, added: torch.Tensor, page_size: int, max_degree: Optional[int]) -> torch.Tensor:
+    """Pages taken by growing lists of degrees ``old`` by ``added`` entries (0-dim int64);
+    ``max_degree`` bounds the new degrees (see :func:`tree_pages`)."""
+    pages = tree_pages(torch.stack([old + added, old]), page_size, max_degree)
+    return (pages[0] - pages[1]).sum()
+
+
+class _IndexBatch:
+    """The in-edge index entries ``d -> s`` of an insertion batch, grouped by ``d`` before the
+    batch's synchronisation: ``keep`` marks the batch entries (sorted by (s, d), distinct)
+    that are added. ``runs`` and ``need`` (0-dim, on the device) are the index lists touched and
+    the pages they take."""
+
+    def __init__(self, index: "DynamicGraph", d: torch.Tensor, keep: torch.Tensor, entries: int) -> None:
+        n = index.num_nodes
+        # Stable by destination, kept entries first: within a destination the sources stay
+        # ascending, as an index list's appended entries are.
+        head = torch.where(keep, d, n)
+        head = head.to(torch.int32) if n < _INT32_MAX else head
+        head, self.perm = torch.sort(head, stable=True)
+        head = head.to(torch.int64)
+        listed = head < n
+        start = listed.clone()
+        start[1:] &= head[1:] != head[:-1]
+        pos = torch.arange(head.numel(), device=head.device)
+        rank = pos - torch.cummax(torch.where(start, pos, 0), 0).values
+        old = index.degree[head.clamp(max=max(n - 1, 0))] + rank
+        # Entry k of a list's new entries takes tree_pages(d0 + k + 1) - tree_pages(d0 + k) pages.
+        pages = tree_pages(torch.stack([old + 1, old]), index.page_size, entries + head.numel())
+        self.need = ((pages[0] - pages[1]) * listed).sum()
+        self.runs = start.sum()
+        self.head, self.start = head, start
+
+    def runs_of(self, s: torch.Tensor, added: int, runs: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(vertices, offsets, sources) of the index append, given the batch's sources ``s``,
+        the entries added and the runs (both read back)."""
+        starts = _compacted(self.start, torch.cumsum(self.start, 0) - 1, runs)
+        offsets = torch.cat([starts, torch.full((1,), added, dtype=torch.int64, device=starts.device)])
+        return self.head[starts], offsets, s[self.perm[:added]]
 
 
 def _check_symmetric(graph: CSRGraph) -> None:
