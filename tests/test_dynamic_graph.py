@@ -478,7 +478,7 @@ def _marked_reference(dg, vertices, mask):
     return offsets, positions
 
 
-@pytest.mark.parametrize("placement", ["cpu", "unified"])
+@pytest.mark.parametrize("placement", ["cpu", "unified", pytest.param("cuda", marks=cuda)])
 @pytest.mark.parametrize("page_size", [4, 8])
 def test_find_marked_matches_snapshot(seed, placement, page_size):
     rng = np.random.default_rng(seed)
