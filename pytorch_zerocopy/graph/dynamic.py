@@ -133,26 +133,16 @@ def csr_bytes(graph: CSRGraph) -> int:
     return graph.indptr.numel() * graph.indptr.element_size() + graph.edge_list_bytes
 
 
-def tree_pages(degree: torch.Tensor, page_size: int, max_degree: Optional[int] = None) -> torch.Tensor:
+def tree_pages(degree: torch.Tensor, page_size: int) -> torch.Tensor:
     """Pages (data and index) of lists of the given degrees (int64, elementwise), as
     ``tree_pages`` in csrc/dynamic_graph.h: ``L = ceil(d / C)`` data pages plus, for every
-    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages. ``max_degree``, a
-    bound on the degrees known on the host, limits the levels computed to the trees' height."""
+    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages."""
     s = _page_shift(page_size)
     leaves = (degree + page_size - 1) >> s
-    levels = 62 // s if max_degree is None else max(1, _tree_height(int(max_degree), s))
-    shifts = s * torch.arange(1, levels + 1, device=degree.device, dtype=torch.int64)
+    shifts = s * torch.arange(1, 62 // s + 1, device=degree.device, dtype=torch.int64)
     per_level = (leaves[..., None] + (1 << shifts) - 1) >> shifts
     needed = leaves[..., None] > (1 << (shifts - s))
     return leaves + (per_level * needed).sum(-1)
-
-
-def _tree_height(degree: int, s: int) -> int:
-    """The height of the tree holding ``degree`` entries (``tree_shape`` in csrc/dynamic_graph.h)."""
-    nodes, height = (degree + (1 << s) - 1) >> s, 0
-    while nodes > 1:
-        nodes, height = (nodes + (1 << s) - 1) >> s, height + 1
-    return height
 
 
 def _page_shift(page_size: int) -> int:
@@ -516,58 +506,50 @@ class DynamicGraph:
             return 0
         base = self._key_base()
         key, order = torch.sort(s * base + d, stable=True)
+        first = torch.ones_like(key, dtype=torch.bool)
+        first[1:] = key[1:] != key[:-1]
+        key, order = key[first], order[first]
         s = torch.div(key, base, rounding_mode="floor")
         d = key - s * base
         vertices, offsets = _runs(s)
-        # contains marks only the first copy of a destination repeated in a run: the pair's
-        # first occurrence in the batch (the sort is stable). Unmarked first copies are added.
-        keep = ~_ops().dynamic_graph_contains.default(self.pool, self.root, self.height, self.degree, vertices,
+        found = _ops().dynamic_graph_contains.default(self.pool, self.root, self.height, self.degree, vertices,
                                                       offsets, d, self.page_size)
-        keep[1:] &= key[1:] != key[:-1]
-        kept = torch.zeros(key.numel() + 1, dtype=torch.int64, device=self.device)
-        torch.cumsum(keep, 0, out=kept[1:])
-        run_offsets = kept[offsets]
-        need = _pages_added(self.degree[vertices], run_offsets[1:] - run_offsets[:-1], self.page_size,
-                            self._entries + key.numel())
-        facts = [kept[-1:], need.reshape(1), self.meta]
-        index = None if self._in is None else _IndexBatch(self._in, d, keep, self._index_entries)
-        if index is not None:
-            facts += [index.runs.reshape(1), index.need.reshape(1), self._in.meta]
-        # The batch's one synchronisation before writing: entries to add and pages to take.
-        values = torch.cat(facts).tolist()
-        added, need_i, head, tail, fresh = values[:5]
+        new = ~found
+        s, d, order = s[new], d[new], order[new]
+        added = s.numel()
         if added == 0:
             return 0
-        self._make_room(need_i, tail - head + self.num_pages - fresh, op)
-        take = _compacted(keep, kept[1:] - 1, added)
-        self._append(vertices, run_offsets, d[take], None if w is None else w[order[take]])
+        vertices, offsets = _runs(s)
+        self._append_runs(vertices, offsets, d, None if w is None else w[order], op)
         self._entries += added
-        if index is not None:
-            if self._index_entries + added > 2 * self._entries + _INDEX_SLACK:
-                self._build_in_index()
-            else:
-                runs, need_i, head, tail, fresh = values[5:]
-                self._in._make_room(need_i, tail - head + self._in.num_pages - fresh, "insert_edges (in-edge index)")
-                index_vertices, index_offsets, sources = index.runs_of(s, added, runs)
-                self._in._append(index_vertices, index_offsets, sources, None)
-                self._index_entries += added
+        if self._in is not None:
+            self._index_added(s, d)
         return added
-
-    def _append(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
-                weights: Optional[torch.Tensor]) -> None:
-        """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
-        distinct; empty runs allowed); the pool must hold the pages."""
-        _ops().dynamic_graph_append.default(
-            self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
-            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
 
     def _append_runs(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
                      weights: Optional[torch.Tensor], op: str) -> None:
         """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
         distinct), after reserving the pages."""
-        need = _pages_added(self.degree[vertices], offsets[1:] - offsets[:-1], self.page_size, None)
+        counts = offsets[1:] - offsets[:-1]
+        old = self.degree[vertices]
+        need = (tree_pages(old + counts, self.page_size) - tree_pages(old, self.page_size)).sum()
         self._reserve_pages(need, op)
-        self._append(vertices, offsets, dst, weights)
+        _ops().dynamic_graph_append.default(
+            self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
+            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
+
+    def _index_added(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Records the new entries ``src[i] -> dst[i]`` in the in-edge index, or rebuilds the
+        index when its stale entries would pass the bound of the module docstring."""
+        if self._index_entries + src.numel() > 2 * self._entries + _INDEX_SLACK:
+            self._build_in_index()
+            return
+        base = self._key_base()
+        key, _ = torch.sort(dst * base + src)
+        head = torch.div(key, base, rounding_mode="floor")
+        vertices, offsets = _runs(head)
+        self._in._append_runs(vertices, offsets, key - head * base, None, "insert_edges (in-edge index)")
+        self._index_entries += src.numel()
 
     def _find_edges(self, src: torch.Tensor, dst: torch.Tensor):
         """Where the distinct edges ``(src, dst)`` sit in their lists: ``(vertices, offsets,
@@ -707,10 +689,7 @@ class DynamicGraph:
 
     def _reserve_pages(self, need: torch.Tensor, op: str) -> None:
         need_i, head, tail, fresh = torch.cat([need.reshape(1), self.meta]).tolist()
-        self._make_room(need_i, tail - head + self.num_pages - fresh, op)
-
-    def _make_room(self, need_i: int, free: int, op: str) -> None:
-        """Grows the pool (or raises PoolFullError) unless ``free`` pages cover ``need_i``."""
+        free = tail - head + self.num_pages - fresh
         if need_i <= free:
             return
         if not self.grow:
@@ -851,55 +830,6 @@ def _runs(sorted_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     offsets = torch.zeros(vertices.numel() + 1, dtype=torch.int64, device=sorted_ids.device)
     torch.cumsum(counts, 0, out=offsets[1:])
     return vertices, offsets
-
-
-def _compacted(mask: torch.Tensor, slot: torch.Tensor, count: int) -> torch.Tensor:
-    """The indices of the ``count`` True entries of ``mask``, ascending, without a host
-    synchronisation: ``slot`` holds each True entry's rank among them (``cumsum(mask) - 1``)."""
-    out = torch.empty(count + 1, dtype=torch.int64, device=mask.device)
-    out.scatter_(0, torch.where(mask, slot, count), torch.arange(mask.numel(), device=mask.device))
-    return out[:count]
-
-
-def _pages_added(old: torch.Tensor, added: torch.Tensor, page_size: int, max_degree: Optional[int]) -> torch.Tensor:
-    """Pages taken by growing lists of degrees ``old`` by ``added`` entries (0-dim int64);
-    ``max_degree`` bounds the new degrees (see :func:`tree_pages`)."""
-    pages = tree_pages(torch.stack([old + added, old]), page_size, max_degree)
-    return (pages[0] - pages[1]).sum()
-
-
-class _IndexBatch:
-    """The in-edge index entries ``d -> s`` of an insertion batch, grouped by ``d`` before the
-    batch's synchronisation: ``keep`` marks the batch entries (sorted by (s, d), distinct)
-    that are added. ``runs`` and ``need`` (0-dim, on the device) are the index lists touched and
-    the pages they take."""
-
-    def __init__(self, index: "DynamicGraph", d: torch.Tensor, keep: torch.Tensor, entries: int) -> None:
-        n = index.num_nodes
-        # Stable by destination, kept entries first: within a destination the sources stay
-        # ascending, as an index list's appended entries are.
-        head = torch.where(keep, d, n)
-        head = head.to(torch.int32) if n < _INT32_MAX else head
-        head, self.perm = torch.sort(head, stable=True)
-        head = head.to(torch.int64)
-        listed = head < n
-        start = listed.clone()
-        start[1:] &= head[1:] != head[:-1]
-        pos = torch.arange(head.numel(), device=head.device)
-        rank = pos - torch.cummax(torch.where(start, pos, 0), 0).values
-        old = index.degree[head.clamp(max=max(n - 1, 0))] + rank
-        # Entry k of a list's new entries takes tree_pages(d0 + k + 1) - tree_pages(d0 + k) pages.
-        pages = tree_pages(torch.stack([old + 1, old]), index.page_size, entries + head.numel())
-        self.need = ((pages[0] - pages[1]) * listed).sum()
-        self.runs = start.sum()
-        self.head, self.start = head, start
-
-    def runs_of(self, s: torch.Tensor, added: int, runs: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(vertices, offsets, sources) of the index append, given the batch's sources ``s``,
-        the entries added and the runs (both read back)."""
-        starts = _compacted(self.start, torch.cumsum(self.start, 0) - 1, runs)
-        offsets = torch.cat([starts, torch.full((1,), added, dtype=torch.int64, device=starts.device)])
-        return self.head[starts], offsets, s[self.perm[:added]]
 
 
 def _check_symmetric(graph: CSRGraph) -> None:
