@@ -289,9 +289,9 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
     (traits(placement="managed"), "bfs", "direction"),
     (traits(m=4000), "bfs", "async"),
     (traits(m=4000, placement="cuda"), "bfs", "async"),
-    (traits(m=4000, spread=0.3), "bfs", "direction"),
-    (traits(m=4000, spread=0.3, placement="cuda"), "bfs", "aligned"),
-    (traits(m=4000, spread=0.3, symmetric=False), "bfs", "frontier"),
+    (traits(m=4000, spread=0.3), "bfs", "frontier"),
+    (traits(m=4000, spread=0.3, placement="cuda"), "bfs", "frontier"),
+    (traits(m=4000, spread=0.3, on_gpu=False, placement="cpu"), "bfs", "direction"),
     (traits(m=4000, on_gpu=False, placement="cpu"), "bfs", "direction"),
     (traits(m=8000), "sssp", "frontier"),
     (traits(m=8001), "sssp", "aligned"),
@@ -328,7 +328,7 @@ def test_degree_spread_tells_a_lattice_from_a_road_network():
         t = GraphTraits.of(g)
         assert t.mesh_like and t.degree_spread == 0.0, name  # measured only where a GPU runs the op
         on_gpu = dataclasses.replace(t, on_gpu=True, degree_spread=degree_spread(g.indptr))
-        assert choose_variant("bfs", on_gpu) == ("async" if name == "grid" else "direction")
+        assert choose_variant("bfs", on_gpu) == ("async" if name == "grid" else "frontier")
 
 
 def test_choose_variant_huge_mesh_is_not_async():

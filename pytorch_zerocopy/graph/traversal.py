@@ -150,9 +150,11 @@ class GraphTraits:
 def choose_variant(op: str, traits: GraphTraits) -> str:
     """The variant ``variant="auto"`` runs for ``op`` on a graph with these traits.
 
-    * bfs: ``"async"`` on a regular mesh-like graph (mean degree <= 8, degree spread <= 0.1:
-      a lattice, not a road network) on a GPU; ``"aligned"`` when
-      the edge list is in GPU memory (reading fewer bytes, the point of ``"direction"``, saves
+    * bfs, on a GPU, on a mesh-like graph (mean degree <= 8): ``"async"`` where the mesh is
+      regular (degree spread <= 0.1: a lattice), else ``"frontier"`` (a road network: thousands
+      of small levels, where a warp per vertex idles and the async search re-visits lists);
+      otherwise ``"aligned"`` when the edge list is in GPU memory (reading fewer bytes, the
+      point of ``"direction"``, saves
       little there: on the power-law graphs measured, top-down aligned reads won by 1.26-1.33x);
       otherwise ``"direction"`` when the in-neighbour lists are at hand (a symmetric graph, or
       one whose :meth:`CSRGraph.csc` was already computed), else ``"frontier"`` for an edge list
@@ -172,8 +174,8 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
     host_list = traits.placement in (Placement.MAPPED, Placement.MANAGED, Placement.UVM)
     mesh_like = traits.mesh_like
     if op == "bfs":
-        if mesh_like and traits.on_gpu and traits.degree_spread <= MESH_MAX_DEGREE_SPREAD:
-            return "async"
+        if mesh_like and traits.on_gpu:
+            return "async" if traits.degree_spread <= MESH_MAX_DEGREE_SPREAD else "frontier"
         if traits.placement is Placement.GPU:
             return "aligned"
         if traits.has_in_lists:
