@@ -578,6 +578,9 @@ def test_process_way_yields_the_in_process_minibatches(small):
     with NeighborLoader(small, pipeline=True, **kwargs) as loader:
         got = [list(loader) for _ in range(2)]
         pids = loader.processes.sup.pids()
+        if loader.device.type == "cuda":  # the loop reads labels and masks from GPU memory, as in-process
+            assert all(loader.feature_store.placement_of(t) is Placement.GPU for t in ("y", "train_mask")), \
+                [loader.feature_store.placement_of(t) for t in ("y", "train_mask")]
     torch.manual_seed(5)
     here = NeighborLoader(small, **kwargs)
     want = [list(here) for _ in range(2)]

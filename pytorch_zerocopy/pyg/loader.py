@@ -55,7 +55,8 @@ Additions:
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
   training loop runs its step. The loop gets the same minibatches (the same seeds drawn from
   torch's generator in this process), and builds them here: ``x`` arrives gathered, the other
-  node tables are read here. ``pipeline`` may also be a :class:`~pytorch_zerocopy.pipeline.Plan`
+  node tables are read here (small ones from copies in GPU memory, as in-process).
+  ``pipeline`` may also be a :class:`~pytorch_zerocopy.pipeline.Plan`
   (:func:`~pytorch_zerocopy.pipeline.make_plan`) whose ``gather_in`` is ``producer``; with
   ``gpu_cache`` a ``CacheConfig``, it is the plan's cache of ``x``. The processes start with the
   first epoch and end with :meth:`NeighborLoader.close` (or ``with``, or when the loader is
@@ -340,6 +341,8 @@ class NeighborLoader(ProcessWay, NodeLoader):
                                  "are read as they lie")
         elif gpu_cache == AUTO:
             gpu_cache = None
+        if pipeline is not False and self.device.type == "cuda":  # this process reads them; the producer, x
+            _read_side_tables(feature_store, self.device)
         if gpu_cache is not None and pipeline is False:
             _cache_features(feature_store, graph_store, gpu_cache, num_neighbors, input_nodes,
                             kwargs.get("batch_size", 1))
