@@ -1156,13 +1156,13 @@ def test_loader_samples_two_ahead_in_order(small, monkeypatch, request, schedule
     if schedule == "lookahead":
         request.getfixturevalue("ahead_on_host")
     started = []
-    original = zc.pyg.NeighborSampler.sample_from_nodes_async
+    original = zc.pyg.NeighborSampler.sample_seeds_async  # where every sample of the sampler starts
 
-    def counted(self, index):
-        started.append(index.node.clone())
-        return original(self, index)
+    def counted(self, node, input_id):
+        started.append(node.cpu().clone())
+        return original(self, node, input_id)
 
-    monkeypatch.setattr(zc.pyg.NeighborSampler, "sample_from_nodes_async", counted)
+    monkeypatch.setattr(zc.pyg.NeighborSampler, "sample_seeds_async", counted)
     loader = NeighborLoader(small, [4, 3], batch_size=100, shuffle=True)
     ahead = 2 if schedule == "lookahead" or loader.device.type == "cuda" else 0
     n = 0

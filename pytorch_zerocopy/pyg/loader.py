@@ -48,8 +48,10 @@ Additions:
   it) and gathered and built minibatch ``i + 1``, each minibatch on a side stream of its own.
   The host waits for the GPU once per minibatch, for the sizes of a sample queued one minibatch
   earlier (plus once per hop of fanout ``-1``, and in PyG's ``subgraph_type='bidirectional'``
-  conversion); seeds reach the GPU through pinned memory and rows of sampled nodes and edges are
-  read without bounds checks (the sampler's ids are valid), so nothing else waits.
+  conversion), and once per epoch for the copy of the epoch's seeds (with torch's own shuffled or
+  sequential batch sampler; other samplers' seeds reach the GPU per minibatch through pinned
+  memory); rows of sampled nodes and edges are read without bounds checks (the sampler's ids are
+  valid), so nothing else waits.
 * ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
@@ -70,7 +72,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from dataclasses import replace as _replace
-from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
@@ -89,7 +91,7 @@ from ..pipeline.ahead import one_ahead
 from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
-from ..placement import Placement, PlacementError, op_device
+from ..placement import Placement, PlacementError, cat_to_device_async, op_device
 from ..sampling import PendingSample, draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
@@ -210,34 +212,47 @@ def _cache_features(feature_store, graph_store: GraphStore, gpu_cache, num_neigh
         feature_store.cache_rows(name, rows)
 
 
-def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
-    """The index batches of torch's ``BatchSampler`` over its ``RandomSampler`` (without
-    replacement, ``num_samples`` or a generator of its own) or ``SequentialSampler``, as int64
-    tensors cut from one permutation: the same batches in the same order, from the same draw of
-    torch's default generator at the same point (the first batch), as the sampler's lists of
-    Python ints, without building them. None for any other batch sampler."""
+def _epoch_order(batch_sampler) -> Optional[Callable[[], torch.Tensor]]:
+    """For torch's ``BatchSampler`` over its ``RandomSampler`` (without replacement,
+    ``num_samples`` or a generator of its own) or ``SequentialSampler``: a function returning
+    the epoch's order of the input positions (int64) as that sampler draws it (a seed from
+    torch's default generator, then ``randperm``; ``arange`` in order), to be called where the
+    sampler draws it, at the epoch's first batch. None for any other batch sampler."""
     if type(batch_sampler) is not BatchSampler:
         return None
     sampler = batch_sampler.sampler
     if type(sampler) is SequentialSampler:
-        order = None
-    elif type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None \
+        return lambda: torch.arange(len(sampler.data_source))
+    if type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None \
             and sampler.generator is None:
-        order = sampler
-    else:
+        def draw() -> torch.Tensor:  # RandomSampler.__iter__'s draws
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            return torch.randperm(len(sampler.data_source), generator=torch.Generator().manual_seed(seed))
+        return draw
+    return None
+
+
+def _cuts(n: int, batch_sampler: BatchSampler) -> Iterator[slice]:
+    """The batches ``batch_sampler`` cuts from ``n`` positions, as slices."""
+    size = batch_sampler.batch_size
+    end = n - n % size if batch_sampler.drop_last else n
+    for start in range(0, end, size):
+        yield slice(start, start + size)
+
+
+def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
+    """The index batches of torch's batch sampler (see :func:`_epoch_order`) as int64 tensors
+    cut from one order: the same batches in the same order, from the same draw of torch's
+    default generator at the same point (the first batch), as the sampler's lists of Python
+    ints, without building them. None for any other batch sampler."""
+    draw = _epoch_order(batch_sampler)
+    if draw is None:
         return None
 
     def batches() -> Iterator[torch.Tensor]:
-        n = len(sampler.data_source)
-        if order is None:
-            perm = torch.arange(n)
-        else:  # RandomSampler.__iter__'s draws: a seed from the default generator, then randperm
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-        size = batch_sampler.batch_size
-        end = n - n % size if batch_sampler.drop_last else n
-        for start in range(0, end, size):
-            yield perm[start:start + size]
+        order = draw()
+        for cut in _cuts(order.numel(), batch_sampler):
+            yield order[cut]
     return batches()
 
 
@@ -389,7 +404,11 @@ class NeighborLoader(ProcessWay, NodeLoader):
         CPU does one after the other: the minibatches PyG's iterator makes, in its order, pinned
         where it would pin them."""
         indices = torch.utils.data.DataLoader._get_iterator(self)
-        batches = (self._start(batch) for batch in self._input_batches(indices))
+        seeds = self._epoch_seeds()
+        if seeds is not None:
+            batches = (self._start_seeds(input_id, node) for input_id, node in seeds)
+        else:
+            batches = (self._start(batch) for batch in self._input_batches(indices))
         if not getattr(indices, "_pin_memory", False):
             return one_ahead(batches, self.device, self._finish)
         device = getattr(indices, "_pin_memory_device", None)
@@ -418,18 +437,59 @@ class NeighborLoader(ProcessWay, NodeLoader):
                 return
             yield self.input_data[index]
 
+    def _own_sampling(self) -> bool:
+        """Whether the sampler is this package's, sampling as it does (its sample calls not
+        overridden): then a sample is queued without the host waiting for it."""
+        cls = type(self.node_sampler)
+        return isinstance(self.node_sampler, NeighborSampler) and \
+            cls.sample_from_nodes is NeighborSampler.sample_from_nodes and \
+            cls.sample_from_nodes_async is NeighborSampler.sample_from_nodes_async and \
+            cls.sample_seeds_async is NeighborSampler.sample_seeds_async
+
+    def _epoch_seeds(self) -> Optional[Iterator[Tuple[torch.Tensor, torch.Tensor]]]:
+        """``(input ids, seeds)`` of each minibatch of an epoch, where this package's sampler
+        samples (:meth:`_own_sampling`) batches of torch's own batch sampler
+        (:func:`_epoch_order`): the batches of :meth:`_input_batches` (the same draw of torch's
+        generator, at the first minibatch), sliced from the epoch's input ids and seeds, which
+        on a GPU are moved there once (one copy and one wait for it per epoch, instead of a
+        staged copy per minibatch). None otherwise."""
+        draw = _epoch_order(self.batch_sampler) if self._auto_collation and self._own_sampling() else None
+        if draw is None:
+            return None
+        source = self.input_data
+
+        def epoch() -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+            order = draw()
+            ids = order if source.input_id is None else source.input_id[order]
+            nodes = source.node[order]
+            if self.device.type == "cuda":
+                n = order.numel()
+                both = cat_to_device_async([ids, nodes], self.device, torch.int64)
+                # The minibatches are started on side streams, which never wait for this one;
+                # each sample keeps its slice alive until its kernels have run.
+                torch.cuda.current_stream(self.device).synchronize()
+                ids, nodes = both[:n], both[n:]
+            for cut in _cuts(order.numel(), self.batch_sampler):
+                yield ids[cut], nodes[cut]
+        return epoch()
+
     def _start(self, batch: NodeSamplerInput) -> _Started:
         """Starts sampling ``batch`` on the current stream: on a GPU this package's sampler
         queues it without the host waiting (its seed is drawn now); another sampler (one that
         overrides ``sample_from_nodes``) samples it now."""
+        sampler = self.node_sampler
+        if self._own_sampling():
+            return self._timed_start(lambda: sampler.sample_from_nodes_async(batch))
+        return self._timed_start(lambda: PendingSample.done(sampler.sample_from_nodes(batch)))
+
+    def _start_seeds(self, input_id: torch.Tensor, node: torch.Tensor) -> _Started:
+        """:meth:`_start` for the seeds of :meth:`_epoch_seeds`."""
+        return self._timed_start(lambda: self.node_sampler.sample_seeds_async(node, input_id))
+
+    def _timed_start(self, start: Callable[[], PendingSample]) -> _Started:
         times = stage_timer(self.stage_times)
         began = times.begin()
-        sampler = self.node_sampler
-        if isinstance(sampler, NeighborSampler) and \
-                type(sampler).sample_from_nodes is NeighborSampler.sample_from_nodes:
-            pending = sampler.sample_from_nodes_async(batch)
-        else:
-            pending = PendingSample.done(sampler.sample_from_nodes(batch))
+        pending = start()
         return _Started(pending, times, times.begin() - began)
 
     def _finish(self, started: _Started) -> Any:

@@ -217,7 +217,12 @@ class NeighborSampler(BaseSampler):
             raise NotImplementedError("heterogeneous sampling (an input node type) is not supported")
         if index.time is not None:
             raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
-        node, input_id = index.node, index.input_id
+        return self.sample_seeds_async(index.node, index.input_id)
+
+    def sample_seeds_async(self, node: torch.Tensor, input_id: Optional[torch.Tensor]) -> PendingSample:
+        """:meth:`sample_from_nodes_async` of the seeds ``node`` (``input_id``: their positions
+        among the loader's input nodes, or None): CPU tensors reach a GPU in one staged copy,
+        tensors already where sampling runs are used in place. The sampling seed is drawn now."""
         device = op_device(self.graph_store.csc_graph.indptr)
         if device.type == "cuda" and input_id is not None and node.device.type == input_id.device.type == "cpu":
             both = cat_to_device_async([node, input_id], device, torch.int64)  # one staged copy for both
