@@ -34,10 +34,12 @@ Rows:
   this package's sampler, ``--workers`` worker processes sampling and gathering
   (``filter_per_worker=True``, ``persistent_workers=True``) and ``pin_memory=True`` on a GPU.
 * ``pyg_own``: PyG's own ``NeighborLoader`` with the same workers and pinned memory, where
-  pyg-lib or torch-sparse is installed. On the machine this benchmark was written on, neither
-  could be: the package index has no pyg-lib distribution at all and only a source tarball of
-  torch-sparse (0.6.18), no wheel for torch 2.13; neither is built from source here. The result
-  says when the row was not measured.
+  pyg-lib or torch-sparse is installed (over torch-sparse alone it gives no per-hop counts, so
+  the model is not trimmed per layer). The package index this benchmark was written with has no
+  pyg-lib distribution and torch-sparse (0.6.18) and torch-scatter (2.1.2) as source only; both
+  build for the CPU against the installed torch with ``FORCE_ONLY_CPU=1 pip wheel
+  --no-build-isolation`` (torch-scatter first: torch-sparse imports it). The result says when
+  the row was not measured.
 
 Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50): for the
 ``pipeline=True`` rows over their training epochs (sample and gather measured in the producer
@@ -98,9 +100,9 @@ from pytorch_zerocopy.train import run_plan  # noqa: E402
 FANOUTS = [15, 10]  # PyG's order: the first applies to the seeds
 DGL_FANOUTS = tuple(reversed(FANOUTS))  # DGL's and the pipeline's order: input side first
 HELD_BATCHES = 8  # minibatches held to time the model step alone
-PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse. Where this benchmark "
-                "was written, the package index had no pyg-lib distribution and only a torch-sparse source tarball "
-                "(0.6.18), no wheel for torch 2.13; neither was built from source.")
+PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse, and neither is "
+                "installed. The package index has no pyg-lib distribution; torch-sparse 0.6.18 and torch-scatter "
+                "2.1.2 come as source and build for the CPU (FORCE_ONLY_CPU=1 pip wheel --no-build-isolation).")
 
 
 class Family:
@@ -125,8 +127,10 @@ class Family:
     def step(self, batch) -> None:
         self.opt.zero_grad()
         if self.kind == "pyg":
-            out = self.model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                             num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+            # Trimmed per layer where the loader gives per-hop counts (PyG's over torch-sparse alone does not).
+            hops = {"num_sampled_nodes_per_hop": batch.num_sampled_nodes,
+                    "num_sampled_edges_per_hop": batch.num_sampled_edges} if "num_sampled_nodes" in batch else {}
+            out = self.model(batch.x, batch.edge_index, **hops)[:batch.batch_size]
             loss = F.cross_entropy(out, batch.y[:batch.batch_size])
         else:
             _, blocks = batch
