@@ -110,17 +110,23 @@ def run_record(gpus: int, row: str, results: Dict[int, List], wall: float, peak_
 def _job(ds, gpus: int, row: str, args, baseline_bytes: int,
          cache_rows: Optional[CacheRowChoices] = None) -> Dict[str, Any]:
     """One training job of ``row`` on ``gpus`` GPUs, timed over its last epoch; ``cache_rows``:
-    the run's cache rows, chosen once for every job (else this job chooses its own)."""
+    the run's cache rows, chosen once for every job (else this job chooses its own). A job whose
+    table is shareable makes the dataset's one shared copy; it is dropped after the job (the
+    dataset's feature source put back), so the next job's peak host memory holds only its own."""
     from pytorch_zerocopy.pipeline import make_plan
     from pytorch_zerocopy.train import train_data_parallel
 
     mode, settings = ROWS[row]
     plan = make_plan(mode, row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, local_processes=gpus,
                      **_shape(args, args.global_batches // gpus), trace=True, **settings)
+    source = ds.feature_source
     start = time.perf_counter()
-    with PeakHostMemory() as memory:
-        results = train_data_parallel(ds, gpus, plan=plan, quiet=True,
-                                      cached_rows=cache_rows(plan) if cache_rows is not None else None)
+    try:
+        with PeakHostMemory() as memory:
+            results = train_data_parallel(ds, gpus, plan=plan, quiet=True,
+                                          cached_rows=cache_rows(plan) if cache_rows is not None else None)
+    finally:
+        ds.feature_source = source
     return run_record(gpus, row, results, time.perf_counter() - start, memory.peak - baseline_bytes, plan.describe())
 
 

@@ -132,10 +132,16 @@ def launch(entrypoint: Callable[..., Any], args: Sequence[Any], options: LaunchO
         shutil.rmtree(tempdir, ignore_errors=True)
 
 
+# The attempt of a job that its launcher restarted itself (see :func:`restart_count`).
+ATTEMPT_ENV = "ZEROCOPY_JOB_ATTEMPT"
+
+
 def restart_count() -> int:
-    """How many times elastic has restarted this worker's job (``TORCHELASTIC_RESTART_COUNT``,
-    which the processes a worker starts inherit): 0 in its first attempt, and outside a launcher."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    """How many times this worker's job was restarted: by elastic (``TORCHELASTIC_RESTART_COUNT``)
+    or by a launcher that restarts whole attempts itself (:data:`ATTEMPT_ENV`, as
+    :func:`pytorch_zerocopy.train.train_data_parallel` does on one machine); the processes a
+    worker starts inherit both. 0 in a first attempt, and outside a launcher."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + int(os.environ.get(ATTEMPT_ENV, "0"))
 
 
 def _worker_entry(entrypoint: Callable[..., Any], launcher_pid: int, tempdir: str, *args: Any) -> Any:

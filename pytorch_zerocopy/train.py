@@ -39,11 +39,12 @@ import re
 import sys
 import time
 from dataclasses import replace
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from .feature_table import CacheConfig, CachePolicy
+from .launch import LaunchOptions
 from .pipeline.plan import Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
 
 MODES = tuple(m.value for m in Mode)
@@ -262,14 +263,16 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
 
     Checkpoints (``checkpoint_dir``, ``resume``: :mod:`pytorch_zerocopy.pipeline.checkpoint`):
     on one machine the checkpoint is checked here, before any worker starts. With
-    ``launch_options.max_restarts`` (which needs ``checkpoint_dir``), elastic restarts every
-    worker when one dies, and they resume from the last checkpoint: the job loses at most the
-    epoch in flight, and the statistics returned are those of the last attempt's epochs.
+    ``launch_options.max_restarts`` (which needs ``checkpoint_dir``), a job whose worker (or
+    gatherer) dies is restarted whole, and its workers resume from the last checkpoint: the job
+    loses at most the epoch in flight, and the statistics returned are those of the last
+    attempt's epochs. On one machine the restarts are this function's (:func:`_attempts`): each
+    attempt gets its own MPS daemon and gatherer, as a process killed while it had GPU work in
+    flight can leave the MPS server and its other clients in an undefined state; across
+    machines they are elastic's, which restarts the workers only.
     """
-    from .launch import LaunchOptions
     from .pipeline import checkpoint
     from .pipeline.gather import choose_cached_rows
-    from .pipeline.partition import MpsDaemon, MpsError
 
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise PlanError("nproc", f"nproc must be >= 1, got {nproc!r}")
@@ -286,6 +289,38 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
         dataset.features  # one shared copy, made here, that every worker maps
     if cached_rows is None:  # once, for every rank
         cached_rows = choose_cached_rows(plan, dataset, None if quiet else lambda c: print(c.describe(), flush=True))
+    if not options.single_machine():
+        return _attempt(plan, dataset, cached_rows, options, partition, quiet)
+    return _attempts(lambda attempt: _attempt(plan, dataset, cached_rows, attempt, partition, quiet), options, quiet)
+
+
+def _attempts(run: Callable[[LaunchOptions], Dict[int, List]], options: LaunchOptions, quiet: bool) -> Dict[int, List]:
+    """``run``'s result for the first attempt that succeeds, of ``1 + options.max_restarts``:
+    each attempt is launched with elastic's own restarts off and its number in the workers'
+    environment (:data:`~pytorch_zerocopy.launch.ATTEMPT_ENV`, read by
+    :func:`~pytorch_zerocopy.launch.restart_count`). Raises the last attempt's failure."""
+    from .launch import ATTEMPT_ENV, WorkerFailed
+    from .pipeline import PipelineError
+
+    for attempt in range(options.max_restarts + 1):
+        env = {**options.extra_env, ATTEMPT_ENV: str(attempt)}
+        try:
+            return run(replace(options, max_restarts=0, extra_env=env))
+        except (WorkerFailed, PipelineError) as e:
+            if attempt == options.max_restarts:
+                raise
+            if not quiet:
+                print(f"the job failed ({_one_line(e)}); restarting it from its last checkpoint "
+                      f"(restart {attempt + 1} of {options.max_restarts})", flush=True)
+    raise AssertionError("unreachable")
+
+
+def _attempt(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], options: LaunchOptions, partition: str,
+             quiet: bool) -> Dict[int, List]:
+    """One attempt of :func:`train_data_parallel`'s job: its MPS daemon (when the plan
+    partitions the GPUs with MPS), its gatherer and its workers, all stopped when it ends."""
+    from .pipeline.partition import MpsDaemon, MpsError
+
     if plan.partition is not Partition.MPS:
         return _launch_ranks(plan, dataset, cached_rows, options, None, quiet)
     daemon = MpsDaemon()
@@ -299,7 +334,7 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
         return _launch_ranks(replace(plan, partition=Partition.NONE), dataset, cached_rows, options, None, quiet)
     try:
         if not quiet:
-            print(f"GPU partition: MPS, one daemon for all {nproc} pipelines of this machine")
+            print(f"GPU partition: MPS, one daemon for all {options.nproc_per_node} pipelines of this machine")
         options.extra_env = {**options.extra_env, **daemon.shared_env()}
         return _launch_ranks(plan, dataset, cached_rows, options, daemon, quiet)
     finally:
@@ -309,8 +344,9 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
 def _launch_ranks(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], options, daemon, quiet: bool) -> Dict[int, List]:
     """Launches the ranks of :func:`train_data_parallel`; with ``Plan.gather_in`` machine, the
     machine's gatherer first (a child of this process under ``daemon``'s producer share, when
-    MPS partitions the GPUs), serving every attempt's trainers until the job ends. A job that
-    fails after the gatherer did raises the gatherer's failure."""
+    MPS partitions the GPUs), serving the trainers until the launch ends (every elastic
+    restart's, across machines). A job that fails after the gatherer did raises the gatherer's
+    failure."""
     from .launch import launch
     from .pipeline import GatherIn
     from .pipeline.machine import gatherer_main

@@ -20,7 +20,8 @@ import torch
 
 from pytorch_zerocopy.datasets import community_graph
 from pytorch_zerocopy.nn import GraphSAGE
-from pytorch_zerocopy.pipeline import PlanError, make_plan
+from pytorch_zerocopy.launch import WorkerFailed
+from pytorch_zerocopy.pipeline import PipelineError, PlanError, make_plan
 from pytorch_zerocopy.pipeline import checkpoint
 from pytorch_zerocopy.pipeline.plan import InjectedFailure, Plan
 from pytorch_zerocopy.train import train
@@ -255,12 +256,12 @@ def _shm_left_by(pids: Set[int], before: Set[str]) -> Set[str]:
                                       pytest.param("cuda", id="two-gpus-nccl",
                                                    marks=[pytest.mark.cuda, needs_two_gpus])])
 def test_a_killed_rank_costs_at_most_the_epoch_in_flight(tmp_path, ranks_on):
-    """Rank 1's trainer is killed (SIGKILL) in the middle of epoch 1's training; elastic restarts
-    the job, which resumes after epoch 0 from the checkpoint, finishes, and ends where a job that
+    """Rank 1's trainer is killed (SIGKILL) in the middle of epoch 1's training; the job is
+    restarted, resumes after epoch 0 from the checkpoint, finishes, and ends where a job that
     never failed ends. Nothing is left: processes, shared memory (the job's semaphores included:
     its resource tracker reports any it had to clean up), temp directories, MPS daemons. With
-    one gatherer for the machine (``cpu-machine``; the default on GPUs), the restarted trainers
-    are served by the gatherer that served the first attempt."""
+    one gatherer for the machine (``cpu-machine``; the default on two GPUs), the restarted
+    trainers are served by a new gatherer, started with them."""
     on_cpu = ranks_on.startswith("cpu")
     settings = dict(RUN, epochs=2, use_gpu=not on_cpu)
     if ranks_on == "cpu-machine":
@@ -299,3 +300,54 @@ def test_a_killed_rank_costs_at_most_the_epoch_in_flight(tmp_path, ranks_on):
     assert _shm_left_by(pids, shm) == set()
     assert leftovers == []
     assert _mps_daemons() == []
+
+
+class _Failing:
+    """A stand-in for one attempt of a job: fails the first ``failures`` calls, recording the
+    options each call got."""
+
+    def __init__(self, failures: int, error: Exception):
+        self.failures, self.error, self.calls = failures, error, []
+
+    def __call__(self, options):
+        self.calls.append(options)
+        if len(self.calls) <= self.failures:
+            raise self.error
+        return {0: ["epochs"]}
+
+
+@pytest.mark.parametrize("error", [WorkerFailed("rank 1 died"), PipelineError("gatherer", "killed by SIGABRT")],
+                         ids=["worker", "gatherer"])
+def test_a_job_on_one_machine_restarts_whole_attempts(error):
+    """On one machine the launcher restarts the job itself: every attempt runs with elastic's
+    restarts off and its number in the workers' environment (so each gets its own MPS daemon
+    and gatherer, and its workers resume); the last attempt's failure is raised."""
+    from pytorch_zerocopy.launch import ATTEMPT_ENV, LaunchOptions
+    from pytorch_zerocopy.train import _attempts
+
+    run = _Failing(2, error)
+    options = LaunchOptions(nproc_per_node=2, max_restarts=2, extra_env={"KEEP": "1"})
+    assert _attempts(run, options, quiet=True) == {0: ["epochs"]}
+    assert [o.extra_env for o in run.calls] == [{"KEEP": "1", ATTEMPT_ENV: str(a)} for a in range(3)]
+    assert {o.max_restarts for o in run.calls} == {0} and options.max_restarts == 2
+
+    run = _Failing(2, error)
+    with pytest.raises(type(error)):
+        _attempts(run, LaunchOptions(max_restarts=1), quiet=True)
+    assert len(run.calls) == 2
+    run = _Failing(1, KeyboardInterrupt("stopped"))
+    with pytest.raises(KeyboardInterrupt):  # an interrupted job is not restarted
+        _attempts(run, LaunchOptions(max_restarts=3), quiet=True)
+    assert len(run.calls) == 1
+
+
+def test_restart_count_reads_both_restarters(monkeypatch):
+    from pytorch_zerocopy.launch import ATTEMPT_ENV, restart_count
+
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    monkeypatch.delenv(ATTEMPT_ENV, raising=False)
+    assert restart_count() == 0
+    monkeypatch.setenv(ATTEMPT_ENV, "2")
+    assert restart_count() == 2
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert restart_count() == 3

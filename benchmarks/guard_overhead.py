@@ -1,0 +1,181 @@
+"""What the traversal kernels' bounds checks cost BFS: this tree against the code before them.
+
+    python benchmarks/guard_overhead.py --unguarded DIR
+
+``DIR`` is a checkout of the last commit before the GPU kernels bounds-checked what they read
+(2ae3ac9; ``git archive 2ae3ac9 csrc pytorch_zerocopy setup.py pyproject.toml``), built in
+place (``python setup.py build_ext --inplace``): a local copy the benchmark is pointed at, never
+committed. Both builds run the same BFS calls, from the same sources, on the same graphs, saved
+once by this process: each build in a process of its own (``PYTHONPATH``), alternating
+``--rounds`` times (guarded, unguarded, guarded, ...), so a slow spell of the machine hits both.
+
+Graphs: the symmetric Kronecker graph (``--scale``, edge factor 16) and the 2048 x 2048 grid;
+placements ``unified`` (the edge list mapped in host memory) and ``cuda``; variants: every BFS
+variant. A call's time is its wall time (the op returns its result on the host, so it has
+synchronised), after one untimed call per (graph, placement, variant).
+
+Bars: ``guard_overhead`` is the largest, over graph x placement, of the median time of the
+variant ``auto`` picks in this tree over the unguarded build's median for that same variant,
+minus 1; ``guard_overhead_within_3pct``. Every variant's ratio is reported beside it, with each
+side's min and max. The pinned memcpy H2D ceiling of the run is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD_ENV = "ZEROCOPY_GUARD_BUILD"  # the tree a worker must import the package from
+
+BAR = 0.03
+VARIANTS = ("frontier", "aligned", "direction", "async")
+PLACEMENTS = ("unified", "cuda")
+
+
+def _worker(spec_path: str) -> None:
+    """One build's timings of every (graph, placement, variant) in ``spec_path``: one JSON line."""
+    import pytorch_zerocopy
+    from pytorch_zerocopy.graph import CSRGraph
+    from pytorch_zerocopy.graph.traversal import bfs
+
+    root = os.environ[BUILD_ENV]
+    if not os.path.abspath(pytorch_zerocopy.__file__).startswith(root + os.sep):
+        raise RuntimeError(f"imported {pytorch_zerocopy.__file__}, not the build at {root}")
+    with open(spec_path) as f:
+        spec = json.load(f)
+    out: List[Dict[str, Any]] = []
+    for graph in spec["graphs"]:
+        saved = torch.load(graph["path"], weights_only=True)
+        host = CSRGraph(saved["indptr"], saved["indices"], symmetric=True, validate=False)
+        for placement in PLACEMENTS:
+            g = host.to(placement)
+            for variant in graph["variants"]:
+                bfs(g, graph["sources"][0], variant=variant)
+                times = []
+                for _ in range(spec["reps"]):
+                    for s in graph["sources"]:
+                        start = time.perf_counter()
+                        bfs(g, s, variant=variant)
+                        times.append((time.perf_counter() - start) * 1e3)
+                out.append({"graph": graph["name"], "placement": placement, "variant": variant, "ms": times})
+            del g
+            torch.cuda.empty_cache()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _graphs(scale: int, workdir: str) -> List[Dict[str, Any]]:
+    from pytorch_zerocopy.graph.generators import grid_graph, kronecker_graph
+    from pytorch_zerocopy.graph.traversal import auto_variant
+
+    made = [(f"kron{scale}", kronecker_graph(scale, 16, seed=1, device="cuda")), ("grid2048", grid_graph(2048, 2048))]
+    graphs = []
+    for name, g in made:
+        g = g.to("cpu")
+        degrees = g.indptr[1:] - g.indptr[:-1]
+        sources = [int(v) for v in torch.nonzero(degrees > 0).flatten()[torch.tensor([0, 1000, 100000])].tolist()]
+        path = os.path.join(workdir, f"{name}.pt")
+        torch.save({"indptr": g.indptr, "indices": g.indices}, path)
+        auto = {p: auto_variant("bfs", g.to(p)) for p in PLACEMENTS}
+        graphs.append({"name": name, "path": path, "sources": sources, "variants": list(VARIANTS), "auto": auto,
+                       "num_nodes": g.num_nodes, "num_edges": g.num_edges})
+        del g
+        torch.cuda.empty_cache()
+    return graphs
+
+
+def _run_build(root: str, spec_path: str) -> List[Dict[str, Any]]:
+    env = dict(os.environ, PYTHONPATH=root, **{BUILD_ENV: root})
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", spec_path], env=env,
+                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the build at {root} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--unguarded", help="a checkout of the code before the guards, built in place")
+    p.add_argument("--scale", type=int, default=23)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3, help="calls per source and round")
+    p.add_argument("--out", default=os.path.join("benchmarks", "results"))
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        _worker(args.worker)
+        return 0
+    if args.unguarded is None or not torch.cuda.is_available():
+        p.error("needs a GPU and --unguarded DIR")
+    sys.path.insert(0, ROOT)
+    from benchmarks.common import environment, pinned_memcpy_gbs
+
+    builds = {"guarded": ROOT, "unguarded": os.path.abspath(args.unguarded)}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="zc-guard-") as workdir:
+        graphs = _graphs(args.scale, workdir)
+        spec_path = os.path.join(workdir, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump({"graphs": graphs, "reps": args.reps}, f)
+        ceiling = pinned_memcpy_gbs()
+        times: Dict[tuple, Dict[str, List[float]]] = {}
+        for rnd in range(args.rounds):
+            for build, root in builds.items():
+                for r in _run_build(root, spec_path):
+                    key = (r["graph"], r["placement"], r["variant"])
+                    times.setdefault(key, {}).setdefault(build, []).extend(r["ms"])
+                print(f"round {rnd}: {build} done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    rows = []
+    for (graph, placement, variant), by in sorted(times.items()):
+        med = {b: statistics.median(v) for b, v in by.items()}
+        rows.append({"graph": graph, "placement": placement, "variant": variant,
+                     **{f"{b}_ms": med[b] for b in builds}, **{f"{b}_min_ms": min(by[b]) for b in builds},
+                     **{f"{b}_max_ms": max(by[b]) for b in builds}, "n": len(by["guarded"]),
+                     "overhead": med["guarded"] / med["unguarded"] - 1})
+    auto_rows = [r for r in rows for g in graphs
+                 if r["graph"] == g["name"] and r["variant"] == g["auto"][r["placement"]]]
+    worst = max(auto_rows, key=lambda r: r["overhead"])
+    bars = {"guard_overhead": worst["overhead"], "guard_overhead_within_3pct": worst["overhead"] <= BAR}
+    result = {"environment": environment(), "ceiling_pinned_memcpy_gbs": ceiling, "graphs": graphs, "rows": rows,
+              "bars": bars, "worst": worst, "rounds": args.rounds, "reps": args.reps,
+              "wall_seconds": time.perf_counter() - t0}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "guard_overhead.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    env = result["environment"]
+    md = ["# What the traversal kernels' bounds checks cost BFS", "",
+          f"{env['gpu']} · driver {env['driver']} · torch {env['torch']} · {env['date']} · pinned memcpy H2D "
+          f"{ceiling:.1f} GB/s", "",
+          "Guarded: this tree. Unguarded: the code before the guards (2ae3ac9), built the same way. "
+          "Each build in "
+          f"its own process, {args.rounds} alternating rounds x {args.reps} calls per source; ms = median of a "
+          "call's wall time (min..max beside it).", "",
+          "| graph | placement | variant | auto here | guarded ms | unguarded ms | overhead |",
+          "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        auto = next(g["auto"][r["placement"]] for g in graphs if g["name"] == r["graph"]) == r["variant"]
+        md.append(f"| {r['graph']} | {r['placement']} | {r['variant']} | {'yes' if auto else ''} | "
+                  f"{r['guarded_ms']:.2f} ({r['guarded_min_ms']:.2f}..{r['guarded_max_ms']:.2f}) | "
+                  f"{r['unguarded_ms']:.2f} ({r['unguarded_min_ms']:.2f}..{r['unguarded_max_ms']:.2f}) | "
+                  f"{r['overhead']:+.1%} |")
+    md += ["", f"Bars: guard_overhead = {bars['guard_overhead']:+.2%} ({worst['graph']}, {worst['placement']}, "
+               f"{worst['variant']}: the variant auto picks, worst over graph x placement), "
+               f"guard_overhead_within_3pct = {bars['guard_overhead_within_3pct']}", ""]
+    with open(os.path.join(args.out, "guard_overhead.md"), "w") as f:
+        f.write("\n".join(md))
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
