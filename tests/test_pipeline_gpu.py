@@ -107,6 +107,24 @@ def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
         MpsDaemon(binary=str(fake)).start()
 
 
+def test_mps_client_files_of_ended_processes_are_removed(tmp_path):
+    """The CUDA driver leaves a file in /dev/shm per MPS client process; stopping a daemon
+    removes those made while it ran whose process has ended, and nothing else."""
+    from pytorch_zerocopy.pipeline.partition import remove_ended_client_files
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    older = f"cuda.shm.0.{ended.pid:x}.1"
+    (tmp_path / older).write_text("")
+    before = frozenset(os.listdir(tmp_path))
+    names = [f"cuda.shm.0.{ended.pid:x}.2", f"cuda.shm.0.{os.getpid():x}.1", "cuda.shm.0.zz.1", "torch_1_2",
+             f"cuda.shm.0.{ended.pid:x}.3.tmp"]
+    for name in names:
+        (tmp_path / name).write_text("")
+    assert remove_ended_client_files(before, str(tmp_path)) == [names[0]]
+    assert sorted(os.listdir(tmp_path)) == sorted([older] + names[1:])
+
+
 def test_attached_mps_daemon_is_shared_not_stopped(tmp_path, monkeypatch):
     """A pipeline under a launcher's daemon attaches to it: same pipe, and its stop() leaves
     the daemon to the launcher that started it."""

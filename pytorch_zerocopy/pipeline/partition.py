@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import select
 import shutil
 import subprocess
 import tempfile
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 
@@ -50,6 +51,46 @@ def _pids_with_pipe_dir(pipe_dir: str) -> List[int]:
         except OSError:
             continue
     return found
+
+
+# The CUDA driver's file for each MPS client process, in /dev/shm: cuda.shm.<n>.<client pid, hex>.<n>.
+# The driver does not remove it when the client ends.
+_CLIENT_FILE = re.compile(r"cuda\.shm\.\d+\.([0-9a-f]+)\.\d+")
+SHM_DIR = "/dev/shm"
+
+
+def _listing(directory: str) -> FrozenSet[str]:
+    try:
+        return frozenset(os.listdir(directory))
+    except OSError:
+        return frozenset()
+
+
+def remove_ended_client_files(before: FrozenSet[str], directory: str = SHM_DIR) -> List[str]:
+    """Removes the MPS client files (see ``_CLIENT_FILE``) in ``directory`` that are not in
+    ``before`` (its listing when a daemon started) and whose process has ended; returns their
+    names. A live process's file, and every other file, is left alone."""
+    removed = []
+    for name in sorted(_listing(directory) - before):
+        m = _CLIENT_FILE.fullmatch(name)
+        if m is None or _alive(int(m.group(1), 16)):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _wait_exit(pid: int, timeout: float) -> bool:
@@ -87,6 +128,7 @@ class MpsDaemon:
         self.root: Optional[str] = None
         self.pids: List[int] = []
         self.owned = True  # False for a handle on a daemon another process started
+        self.shm_before: FrozenSet[str] = frozenset()  # /dev/shm when it started
 
     @classmethod
     def attach(cls, root: str) -> "MpsDaemon":
@@ -100,6 +142,7 @@ class MpsDaemon:
         daemon.root = root
         daemon.pids = []
         daemon.owned = False
+        daemon.shm_before = frozenset()
         return daemon
 
     def shared_env(self) -> Dict[str, str]:
@@ -126,6 +169,7 @@ class MpsDaemon:
                               env={**os.environ, **self.env}, timeout=timeout)
 
     def start(self) -> "MpsDaemon":
+        self.shm_before = _listing(SHM_DIR)
         self.root = tempfile.mkdtemp(prefix="zerocopy-mps-")
         os.makedirs(self.env["CUDA_MPS_PIPE_DIRECTORY"])
         os.makedirs(self.env["CUDA_MPS_LOG_DIRECTORY"])
@@ -163,8 +207,9 @@ class MpsDaemon:
             return "(no control.log)"
 
     def stop(self) -> None:
-        """Stops the daemon (and its server) and removes its directories; safe to call twice.
-        A handle from :meth:`attach` only forgets the daemon."""
+        """Stops the daemon (and its server) and removes its directories and the driver's files
+        of its clients that have ended (:func:`remove_ended_client_files`, for files made while
+        it ran); safe to call twice. A handle from :meth:`attach` only forgets the daemon."""
         if self.root is None:
             return
         if not self.owned:
@@ -182,6 +227,7 @@ class MpsDaemon:
                 except ProcessLookupError:
                     pass
         shutil.rmtree(self.root, ignore_errors=True)
+        remove_ended_client_files(self.shm_before)
         self.root = None
         atexit.unregister(self.stop)
 
