@@ -11,8 +11,8 @@ once by this process: each build in a process of its own (``PYTHONPATH``), alter
 
 Graphs: the symmetric Kronecker graph (``--scale``, edge factor 16) and the 2048 x 2048 grid;
 placements ``unified`` (the edge list mapped in host memory) and ``cuda``; variants: every BFS
-variant. A call's time is its wall time (the op returns its result on the host, so it has
-synchronised), after one untimed call per (graph, placement, variant).
+variant. A call's time is its wall time up to a device synchronisation after it (a variant may
+return before its kernels end), after one untimed call per (graph, placement, variant).
 
 Bars: ``guard_overhead`` is the largest, over graph x placement, of the median time of the
 variant ``auto`` picks in this tree over the unguarded build's median for that same variant,
@@ -61,11 +61,13 @@ def _worker(spec_path: str) -> None:
             g = host.to(placement)
             for variant in graph["variants"]:
                 bfs(g, graph["sources"][0], variant=variant)
+                torch.cuda.synchronize()
                 times = []
                 for _ in range(spec["reps"]):
                     for s in graph["sources"]:
                         start = time.perf_counter()
                         bfs(g, s, variant=variant)
+                        torch.cuda.synchronize()  # a variant may return before its kernels end
                         times.append((time.perf_counter() - start) * 1e3)
                 out.append({"graph": graph["name"], "placement": placement, "variant": variant, "ms": times})
             del g
