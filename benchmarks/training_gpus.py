@@ -21,11 +21,11 @@ peak host memory (``MemTotal - MemAvailable`` sampled every 50 ms, over the same
 dataset existed: every process and shared memory included).
 
 ``--kill-check`` adds the checkpoint bar: a 2-GPU default job with ``--checkpoint`` whose rank 1
-trainer is SIGKILLed in the middle of its second epoch, restarted by torch elastic
-(``max_restarts=1``), against the same job uninterrupted. ``--soak FILE`` folds the bars of a
-``benchmarks/soak.py`` result into this one's. ``--append FILE`` adds the runs of an earlier
-part of the same benchmark (same configuration), so one result file set can be made in several
-calls. The JSON is rewritten after every run. Results: ``training_gpus.{json,md,png}``.
+trainer is SIGKILLed in the middle of its second epoch, restarted (``max_restarts=1``: on one
+machine the whole job, its MPS daemon and gatherer included), against the same job
+uninterrupted. ``--soak FILE`` folds the bars of a ``benchmarks/soak.py`` result into this one's.
+``--append FILE`` adds the runs of an earlier part of the same benchmark (same configuration),
+so one result file set can be made in several calls. The JSON is rewritten after every run. Results: ``training_gpus.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -226,8 +226,8 @@ def report_lines(runs: List[Dict[str, Any]], cells: Dict, bars: Dict[str, Any], 
 
 def kill_check(ds, args, gpus: int = 2, cache_rows: Optional[CacheRowChoices] = None) -> Dict[str, Any]:
     """The default plan on ``gpus`` GPUs for 3 epochs with a checkpoint, once uninterrupted and
-    once with rank 1's trainer SIGKILLed halfway through epoch 1 and the job restarted by
-    elastic; what the restarted job trained, and whether it lost at most the epoch in flight."""
+    once with rank 1's trainer SIGKILLed halfway through epoch 1 and the job restarted; what the
+    restarted job trained, and whether it lost at most the epoch in flight."""
     from pytorch_zerocopy.launch import LaunchOptions
     from pytorch_zerocopy.pipeline import checkpoint, make_plan
     from pytorch_zerocopy.pipeline.plan import InjectedFailure

@@ -202,7 +202,7 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None,
 
     The worker only supervises its pipeline's processes and never opens a CUDA context itself
     (so under a shared MPS daemon every GPU client is a role with its thread share). A worker
-    that elastic restarted resumes from the job's checkpoint (:func:`.pipeline.checkpoint.after_restart`);
+    that was restarted resumes from the job's checkpoint (:func:`.pipeline.checkpoint.after_restart`);
     it returns no epochs when the job had finished training before the restart."""
     from .launch import restart_count
     from .pipeline import PipelineError, checkpoint
@@ -227,7 +227,7 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None,
 
 
 def check_restarts(max_restarts: int, plan: Plan) -> None:
-    """Raises :class:`PlanError` unless ``max_restarts`` (elastic restarts of a job) can work
+    """Raises :class:`PlanError` unless ``max_restarts`` (restarts of a job) can work
     with ``plan``: restarted workers resume from its checkpoints, so it needs ``checkpoint_dir``."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise PlanError("max_restarts", f"max_restarts must be an int >= 0, got {max_restarts!r}")
@@ -447,7 +447,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue the run whose checkpoint --checkpoint DIR holds, from the epoch after it, with "
                         "the minibatches an uninterrupted run would have trained on")
     p.add_argument("--max-restarts", type=int, default=0,
-                   help="restart the job up to N times when a worker dies (torch elastic), resuming from the "
+                   help="restart the job up to N times when a worker (or the gatherer) dies, resuming from the "
                         "last checkpoint (needs --checkpoint)")
 
 
@@ -530,7 +530,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         settings["sample_on"] = args.sample_on
     if args.trace:
         settings["trace"] = True
-    # Restarts are elastic's: a job that may restart runs its one pipeline as a launched worker.
+    # A job that may restart runs its one pipeline as a launched worker (train_data_parallel restarts it).
     distributed = args.gpus != 1 or args.nnodes not in ("1", "1:1") or args.max_restarts != 0
     try:
         if args.gpus < 1:
