@@ -25,7 +25,8 @@ trainer is SIGKILLed in the middle of its second epoch, restarted (``max_restart
 machine the whole job, its MPS daemon and gatherer included), against the same job
 uninterrupted. ``--soak FILE`` folds the bars of a ``benchmarks/soak.py`` result into this one's.
 ``--append FILE`` adds the runs of an earlier part of the same benchmark (same configuration),
-so one result file set can be made in several calls. The JSON is rewritten after every run. Results: ``training_gpus.{json,md,png}``.
+so one result file set can be made in several calls. The JSON is rewritten after every run.
+Results: ``training_gpus.{json,md,png}``.
 """
 
 from __future__ import annotations
