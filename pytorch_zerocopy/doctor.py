@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
 
+from . import numa
 from ._build import build_info
 from .unified import format_bytes, gpu_backed
 
@@ -76,53 +76,31 @@ def check_gpus() -> List[Check]:
     return checks
 
 
-def pci_sysfs_address(bus_id: str) -> str:
-    """nvidia-smi's PCI bus id (``00000000:1B:00.0``) as sysfs names the device (``0000:1b:00.0``)."""
-    domain, _, rest = bus_id.strip().partition(":")
-    return f"{int(domain, 16):04x}:{rest.lower()}" if rest else bus_id.strip().lower()
-
-
-def numa_nodes(root: str = "/sys/devices/system/node") -> List[int]:
-    """The host's NUMA nodes (``[0]`` where sysfs does not say)."""
-    try:
-        found = sorted(int(n[4:]) for n in os.listdir(root) if n.startswith("node") and n[4:].isdigit())
-    except OSError:
-        found = []
-    return found or [0]
-
-
-def check_numa(root: str = "/sys/bus/pci/devices") -> List[Check]:
-    """Each GPU's NUMA node (the socket its PCIe link hangs off), beside the host's nodes: a GPU
-    reading host memory on another node crosses the socket link."""
-    rows = _nvidia_smi(["--query-gpu=index,pci.bus_id", "--format=csv,noheader"])
-    if not rows:
+def check_numa(root: str = numa.PCI_ROOT) -> List[Check]:
+    """Each GPU's NUMA node (the socket its PCIe link hangs off), beside the host's nodes with
+    memory, and where a job on every GPU puts its shared host tables."""
+    gpus = numa.gpu_nodes(root)
+    if not gpus:
         return []
-    nodes = numa_nodes()
-    checks = [Check("OK", "NUMA nodes", f"{len(nodes)} ({', '.join(map(str, nodes))})")]
-    placed = set()
-    for row in rows.splitlines():
-        parts = [p.strip() for p in row.split(",")]
-        if len(parts) != 2:
-            continue
-        node = _read(os.path.join(root, pci_sysfs_address(parts[1]), "numa_node"))
-        node = node if node and node != "-1" else "unknown (one node, or the firmware does not say)"
-        placed.add(node)
-        checks.append(Check("OK", f"NUMA GPU {parts[0]}", f"node {node}, PCI {parts[1]}"))
-    if len(nodes) > 1 and len(placed) > 1:
-        checks.append(Check("WARN", "NUMA placement", "GPUs hang off different nodes: a shared host table lives on "
-                                                      "the node that first touched its pages, so some GPUs read it "
-                                                      "across the socket link"))
+    nodes = numa.memory_nodes()
+    checks = [Check("OK", "NUMA nodes", f"{len(nodes)} with memory ({', '.join(map(str, nodes))})")]
+    for index, node in sorted(gpus.items()):
+        checks.append(Check("OK", f"NUMA GPU {index}", f"node {node}" if node is not None
+                            else "node unknown (one node, or the firmware does not say)"))
+    spread = numa.interleave_nodes(len(gpus), gpus)
+    if spread:
+        checks.append(Check("OK", "NUMA placement", f"a job on GPUs of nodes {', '.join(map(str, spread))} "
+                                                    "interleaves its shared host tables over them: each GPU reads "
+                                                    "its share locally, every socket link carries an even share"))
+    elif len(nodes) > 1 and len({n for n in gpus.values()}) > 1:
+        checks.append(Check("WARN", "NUMA placement", "GPUs hang off different nodes, but not every GPU's node is "
+                                                      "known: shared host tables stay where first touched, and "
+                                                      "some GPUs read them across the socket link"))
     return checks
 
 
 def _nvidia_smi(args: List[str]) -> str:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return ""
-    try:
-        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=20).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    return numa.nvidia_smi(args)
 
 
 def check_host() -> List[Check]:

@@ -252,7 +252,9 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     :mod:`.pipeline.machine`) load it, in the host memory kind the GPUs read fastest, and sample
     and gather for every worker's trainer; on more (see
     :data:`~.pipeline.plan.MACHINE_GATHERER_TRAINERS`) each worker's own producer maps one table
-    in a shareable placement (``unified``), made here once. ``use_gpu=False`` keeps every
+    in a shareable placement (``unified``), made here once; where the job's GPUs hang off
+    several NUMA nodes the shared graph and table are interleaved over them (``Plan.numa_nodes``,
+    :mod:`pytorch_zerocopy.numa`). ``use_gpu=False`` keeps every
     pipeline on the CPU (gloo) even where GPUs exist. With MPS partitioning (the default for
     ``zerocopy`` where MPS exists), this process starts one MPS control daemon that serves
     every GPU of the machine, each pipeline's producer and trainer
@@ -284,9 +286,8 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
     check_restarts(options.max_restarts, plan)
     if plan.checkpoint_dir is not None and options.single_machine():
         checkpoint.resolve(replace(plan, world_size=nproc), dataset)  # the workers resolve it again, as they start
-    dataset.share_memory_()
-    if plan.table_in.shareable:
-        dataset.features  # one shared copy, made here, that every worker maps
+    # One shared copy of the graph (and of a shareable table), made here, that every worker maps.
+    dataset.share_for_gpus(plan.numa_nodes, features=plan.table_in.shareable)
     if cached_rows is None:  # once, for every rank
         cached_rows = choose_cached_rows(plan, dataset, None if quiet else lambda c: print(c.describe(), flush=True))
     if not options.single_machine():

@@ -134,6 +134,25 @@ class NodeDataset:
             host.share_memory_()
         return self
 
+    def share_for_gpus(self, numa_nodes: Sequence[int], features: bool) -> "NodeDataset":
+        """:meth:`share_memory_`, then the graph's arrays interleaved over ``numa_nodes`` (their
+        pages move: :func:`pytorch_zerocopy.numa.interleave`; none for ``()``), and with
+        ``features`` the one shared feature table every GPU maps, made there (a table this
+        dataset does not hold yet is placed before it is filled, so its pages never move)."""
+        from ..numa import interleave
+        from .features import TensorFeatures, shared_rows
+
+        self.share_memory_()
+        for t in (self.graph.indptr, self.graph.indices):
+            interleave(t, numa_nodes)
+        if features:
+            host = self.feature_source.host_tensor()
+            if host is None:
+                self.feature_source = TensorFeatures(shared_rows(self.feature_source, numa_nodes))
+            else:
+                interleave(host, numa_nodes)
+        return self
+
     def describe(self) -> str:
         gib = self.feature_source.nbytes / 2**30
         return (f"{self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "

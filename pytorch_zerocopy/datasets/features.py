@@ -20,7 +20,7 @@ import abc
 import os
 import zipfile
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -239,14 +239,20 @@ def load_table(source: FeatureSource, placement: Placement, device=None) -> torc
     return table
 
 
-def shared_rows(source: FeatureSource) -> torch.Tensor:
-    """``source``'s rows in a new shared-memory CPU tensor. A source that draws on a GPU is
-    filled by a short-lived child process, so this process never creates a CUDA context (an MPS
-    partition started later then has the GPU to itself)."""
+def shared_rows(source: FeatureSource, numa_nodes: Sequence[int] = ()) -> torch.Tensor:
+    """``source``'s rows in a new shared-memory CPU tensor, its pages interleaved over
+    ``numa_nodes`` (:func:`pytorch_zerocopy.numa.interleave`; placed before they are filled). A
+    source that draws on a GPU is filled by a short-lived child process, so this process never
+    creates a CUDA context (an MPS partition started later then has the GPU to itself)."""
+    from ..numa import interleave
+
     host = source.host_tensor()
     if host is not None:
-        return host if host.is_shared() else host.share_memory_()
+        host = host if host.is_shared() else host.share_memory_()
+        interleave(host, numa_nodes)
+        return host
     table = _empty(source.shape, source.dtype, Placement.CPU)
+    interleave(table, numa_nodes)
     if not source.needs_gpu:
         source.fill(table)
         return table

@@ -239,7 +239,9 @@ class Plan:
     checkpoint's (:func:`.checkpoint.resolve` sets it when the run starts).
 
     Data parallel: this pipeline is rank ``rank`` of ``world_size``; each trains its own shard
-    of every epoch's training ids (:meth:`for_rank`).
+    of every epoch's training ids (:meth:`for_rank`). ``numa_nodes``: the NUMA nodes the
+    machine's shared host tables (the graph's arrays, a shared feature table) are interleaved
+    over (:mod:`pytorch_zerocopy.numa`); ``()``: where the kernel first places them.
     """
 
     mode: Mode = Mode.ZEROCOPY
@@ -279,6 +281,7 @@ class Plan:
     first_epoch: int = 0
     rank: int = 0
     world_size: int = 1
+    numa_nodes: Tuple[int, ...] = ()
 
     # --- validation: the one place -----------------------------------------------------
 
@@ -297,6 +300,8 @@ class Plan:
         if isinstance(fanouts, (int, str)) or not hasattr(fanouts, "__iter__"):
             raise PlanError("fanouts", f"fanouts must be a sequence of ints (one per layer), got {fanouts!r}")
         object.__setattr__(self, "fanouts", tuple(fanouts))
+        if isinstance(self.numa_nodes, (list, tuple)):
+            object.__setattr__(self, "numa_nodes", tuple(self.numa_nodes))
         if isinstance(self.inject_failure, (tuple, list)):
             object.__setattr__(self, "inject_failure", InjectedFailure(*self.inject_failure))
         self._check_types()
@@ -332,6 +337,10 @@ class Plan:
                 self._fail(name, "True or False")
         if any(isinstance(f, bool) or not isinstance(f, int) for f in self.fanouts):
             self._fail("fanouts", "ints, one per layer")
+        nodes = self.numa_nodes
+        if not isinstance(nodes, tuple) or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in nodes) \
+                or len(set(nodes)) != len(nodes):
+            self._fail("numa_nodes", "distinct NUMA node numbers >= 0 (a tuple; empty: no placement)")
         if self.inject_failure is not None and not isinstance(self.inject_failure, InjectedFailure):
             self._fail("inject_failure", "an InjectedFailure or None")
         if self.cache is not None and not isinstance(self.cache, CacheConfig):
@@ -553,6 +562,8 @@ class Plan:
             parts.append(f"neighbour lists in {self.lists_in.describe}")
         if self.replay:
             parts.append(f"DIAGNOSTIC: replaying {self.replay} pre-sampled minibatches")
+        if self.numa_nodes:
+            parts.append(f"shared host tables interleaved over NUMA nodes {', '.join(map(str, self.numa_nodes))}")
         return ", ".join(parts)
 
     def settings(self) -> dict:
@@ -585,7 +596,7 @@ _PLAN_FIELDS = {f.name for f in fields(Plan)}
 # Settings make_plan decides when they are not given (or given as None).
 _RESOLVED = {"device", "sample_on", "gather_in", "num_samplers", "gather_batches", "num_slots", "sampler_threads",
              "producer_threads", "consumer_threads", "cuda_graph", "gather_tuning", "producer_share",
-             "feature_placement", "graph_placement"}
+             "feature_placement", "graph_placement", "numa_nodes"}
 # The producer's gather beside training under MPS, from managed host memory (whose large GPU
 # pages keep a bounded grid at the link): blocks per SM of its share and loads per lane.
 BOUNDED_GATHER = GatherTuning(blocks_per_sm=4, unroll=16)
@@ -715,6 +726,10 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
         resolved["gather_tuning"] = BOUNDED_GATHER
         if cache is not None:
             resolved["producer_share"] = CACHED_MANAGED_PRODUCER_SHARE
+    if on_gpu and local_processes > 1:
+        from ..numa import interleave_nodes
+
+        resolved["numa_nodes"] = interleave_nodes(local_processes)
     resolved.update(settings)
     return Plan(mode=mode, partition=partition, device=device, sample_on=sample_on, gather_in=gather_in,
                 num_samplers=num_samplers, **resolved)
