@@ -20,10 +20,12 @@ GPUs that read it gives every GPU a local share and every socket link an even on
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import shutil
 import subprocess
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -136,12 +138,16 @@ def interleave_nodes(gpus: int, nodes: Optional[Dict[int, Optional[int]]] = None
     return tuple(sorted(set(used)))  # type: ignore[arg-type]
 
 
-def interleave(t: torch.Tensor, nodes: Sequence[int]) -> None:
+def interleave(t: torch.Tensor, nodes: Sequence[int]) -> bool:
     """Interleaves the pages of the CPU tensor ``t``'s storage over ``nodes`` (see the module
-    docstring); nothing for ``()``. Raises :class:`NumaError` when the kernel refuses."""
+    docstring; the storage should own its pages, as a shared-memory table does); nothing for
+    ``()``. Returns whether the policy was set. Where this process may not set memory policies
+    (a container's seccomp profile without ``CAP_SYS_NICE``, a kernel without NUMA) it warns and
+    returns False: the table stays where first touched. Raises :class:`NumaError` when the
+    kernel refuses the nodes."""
     nodes = tuple(int(n) for n in nodes)
     if not nodes:
-        return
+        return False
     if t.device.type != "cpu":
         raise ValueError(f"interleave: needs a CPU tensor, got one on {t.device}")
     if any(n < 0 or n >= _MASK_BITS for n in nodes):
@@ -154,7 +160,7 @@ def interleave(t: torch.Tensor, nodes: Sequence[int]) -> None:
     start = storage.data_ptr() // page * page
     end = storage.data_ptr() + storage.nbytes()
     if end <= start:
-        return
+        return False
     length = (end - start + page - 1) // page * page
     mask = (ctypes.c_ulong * (_MASK_BITS // 64))()
     for n in nodes:
@@ -164,7 +170,13 @@ def interleave(t: torch.Tensor, nodes: Sequence[int]) -> None:
     rc = libc.syscall(ctypes.c_long(number), ctypes.c_void_p(start), ctypes.c_ulong(length),
                       ctypes.c_int(_MPOL_INTERLEAVE), mask, ctypes.c_ulong(_MASK_BITS + 1),
                       ctypes.c_uint(_MPOL_MF_MOVE))
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise NumaError(err, f"interleave: mbind over nodes {list(nodes)} of {length} bytes failed: "
-                             f"{os.strerror(err)} (the nodes must have memory and be allowed to this process)")
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EPERM, errno.ENOSYS):
+        warnings.warn(f"interleave: this process may not set NUMA memory policies ({os.strerror(err)}; in a "
+                      "container, CAP_SYS_NICE allows it): shared host tables stay where first touched, and GPUs "
+                      "on other sockets read them across the socket link", RuntimeWarning, stacklevel=2)
+        return False
+    raise NumaError(err, f"interleave: mbind over nodes {list(nodes)} of {length} bytes failed: "
+                         f"{os.strerror(err)} (the nodes must have memory and be allowed to this process)")

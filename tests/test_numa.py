@@ -87,10 +87,10 @@ def test_the_plan_holds_the_decision(monkeypatch):
 @linux_mbind
 def test_interleave_sets_the_pages_policy():
     t = shared_host_tensor((1 << 18,), torch.float32)
-    numa.interleave(t, (0,))
+    assert numa.interleave(t, (0,)) is True
     t.fill_(1.0)
     assert _policy(t) == "interleave:0"
-    numa.interleave(t, ())  # no placement: nothing changes
+    assert numa.interleave(t, ()) is False  # no placement: nothing changes
     assert _policy(t) == "interleave:0"
     with pytest.raises(numa.NumaError, match="mbind over nodes \\[1000\\]"):
         numa.interleave(t, (1000,))
@@ -120,3 +120,13 @@ def test_a_generated_table_is_placed_before_it_is_filled():
     expected = shared_rows(ds.feature_source)
     ds.share_for_gpus((0,), features=True)
     assert _policy(ds.features) == "interleave:0" and torch.equal(ds.features, expected)
+
+
+@linux_mbind
+def test_a_process_without_numa_policies_is_warned_not_stopped(monkeypatch):
+    import platform
+
+    t = shared_host_tensor((1024,), torch.float32)
+    monkeypatch.setitem(numa._SYS_MBIND, platform.machine(), 100000)  # no such system call: ENOSYS
+    with pytest.warns(RuntimeWarning, match="may not set NUMA memory policies"):
+        assert numa.interleave(t, (0,)) is False
