@@ -11,13 +11,53 @@ import datetime
 import os
 import platform
 import subprocess
-from typing import Any, Dict
+import time
+from typing import Any, Dict, Optional
 
 import torch
 
 
+def cpu_model() -> Optional[str]:
+    """The host CPU's model name (``/proc/cpuinfo``), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def host_speed() -> Dict[str, float]:
+    """What one host thread does per unit of time, for comparing host-bound rows of runs made on
+    different hosts: ``python_loop_ms``, a fixed pure-Python loop, and ``torch_op_us``, one small
+    CPU torch op (dispatch and allocation); medians of 5."""
+    def loop() -> None:
+        x = 0
+        for i in range(200_000):
+            x += i & 7
+
+    t = torch.zeros(16)
+
+    def ops() -> None:
+        for _ in range(2000):
+            t.add(1)
+
+    def median_s(fn) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[2]
+
+    return {"python_loop_ms": median_s(loop) * 1e3, "torch_op_us": median_s(ops) / 2000 * 1e6}
+
+
 def environment() -> Dict[str, Any]:
-    """Date, versions, host and GPU (name, driver, memory, read with nvidia-smi)."""
+    """Date, versions, host (its CPU model and :func:`host_speed`) and GPU (name, driver,
+    memory, read with nvidia-smi)."""
     info: Dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
@@ -25,6 +65,8 @@ def environment() -> Dict[str, Any]:
         "python": platform.python_version(),
         "host": platform.node(),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
+        "host_speed": host_speed(),
         "gpu": None,
         "driver": None,
         "gpu_memory": None,

@@ -171,7 +171,7 @@ def machine_info() -> Dict[str, Any]:
     env = environment()
     info: Dict[str, Any] = {"date": env["date"], "torch": env["torch"], "python": env["python"],
                             "host": env["host"], "cpu_count": env["cpus"], "device": env["gpu"] or "cpu (no GPU)",
-                            "driver": env["driver"]}
+                            "driver": env["driver"], "cpu_model": env["cpu_model"], "host_speed": env["host_speed"]}
     if env["gpu_memory"]:
         info["gpu_memory"] = env["gpu_memory"]
     return info
@@ -288,6 +288,11 @@ def header_lines(title: str, info: Dict[str, Any], ceilings: Dict[str, float]) -
     lines = [f"# {title}", "",
              f"{info['device']}, driver {info.get('driver')}, torch {info['torch']}, {info['date']}, "
              f"{info['cpu_count']} CPU cores", ""]
+    speed = info.get("host_speed")
+    if speed:
+        lines[-1:-1] = ["", f"Host: {info.get('cpu_model') or 'CPU model unknown'}; one thread runs the reference "
+                            f"Python loop in {speed['python_loop_ms']:.1f} ms and a small torch op in "
+                            f"{speed['torch_op_us']:.1f} µs (host-bound rows compare across hosts by these)"]
     if ceilings:
         lines.append("| ceiling / baseline | GB/s |")
         lines.append("|---|---|")

@@ -455,6 +455,10 @@ def write_markdown(r: Dict, path: str) -> None:
         f"{env['date']} · {env.get('gpu') or 'no GPU'} (driver {env.get('driver')}) · torch {env['torch']} · "
         f"{env['cpus']} CPUs" + (" · --quick" if r["quick"] else ""),
         "",
+        *([f"Host: {env.get('cpu_model') or 'CPU model unknown'}; one thread runs the reference Python loop in "
+           f"{env['host_speed']['python_loop_ms']:.1f} ms and a small torch op in "
+           f"{env['host_speed']['torch_op_us']:.1f} µs (the loaders are host-bound: runs on other hosts compare "
+           "by these)", ""] if env.get("host_speed") else []),
         f"Dataset {d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, features "
         f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; PyG fanouts {r['fanouts']} "
         f"(DGL order {list(DGL_FANOUTS)}), batch {r['batch_size']}, hidden {r['hidden']}, shuffled, every minibatch "
