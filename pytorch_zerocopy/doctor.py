@@ -16,6 +16,7 @@ import torch
 
 from . import numa
 from ._build import build_info
+from .host_pages import read_text
 from .unified import format_bytes, gpu_backed
 
 
@@ -27,14 +28,6 @@ class Check:
 
     def line(self) -> str:
         return f"{self.status:<4}  {self.name:<22} {self.detail}"
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def check_build() -> List[Check]:
@@ -117,7 +110,7 @@ def check_host() -> List[Check]:
         checks.append(Check("FAIL", "/dev/shm", "missing: shared-memory tables cannot be created; mount a tmpfs there"))
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     checks.append(check_memlock(soft, effective_capabilities()))
-    thp = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    thp = read_text("/sys/kernel/mm/transparent_hugepage/enabled") or ""
     checks.append(Check("OK", "transparent hugepages", (thp or "unknown") + " (GPU-side throughput does not depend on it)"))
     return checks
 
@@ -127,7 +120,7 @@ CAP_IPC_LOCK = 14  # linux/capability.h: exempts a process from RLIMIT_MEMLOCK
 
 def effective_capabilities(status_path: str = "/proc/self/status") -> Optional[int]:
     """The effective capability mask (``CapEff`` of /proc/self/status), None where unreadable."""
-    for line in _read(status_path).splitlines():
+    for line in (read_text(status_path) or "").splitlines():
         if line.startswith("CapEff:"):
             try:
                 return int(line.split()[1], 16)

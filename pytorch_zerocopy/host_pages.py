@@ -49,7 +49,8 @@ class HostPages(enum.Enum):
     HUGETLB = "hugetlb"  # 2 MiB pages from the hugetlbfs pool
 
 
-def _read(path: str) -> Optional[str]:
+def read_text(path: str) -> Optional[str]:
+    """The stripped text of a kernel file (procfs, sysfs), or None where it cannot be read."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -100,12 +101,13 @@ class HugePageSupport:
 
 def huge_page_support() -> HugePageSupport:
     free, size = 0, HUGE_PAGE
-    for line in (_read("/proc/meminfo") or "").splitlines():
+    for line in (read_text("/proc/meminfo") or "").splitlines():
         if line.startswith("HugePages_Free:"):
             free = int(line.split()[1])
         elif line.startswith("Hugepagesize:"):
             size = int(line.split()[1]) * 1024
-    return HugePageSupport(_selected(_read(f"{_THP}/enabled")), _selected(_read(f"{_THP}/shmem_enabled")), free, size)
+    return HugePageSupport(_selected(read_text(f"{_THP}/enabled")), _selected(read_text(f"{_THP}/shmem_enabled")),
+                           free, size)
 
 
 def _madvise_huge(address: int, nbytes: int) -> None:
@@ -189,7 +191,7 @@ def huge_bytes(t: torch.Tensor) -> int:
     hi = lo + t.numel() * t.element_size()
     total, inside = 0, False
     keys = ("AnonHugePages:", "ShmemPmdMapped:", "FilePmdMapped:", "Shared_Hugetlb:", "Private_Hugetlb:")
-    for line in (_read("/proc/self/smaps") or "").splitlines():
+    for line in (read_text("/proc/self/smaps") or "").splitlines():
         head = line.split(None, 1)[0]
         if "-" in head and not head.endswith(":"):
             start, end = (int(x, 16) for x in head.split("-"))

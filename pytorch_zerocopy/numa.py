@@ -30,6 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .host_pages import read_text
+
 __all__ = ["NumaError", "gpu_nodes", "interleave", "interleave_nodes", "memory_nodes", "pci_sysfs_address"]
 
 NODE_ROOT = "/sys/devices/system/node"
@@ -42,14 +44,6 @@ _SYS_MBIND = {"x86_64": 237, "aarch64": 235}
 
 class NumaError(OSError):
     """A NUMA placement the kernel refused (an unknown node, a range it cannot bind)."""
-
-
-def _read(path: str) -> Optional[str]:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
 
 
 def _parse_list(text: str) -> List[int]:
@@ -66,7 +60,7 @@ def _parse_list(text: str) -> List[int]:
 
 def memory_nodes(root: str = NODE_ROOT) -> List[int]:
     """The host's NUMA nodes that have memory (``[0]`` where sysfs does not say)."""
-    listed = _read(os.path.join(root, "has_memory"))
+    listed = read_text(os.path.join(root, "has_memory"))
     if listed:
         return _parse_list(listed)
     try:
@@ -104,7 +98,7 @@ def gpu_nodes(root: str = PCI_ROOT) -> Dict[int, Optional[int]]:
         parts = [p.strip() for p in row.split(",")]
         if len(parts) != 3:
             continue
-        node = _read(os.path.join(root, pci_sysfs_address(parts[2]), "numa_node"))
+        node = read_text(os.path.join(root, pci_sysfs_address(parts[2]), "numa_node"))
         value = int(node) if node and node.lstrip("-").isdigit() and int(node) >= 0 else None
         by_index[parts[0]] = value
         by_uuid[parts[1]] = value
