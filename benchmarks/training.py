@@ -151,8 +151,9 @@ def main() -> int:
     p.add_argument("--out", default=os.path.join("benchmarks", "results"))
     p.add_argument("--name", default=None, help="base name of the result files (default training[_quick])")
     p.add_argument("--table-gib", type=float, default=None, help="feature table size (default 16; quick 0.1)")
-    p.add_argument("--scale-gib", type=float, default=56.0,
-                   help="the default plan again on a table of this size, for the scale bar (0: not run)")
+    p.add_argument("--scale-gib", type=float, default=None,
+                   help="one GPU: the default plan again on a table of this size, for the scale bar (default 56; "
+                        "0: not run); with --gpus the table is --table-gib")
     p.add_argument("--width", type=int, default=128, help="feature width (float32)")
     p.add_argument("--rows", default=None, help=f"core rows (default {','.join(CORE_ROWS)}; quick default,cpu)")
     p.add_argument("--labelled", action=argparse.BooleanOptionalAction, default=True,
@@ -183,6 +184,11 @@ def main() -> int:
         p.error(f"--gpus must be GPU counts separated by commas, got {args.gpus!r}")
     import torch
 
+    if gpu_counts != [1] and args.scale_gib is not None:
+        p.error("--scale-gib sizes the single-GPU benchmark's scale run; with --gpus the table is --table-gib "
+                "(default 32)")
+    if args.scale_gib is None:
+        args.scale_gib = 56.0
     if gpu_counts != [1]:
         args.batch_size, args.fanouts, args.hidden = args.batch_size or 1024, args.fanouts or "15,10", args.hidden or 256
         if not torch.cuda.is_available():
