@@ -292,7 +292,8 @@ def train_data_parallel(dataset, nproc: int, mode: str = "zerocopy", partition: 
         cached_rows = choose_cached_rows(plan, dataset, None if quiet else lambda c: print(c.describe(), flush=True))
     if not options.single_machine():
         return _attempt(plan, dataset, cached_rows, options, partition, quiet)
-    return _attempts(lambda attempt: _attempt(plan, dataset, cached_rows, attempt, partition, quiet), options, quiet)
+    return _attempts(lambda launch_options: _attempt(plan, dataset, cached_rows, launch_options, partition, quiet),
+                     options, quiet)
 
 
 def _attempts(run: Callable[[LaunchOptions], Dict[int, List]], options: LaunchOptions, quiet: bool) -> Dict[int, List]:
