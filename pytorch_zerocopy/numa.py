@@ -136,9 +136,9 @@ def interleave(t: torch.Tensor, nodes: Sequence[int]) -> bool:
     """Interleaves the pages of the CPU tensor ``t``'s storage over ``nodes`` (see the module
     docstring; the storage should own its pages, as a shared-memory table does); nothing for
     ``()``. Returns whether the policy was set. Where this process may not set memory policies
-    (a container's seccomp profile without ``CAP_SYS_NICE``, a kernel without NUMA) it warns and
-    returns False: the table stays where first touched. Raises :class:`NumaError` when the
-    kernel refuses the nodes."""
+    (a container's seccomp profile without ``CAP_SYS_NICE``, a kernel without NUMA, a platform
+    this module does not know) it warns and returns False: the table stays where first touched.
+    Raises :class:`NumaError` when the kernel refuses the nodes."""
     nodes = tuple(int(n) for n in nodes)
     if not nodes:
         return False
@@ -146,9 +146,11 @@ def interleave(t: torch.Tensor, nodes: Sequence[int]) -> bool:
         raise ValueError(f"interleave: needs a CPU tensor, got one on {t.device}")
     if any(n < 0 or n >= _MASK_BITS for n in nodes):
         raise NumaError(f"interleave: NUMA nodes must lie in [0, {_MASK_BITS}), got {list(nodes)}")
-    number = _SYS_MBIND.get(platform.machine())
-    if number is None or not hasattr(os, "sysconf"):
-        raise NumaError(f"interleave: NUMA placement is not supported on {platform.system()} {platform.machine()}")
+    number = _SYS_MBIND.get(platform.machine()) if platform.system() == "Linux" else None
+    if number is None:
+        warnings.warn(f"interleave: NUMA placement is not supported on {platform.system()} {platform.machine()}: "
+                      "shared host tables stay where first touched", RuntimeWarning, stacklevel=2)
+        return False
     storage = t.untyped_storage()
     page = os.sysconf("SC_PAGE_SIZE")
     start = storage.data_ptr() // page * page

@@ -130,3 +130,6 @@ def test_a_process_without_numa_policies_is_warned_not_stopped(monkeypatch):
     monkeypatch.setitem(numa._SYS_MBIND, platform.machine(), 100000)  # no such system call: ENOSYS
     with pytest.warns(RuntimeWarning, match="may not set NUMA memory policies"):
         assert numa.interleave(t, (0,)) is False
+    monkeypatch.delitem(numa._SYS_MBIND, platform.machine())
+    with pytest.warns(RuntimeWarning, match="not supported on"):
+        assert numa.interleave(t, (0,)) is False
