@@ -49,10 +49,10 @@ def check_gpus() -> List[Check]:
         p = torch.cuda.get_device_properties(i)
         checks.append(Check("OK", f"GPU {i}", f"{p.name}, {p.multi_processor_count} SMs, "
                                               f"{format_bytes(p.total_memory)}, compute {p.major}.{p.minor}"))
-    driver = _nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
+    driver = numa.nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
     if driver:
         checks.append(Check("OK", "driver", driver.splitlines()[0]))
-    links = _nvidia_smi(["--query-gpu=index,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
+    links = numa.nvidia_smi(["--query-gpu=index,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,"
                          "pcie.link.width.max", "--format=csv,noheader"])
     for row in links.splitlines():
         parts = [p.strip() for p in row.split(",")]
@@ -92,10 +92,6 @@ def check_numa(root: str = numa.PCI_ROOT) -> List[Check]:
     return checks
 
 
-def _nvidia_smi(args: List[str]) -> str:
-    return numa.nvidia_smi(args)
-
-
 def check_host() -> List[Check]:
     checks = []
     try:
@@ -110,7 +106,7 @@ def check_host() -> List[Check]:
         checks.append(Check("FAIL", "/dev/shm", "missing: shared-memory tables cannot be created; mount a tmpfs there"))
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     checks.append(check_memlock(soft, effective_capabilities()))
-    thp = read_text("/sys/kernel/mm/transparent_hugepage/enabled") or ""
+    thp = read_text("/sys/kernel/mm/transparent_hugepage/enabled")
     checks.append(Check("OK", "transparent hugepages", (thp or "unknown") + " (GPU-side throughput does not depend on it)"))
     return checks
 

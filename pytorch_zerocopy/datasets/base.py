@@ -146,11 +146,9 @@ class NodeDataset:
         for t in (self.graph.indptr, self.graph.indices):
             interleave(t, numa_nodes)
         if features:
-            host = self.feature_source.host_tensor()
-            if host is None:
-                self.feature_source = TensorFeatures(shared_rows(self.feature_source, numa_nodes))
-            else:
-                interleave(host, numa_nodes)
+            table = shared_rows(self.feature_source, numa_nodes)
+            if self.feature_source.host_tensor() is None:
+                self.feature_source = TensorFeatures(table)
         return self
 
     def describe(self) -> str:
