@@ -57,7 +57,9 @@ LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 2
                  # A producer per GPU, every one mapping one shared table (the default beyond
                  # MACHINE_GATHERER_TRAINERS GPUs), and the machine's one gatherer (the default up to it).
                  "default[producer_per_gpu]": ("zerocopy", {"gather_in": "producer"}),
-                 "default[machine_gatherer]": ("zerocopy", {"gather_in": "machine"})}
+                 "default[machine_gatherer]": ("zerocopy", {"gather_in": "machine"}),
+                 # The shared graph and table where the kernel first places them (no interleave).
+                 "default[no_numa]": ("zerocopy", {"numa_nodes": ()})}
 ROWS = {**CORE_ROWS, **LABELLED_ROWS}
 
 
