@@ -45,7 +45,10 @@
 // Bad graphs. A taken vertex whose offsets are not a list of the edge array is expanded as an
 // empty list, and an id outside [0, num_nodes) is neither relaxed nor scheduled; both are
 // recorded in the error words (GraphGuard, traversal_common.cuh). The run is then a search of
-// a smaller graph, so it ends as any other (pending reaches 0), and the host raises.
+// a smaller graph, so it ends as any other (pending reaches 0), and the host raises. The checks
+// are plain compares: each lane keeps its smallest offenders in registers (GraphFaults) and
+// reports them once, when it leaves the kernel, so no atomic sits between a list's loads (a short
+// list's ids are all loaded before any of them is checked).
 //
 // An Op supplies:
 //   Item   a scalar carried from begin to relax (the vertex's value, or what it pushes);
@@ -248,6 +251,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
   unsigned sleep_ns = 64;
   int since_check = 0;
   unsigned long long reported = 0;  // lane 0: the warp's edges already added to q.work
+  GraphFaults faults;  // reported once, after the loop
 
   // Nothing seeded (or all done before this warp started): nothing can ever be pushed, and no
   // decrement will set `done`, so leave now.
@@ -260,7 +264,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
     v = w;
     e = indptr[w];
     end = indptr[w + 1];
-    g.list(w, e, end);
+    faults.list(g, w, e, end);
     has = op.begin(w, e, end, item) && e < end;
     return !has;
   };
@@ -303,8 +307,9 @@ __global__ void __launch_bounds__(kAsyncBlock)
         bool ok = false;
         if (valid) {
           u = indices[x];
-          ok = g.id(u, x);
-          if (ok) w = op.load(x);
+          w = op.load(x);  // x is in the checked list [bs, be)
+          ok = g.is_vertex(u);
+          if (!ok) faults.bad_id(x);
         }
         const bool push = ok && op.relax(bv, static_cast<int64_t>(u), w, bitem, op.peek(static_cast<int64_t>(u)));
         async_push_warp(q, push, u, lane);
@@ -316,8 +321,10 @@ __global__ void __launch_bounds__(kAsyncBlock)
       }
     }
 
-    // Short lists: the lane loads its whole list and the neighbours' state, then relaxes them.
-    // What they schedule is published at once below, with the finished items.
+    // Short lists: the lane loads its whole list (ids and edge data: every position below count
+    // is in its checked list), then checks the ids with compares alone, loads the valid
+    // neighbours' state and relaxes them. What they schedule is published at once below, with
+    // the finished items.
     T u[kLaneEdges];
     bool push[kLaneEdges];
     {
@@ -328,9 +335,15 @@ __global__ void __launch_bounds__(kAsyncBlock)
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) {
         u[j] = j < count ? indices[e + j] : T(0);
-        ok[j] = j < count && g.id(u[j], e + j);
-        w[j] = ok[j] ? op.load(e + j) : Edge{};
+        w[j] = j < count ? op.load(e + j) : Edge{};
       }
+      unsigned bad = 0;  // bit j: position e + j holds an id that is not a vertex
+#pragma unroll
+      for (int j = 0; j < kLaneEdges; ++j) {
+        ok[j] = j < count && g.is_vertex(u[j]);
+        bad |= static_cast<unsigned>(j < count && !ok[j]) << j;
+      }
+      faults.bad_ids(e, bad);
 #pragma unroll
       for (int j = 0; j < kLaneEdges; ++j) pk[j] = ok[j] ? op.peek(static_cast<int64_t>(u[j])) : Peek{};
 #pragma unroll
@@ -397,6 +410,7 @@ __global__ void __launch_bounds__(kAsyncBlock)
       }
     }
   }
+  faults.flush(g);
   const unsigned long long total = warp_sum(edges);
   if (lane == 0 && total) atomicAdd(reinterpret_cast<unsigned long long*>(stats), total);
 }

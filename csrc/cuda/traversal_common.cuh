@@ -87,12 +87,54 @@ struct GraphGuard {
     return false;
   }
 
+  // Whether id u is a vertex (unsigned compare: negative ids are not).
+  template <typename T>
+  __device__ __forceinline__ bool is_vertex(T u) const {
+    return static_cast<uint64_t>(static_cast<int64_t>(u)) < static_cast<uint64_t>(n);
+  }
+
   // Whether id u, read at position e, is a vertex; reports e when not.
   template <typename T>
   __device__ __forceinline__ bool id(T u, int64_t e, int kind = kBadId) const {
-    if (static_cast<uint64_t>(static_cast<int64_t>(u)) < static_cast<uint64_t>(n)) return true;
+    if (is_vertex(u)) return true;
     report(kind, e);
     return false;
+  }
+};
+
+// A thread's smallest offenders of the out-lists (kBadOffsets: a vertex, kBadId: a position),
+// kept in registers and reported through a GraphGuard once, by flush(). For loops whose loads
+// must not wait behind a conditional atomic per check (the persistent async kernel): it records
+// every offender the immediate GraphGuard calls would, and the error words end with the same
+// minima once every thread has flushed, so a caller must flush on every path out of its kernel
+// after its last read of the graph, and the host must read the words only after the kernel.
+struct GraphFaults {
+  unsigned long long offsets = ~0ull;  // smallest vertex whose offsets bound no list; ~0: none
+  unsigned long long ids = ~0ull;      // smallest position holding an id that is not a vertex; ~0: none
+
+  // Checks v's list [start, end) as GraphGuard::list does (a bad one is noted and made empty),
+  // with no atomic; returns whether it was a list.
+  __device__ __forceinline__ bool list(const GraphGuard& g, int64_t v, int64_t& start, int64_t& end) {
+    const bool ok = g.list_ok(start, end);
+    if (!ok) {
+      offsets = min(offsets, static_cast<unsigned long long>(v));
+      start = 0;
+      end = 0;
+    }
+    return ok;
+  }
+
+  // Notes position e as holding a bad id.
+  __device__ __forceinline__ void bad_id(int64_t e) { ids = min(ids, static_cast<unsigned long long>(e)); }
+
+  // Notes positions first + j for the set bits j of `bad` (the smallest is first + the lowest bit).
+  __device__ __forceinline__ void bad_ids(int64_t first, unsigned bad) {
+    if (bad) bad_id(first + __ffs(bad) - 1);
+  }
+
+  __device__ __forceinline__ void flush(const GraphGuard& g) const {
+    if (offsets != ~0ull) g.report(kBadOffsets, static_cast<int64_t>(offsets));
+    if (ids != ~0ull) g.report(kBadId, static_cast<int64_t>(ids));
   }
 };
 
