@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_ENV = "ZEROCOPY_GUARD_BUILD"  # the tree a worker must import the package from
 
 BAR = 0.03
-VARIANTS = ("frontier", "aligned", "direction", "async")
+VARIANTS = ("frontier", "merged", "aligned", "direction", "async")
 PLACEMENTS = ("unified", "cuda")
 
 

@@ -100,6 +100,9 @@ ASYNC_MAX_NODES = 1 << 30
 # seldom a shortest one and the search re-visits lists over and over.
 MESH_MAX_DEGREE_SPREAD = 0.1
 DEGREE_SAMPLE = 4096
+# Mean degree at or above which connected components read from host memory take Afforest's
+# sampling (``frontier``) rather than the staged copy of the whole edge list: see choose_variant.
+CC_SAMPLING_MIN_DEGREE = 24.0
 
 
 def degree_spread(indptr: torch.Tensor) -> float:
@@ -150,49 +153,72 @@ class GraphTraits:
 def choose_variant(op: str, traits: GraphTraits) -> str:
     """The variant ``variant="auto"`` runs for ``op`` on a graph with these traits.
 
-    * bfs, on a GPU, on a mesh-like graph (mean degree <= 8): ``"async"`` where the mesh is
-      regular (degree spread <= 0.1: a lattice), else ``"frontier"`` (a road network: thousands
-      of small levels, where a warp per vertex idles and the async search re-visits lists);
-      otherwise ``"aligned"`` when the edge list is in GPU memory (reading fewer bytes, the
-      point of ``"direction"``, saves
-      little there: on the power-law graphs measured, top-down aligned reads won by 1.26-1.33x);
-      otherwise ``"direction"`` when the in-neighbour lists are at hand (a symmetric graph, or
-      one whose :meth:`CSRGraph.csc` was already computed), else ``"frontier"`` for an edge list
-      in host memory and ``"aligned"`` elsewhere.
-    * sssp: ``"frontier"`` on a mesh-like graph (few vertices change per level, and the
-      asynchronous label-correcting search re-relaxes weighted paths many times over), else
-      ``"aligned"``.
-    * connected_components: ``"staged"`` for a directed graph, and for a mesh-like one whose
-      edge list is in host memory (unified, managed, uvm: label propagation would cross the link
-      once per level of a high diameter); ``"frontier"`` otherwise (on the power-law graphs
-      measured in host memory it read only the lists its frontier needed and beat the staged
-      copy of the whole edge list by 1.6-2.2x), but ``"naive"`` on a regular mesh-like graph in
-      GPU memory (a 2048 x 2048 grid: 1.2 ms against 1.7).
-    * pagerank: ``"push"``, but ``"naive"`` (power iteration, a thread per vertex) on a regular
-      mesh-like graph in GPU memory (the grid: 1.3 ms against 1.5).
+    A pure function of the traits: the placement and three statistics computed once per call
+    from the offsets (mean degree, and on a GPU for a mesh-like graph the degree spread of a
+    sample), never from the graph's name or family. What each statistic stands for:
+
+    * mean degree <= MESH_MEAN_DEGREE (``mesh_like``): the graph is sparse like a mesh or a road
+      network, so a BFS or SSSP wave needs thousands of levels, each holding few vertices. A
+      variant that scans every vertex per level (naive, merged, aligned; direction and frontier
+      do so only for levels holding over 1/128 of the vertices) then pays levels x vertices;
+      one that expands a queue (frontier) or a worklist (async) pays for the frontier alone.
+      Above it, levels are few and large (power-law and uniform random graphs: under 30), and
+      a scan of a level costs little beside reading its lists.
+    * degree spread <= MESH_MAX_DEGREE_SPREAD (a lattice): every vertex has the same few edges.
+      The async label-correcting BFS then mostly finds shortest paths first; where links are
+      missing at random it re-visits lists many times over. A thread per vertex (naive) is also
+      balanced only there.
+    * mean degree >= CC_SAMPLING_MIN_DEGREE, for connected components over host memory:
+      Afforest's sampling reads the offsets and two ids of every vertex at random (a request
+      each over the link), then skips the lists of the largest component; the staged variant
+      streams every id once at the copy ceiling. Sampling pays only where a vertex has many
+      more ids than the requests it costs.
+    * where the lists are read from: in GPU memory a read is served in 32-byte sectors, so the
+      merged read (lanes start at the list's first element) wastes no lanes; over the link a
+      read is whole 128-byte lines, so the aligned read (each step one line) wins there.
+
+    The rules:
+
+    * bfs on a GPU, mesh-like: ``"async"`` on a lattice, else ``"frontier"``. Otherwise
+      ``"merged"`` in GPU memory (reading fewer bytes, the point of ``"direction"``, saves
+      little there); over the link ``"direction"`` where the in-neighbour lists are at hand (a
+      symmetric graph, or one whose :meth:`CSRGraph.csc` was already computed), else
+      ``"frontier"``; ``"aligned"`` elsewhere.
+    * sssp: ``"frontier"`` on a mesh-like graph (its near-far worklist expands few vertices
+      per step; the async search re-relaxes weighted paths many times over), else
+      ``"merged"`` in GPU memory and ``"aligned"`` elsewhere.
+    * connected_components: ``"staged"`` for a directed graph, and over the link for one whose
+      mean degree is below CC_SAMPLING_MIN_DEGREE (label propagation over a mesh-like one would
+      also cross the link once per level); in GPU memory ``"naive"`` on a lattice; otherwise
+      ``"frontier"`` (in GPU memory a random read costs a sector, not a trip over the link, so
+      sampling pays at any degree).
+    * pagerank: ``"naive"`` (power iteration, a thread per vertex) on a lattice in GPU memory,
+      else ``"push"`` (its rounds read only the lists of vertices whose residual is large).
     """
     if op not in OP_VARIANTS:
         raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
-    host_list = traits.placement in (Placement.MAPPED, Placement.MANAGED, Placement.UVM)
+    in_gpu = traits.placement is Placement.GPU
+    over_link = traits.placement in (Placement.MAPPED, Placement.MANAGED, Placement.UVM)
     mesh_like = traits.mesh_like
+    lattice = mesh_like and traits.degree_spread <= MESH_MAX_DEGREE_SPREAD
     if op == "bfs":
         if mesh_like and traits.on_gpu:
-            return "async" if traits.degree_spread <= MESH_MAX_DEGREE_SPREAD else "frontier"
-        if traits.placement is Placement.GPU:
-            return "aligned"
+            return "async" if lattice else "frontier"
+        if in_gpu:
+            return "merged"
         if traits.has_in_lists:
             return "direction"
-        return "frontier" if host_list else "aligned"
+        return "frontier" if over_link else "aligned"
     if op == "sssp":
-        return "frontier" if mesh_like else "aligned"
-    # A regular mesh in GPU memory: a thread per vertex, every thread the same few edges.
-    lattice_in_gpu = (traits.placement is Placement.GPU and mesh_like
-                      and traits.degree_spread <= MESH_MAX_DEGREE_SPREAD)
+        if mesh_like:
+            return "frontier"
+        return "merged" if in_gpu else "aligned"
     if op == "connected_components":
-        if not traits.symmetric or (host_list and mesh_like):
+        dense = traits.num_edges >= CC_SAMPLING_MIN_DEGREE * traits.num_nodes
+        if not traits.symmetric or (over_link and not dense):
             return "staged"
-        return "naive" if lattice_in_gpu else "frontier"
-    return "naive" if lattice_in_gpu else "push"
+        return "naive" if in_gpu and lattice else "frontier"
+    return "naive" if in_gpu and lattice else "push"
 
 
 def auto_variant(op: str, graph: CSRGraph) -> str:
