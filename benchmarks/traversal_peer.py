@@ -26,6 +26,14 @@ variant also runs with the edge list in CUDA managed memory, cold before every r
 where the copy fits in free GPU memory. A configuration stops taking sources or repetitions after
 ``--config-seconds``; ``--budget`` skips what is left.
 
+Hopeless variants (``--hopeless``, default 10). A variant whose run took over that many times the
+fastest variant measured so far for the same graph, op and placement is not run again there; and
+the edge list in GPU memory is measured first, so a variant whose mean there is over that many
+times the fastest's is not run from host memory at all (its row says so): reading lists over the
+link makes a slow variant slower still, so it cannot come within 1.10 of the fastest there (the
+``auto`` bar), and it would spend the run's budget (the async SSSP on the road graph took 104 s
+from host memory).
+
 Reported per row: time; ``x pass`` (time over one pass over the edge list at the pinned-memcpy
 ceiling measured in the same run); ``read`` (the op's own count of neighbour-list entries it
 read, ``stats[0]``, times the bytes per entry: 4 per id, plus 4 per weight for sssp on a weighted
@@ -56,13 +64,13 @@ memory on the same sources, parsing the times it prints (see ``benchmarks/emogi.
 checkout, the figures of an earlier run of EMOGI's code on EMOGI's graph stay in the report,
 labelled as quoted, with their source.
 
-Modes. Full (default; one H100): ``--budget`` (default 540 s) per command; run the families in
-separate commands with ``--merge`` (each adds its graphs to the one result set, keeping the
-others measured on the same device), e.g. with EMOGI's code checked out at ``build/EMOGI``::
+Modes. Full (default; one H100 or H200): ``--budget`` (default 540 s) per command; with the
+hopeless variants left out, the grid, road and Kronecker graphs fit in one command, EMOGI's graph
+in another with ``--merge`` (each adds its graphs to the one result set, keeping the others
+measured on the same device), e.g. with EMOGI's code checked out at ``build/EMOGI``::
 
-    python benchmarks/traversal_peer.py --graphs grid,road --emogi build/EMOGI          # ~5 min
-    python benchmarks/traversal_peer.py --graphs kron --emogi build/EMOGI --merge       # ~7 min
-    python benchmarks/traversal_peer.py --graphs urand --emogi build/EMOGI --merge      # ~9 min
+    python benchmarks/traversal_peer.py --graphs grid,road,kron --emogi build/EMOGI
+    python benchmarks/traversal_peer.py --graphs urand --emogi build/EMOGI --merge
 
 ``--first-look``: new kernels' correctness against the CPU implementations, then every variant on
 ``uniform_random_graph(24, 8)`` and a 1024 x 1024 grid. ``--quick``: seconds on the CPU (tiny
@@ -377,14 +385,18 @@ def bytes_per_edge(op: str, graph: CSRGraph) -> int:
 
 
 def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]], refs: References, args,
-            clock: Clock, before_each: Optional[Callable[[], None]] = None) -> List[dict]:
+            clock: Clock, before_each: Optional[Callable[[], None]] = None,
+            hopeless_ms: Optional[float] = None) -> List[dict]:
     """One run per source (bfs, sssp) or repetition (``None``: cc, pagerank), until the
-    configuration's time is spent. Each run: its key (the source, or the repetition's index),
-    milliseconds, the op's stats, bytes read and whether the result matched the reference."""
+    configuration's time is spent, or after a run slower than ``hopeless_ms``. Each run: its key
+    (the source, or the repetition's index), milliseconds, the op's stats, bytes read and whether
+    the result matched the reference."""
     runs = []
     spent = 0.0
     for i, s in enumerate(sources):
         if clock.left() <= 0 or (runs and spent >= args.config_seconds):
+            break
+        if runs and hopeless_ms is not None and runs[-1]["ms"] > hopeless_ms:
             break
         if before_each is not None:
             before_each()
@@ -429,6 +441,16 @@ def summarize(row: dict, op: str, graph: CSRGraph, ceiling: Optional[float]) -> 
     return row
 
 
+def hopeless_variants(rows: List[dict], factor: float) -> Dict[str, float]:
+    """The variants among ``rows`` (one op and placement) whose mean time is over ``factor`` times
+    the fastest matching variant's, with that ratio."""
+    ran = [r for r in rows if r["runs"] and r["variant"] != "auto"]
+    best = min((r["mean_ms"] for r in ran if r["matched"]), default=None)
+    if not best:
+        return {}
+    return {r["variant"]: r["mean_ms"] / best for r in ran if r["mean_ms"] > factor * best}
+
+
 def variants_for(op: str) -> List[str]:
     """auto first, then every variant of the op, the slowest last: naive, and async, which on a
     graph of small diameter reads its lists in worklist (random) order."""
@@ -457,9 +479,11 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float], b
     refs = References(spec, host, dev, args.alpha)
     rows: List[dict] = []
 
-    def record(op, placement, variant, runs, resolved):
+    def record(op, placement, variant, runs, resolved, skipped="time budget"):
         row = {"graph": spec.name, "op": SHORT[op], "placement": placement, "variant": variant,
                "runs_on": resolved, "runs": runs}
+        if not runs:
+            row["skipped"] = skipped
         summarize(row, op, host, ceiling)
         rows.append(row)
         if runs:
@@ -470,21 +494,37 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float], b
                 f"{'' if xp is None else f'{xp:6.2f} x pass'}, read {row['bytes_read'] / 1e9:6.2f} GB, "
                 f"{'ok' if row['matched'] else 'MISMATCH'}{extra}")
         else:
-            log(f"{spec.name:>12} {SHORT[op]:>8} {placement:>8} {variant:>9}: skipped (time budget)")
+            log(f"{spec.name:>12} {SHORT[op]:>8} {placement:>8} {variant:>9}: skipped ({skipped})")
 
-    placements = [("unified", ug)] + ([("cuda", dev)] if dev is not None else [])
+    # Hopeless variants (see the module docstring): GPU memory first, so that a variant over
+    # --hopeless times the fastest there is not run from host memory, where it is slower still.
+    placements = ([("cuda", dev)] if dev is not None else []) + [("unified", ug)]
     for op in OPS:
         op_sources = sources if op in ("bfs", "sssp") else [None] * args.reps
+        hopeless: Dict[str, str] = {}  # variant -> why it is not run in the placements still to come
         for placement, g in placements:
+            placed: List[dict] = []
             for variant in variants_for(op):
                 resolved = auto_variant(op, g) if variant == "auto" else variant
                 if clock.left() <= 0:
                     record(op, placement, variant, [], resolved)
                     continue
+                if variant in hopeless:
+                    record(op, placement, variant, [], resolved, skipped=hopeless[variant])
+                    continue
                 # async on EMOGI's graph: one run (it is measured, not expected to win)
                 srcs = (op_sources[:1] if resolved == "async" and spec.family is Family.URAND and variant != "auto"
                         else op_sources)
-                record(op, placement, variant, measure(op, g, variant, srcs, refs, args, clock), resolved)
+                best = min((r["mean_ms"] for r in placed if r["runs"] and r["matched"]), default=None)
+                cap = None if best is None or variant == "auto" else args.hopeless * best
+                record(op, placement, variant, measure(op, g, variant, srcs, refs, args, clock, hopeless_ms=cap),
+                       resolved)
+                placed.append(rows[-1])
+            for variant, ratio in hopeless_variants(placed, args.hopeless).items():
+                hopeless.setdefault(variant, f"hopeless: {ratio:.0f}x the fastest in {placement}")
+    order = {(op, p, v): i for i, (op, p, v) in enumerate(
+        (SHORT[op], p, v) for op in OPS for p in PLACEMENTS for v in variants_for(op))}
+    rows.sort(key=lambda r: order[(r["op"], r["placement"], r["variant"])])  # the report's order
     # UVM: the auto variant with the edge list in managed memory, cold before every run.
     placements.clear()
     if gpu() and spec.managed and clock.left() > 0:
@@ -694,7 +734,8 @@ def row_lines(g: dict) -> List[str]:
              "| L1 vs fp64 | matches |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in g["rows"]:
         if not r["runs"]:
-            lines.append(f"| {r['op']} | {r['placement']} | {r['variant']} | 0 | skipped | | | | | | | |")
+            why = r.get("skipped", "time budget")
+            lines.append(f"| {r['op']} | {r['placement']} | {r['variant']} | 0 | skipped ({why}) | | | | | | | |")
             continue
         var = r["variant"] + (f" ({r['runs_on']})" if r["variant"] == "auto" else "")
         lines.append(f"| {r['op']} | {r['placement']} | {var} | {len(r['runs'])} | {r['mean_ms']:.1f} | "
@@ -729,8 +770,8 @@ def emogi_lines(g: dict) -> List[str]:
         mine_ms = None if mine is None else mine.get("ms_per_pass") if op == "pagerank" else mine["mean_ms"]
         peer = per if op == "pagerank" else q["ms"]
         lines.append(f"| {op} | {q['placement']} | {q['kernel']} | - | {q['ms']:.1f} | {q['iterations'] or '-'} | "
-                     f"{_fmt(per, '.2f')} | {_fmt(mine_ms)} | {_fmt(mine_ms / peer if mine_ms and peer else None, '.2f')}"
-                     " | quoted |")
+                     f"{_fmt(per, '.2f')} | {_fmt(mine_ms)} | "
+                     f"{_fmt(mine_ms / peer if mine_ms and peer else None, '.2f')} | quoted |")
     lines += ["", "EMOGI's PageRank stops by its own rule (residual push until every residual is below 0.001 on "
               "unnormalised ranks), so it compares per iteration (ours: per pass, pagerank rows above)."]
     return lines
@@ -763,7 +804,8 @@ def write_markdown(path: str, result: dict) -> None:
                   f"{len(result['correctness']) - len(bad)} cases passed, {len(bad)} failed.", ""]
         if bad:
             lines += ["| graph | placement | case | error |", "|---|---|---|---|"]
-            lines += [f"| {c['graph']} | {c['placement']} | {c['case']} | {c['error'] or 'wrong result'} |" for c in bad]
+            lines += [f"| {c['graph']} | {c['placement']} | {c['case']} | {c['error'] or 'wrong result'} |"
+                      for c in bad]
     lines += ["", "UVM rows (`managed`) are cold: every page starts in host memory.", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -812,22 +854,23 @@ def first_look_correctness(args) -> List[dict]:
             pg = g.to(placement)
             cases = []
             for v in ("direction", "async"):
-                cases += [(f"bfs {v}", lambda v=v, s=s: torch.equal(bfs(pg, s, variant=v).cpu(), want_bfs[s]))
+                cases += [(f"bfs {v}", lambda v=v, s=s, pg=pg, want=want_bfs: torch.equal(
+                    bfs(pg, s, variant=v).cpu(), want[s]))
                           for s in srcs]
-            cases += [("sssp async", lambda s=s: bool(torch.allclose(sssp(pg, s, variant="async").cpu().double(),
-                                                                     want_sssp[s].double(), rtol=1e-5, atol=0)))
+            cases += [("sssp async", lambda s=s, pg=pg, want=want_sssp: bool(torch.allclose(
+                sssp(pg, s, variant="async").cpu().double(), want[s].double(), rtol=1e-5, atol=0)))
                       for s in srcs]
             for v in ("naive", "merged", "aligned", "frontier", "staged"):
-                cases.append((f"cc {v}", lambda v=v: torch.equal(
-                    connected_components(pg, variant=v, weak=True).cpu(), want_cc)))
+                cases.append((f"cc {v}", lambda v=v, pg=pg, want=want_cc: torch.equal(
+                    connected_components(pg, variant=v, weak=True).cpu(), want)))
             for chunk in (1000, 1 << 16):
-                cases.append((f"cc staged chunk {chunk}", lambda chunk=chunk: torch.equal(
-                    torch.ops.zerocopy.graph_connected_components.default(pg.indptr, pg.indices, 7, g.symmetric,
-                                                                          chunk)[0].cpu(), want_cc)))
+                cases.append((f"cc staged chunk {chunk}", lambda chunk=chunk, pg=pg, want=want_cc: torch.equal(
+                    torch.ops.zerocopy.graph_connected_components.default(pg.indptr, pg.indices, 7, pg.symmetric,
+                                                                          chunk)[0].cpu(), want)))
             for v in ("push", "async", "frontier"):
-                cases.append((f"pagerank {v}", lambda v=v: float(
+                cases.append((f"pagerank {v}", lambda v=v, pg=pg, want=want_pr: float(
                     (pagerank(pg, alpha=args.alpha, tol=1e-5, max_iter=1000, variant=v).cpu().double()
-                     - want_pr).abs().sum()) <= 1e-5 + 2e-6))
+                     - want).abs().sum()) <= 1e-5 + 2e-6))
             for label, fn in cases:
                 t0 = time.perf_counter()
                 try:
@@ -879,6 +922,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stop taking sources for a configuration after this many seconds (default 6)")
     p.add_argument("--budget", type=float, default=None, help="skip what is left after this many seconds "
                                                               "(default 540; first look 110; quick 120)")
+    p.add_argument("--hopeless", type=float, default=10.0,
+                   help="a variant over this many times the fastest of its op and placement is not repeated, "
+                        "nor run in host memory after GPU memory (default 10)")
     args = p.parse_args(argv)
     args.mode = "quick" if args.quick else "first-look" if args.first_look else "full"
     urand, kron, grid, road, families = DEFAULT_SIZES[args.mode]

@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+import torch
 
 from benchmarks import emogi
 from benchmarks import traversal_peer as tp
@@ -82,6 +83,36 @@ def test_auto_over_best_takes_common_sources_and_only_correct_variants():
     bars = tp.bars(graphs)
     assert bars["auto_over_best_max"] == pytest.approx(1.25)
     assert bars["auto_over_best_worst_case"] == "g bfs unified: auto (direction) vs frontier"
+
+
+def test_hopeless_variants_are_those_over_the_factor_times_the_fastest_correct_one():
+    rows = [row("g", "sssp", "cuda", "auto", {0: 1.0}, runs_on="frontier"),
+            row("g", "sssp", "cuda", "frontier", {0: 2.0, 1: 4.0}),  # mean 3: the fastest correct one
+            row("g", "sssp", "cuda", "naive", {0: 0.5}, matched=False),  # wrong: not the fastest
+            row("g", "sssp", "cuda", "merged", {0: 30.0}),  # exactly 10x: not hopeless
+            row("g", "sssp", "cuda", "async", {0: 31.0, 1: 31.0})]
+    assert tp.hopeless_variants(rows, 10.0) == {"async": pytest.approx(31.0 / 3.0)}
+    assert tp.hopeless_variants(rows, 5.0) == {"merged": 10.0, "async": pytest.approx(31.0 / 3.0)}
+    assert tp.hopeless_variants([row("g", "sssp", "cuda", "async", {0: 1.0}, matched=False)], 10.0) == {}
+
+
+def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
+    calls = []
+
+    def fake_run_once(op, graph, variant, source, args):
+        calls.append(source)
+        return torch.zeros(1), torch.tensor([4, 1])
+
+    monkeypatch.setattr(tp, "run_once", fake_run_once)
+    monkeypatch.setattr(tp, "check", lambda *a: {"match": True})
+    ticks = iter(range(0, 1000, 2))  # every run takes 1 s of the fake clock
+    monkeypatch.setattr(tp.time, "perf_counter", lambda: next(ticks) / 2)
+    args = tp.parse_args(["--quick"])
+    g = CSRGraph.from_coo([0], [1], 2)
+    clock = tp.Clock(1e9)
+    assert len(tp.measure("bfs", g, "naive", [0, 1, 2], None, args, clock, hopeless_ms=500.0)) == 1
+    assert len(tp.measure("bfs", g, "naive", [0, 1, 2], None, args, clock, hopeless_ms=2000.0)) == 3
+    assert len(tp.measure("bfs", g, "naive", [0, 1, 2], None, args, clock)) == 3
 
 
 def test_link_share_is_bytes_over_time_over_the_ceiling():
