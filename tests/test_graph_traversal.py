@@ -619,6 +619,32 @@ def test_gpu_ops_refuse_malformed_graphs(case, indptr, indices, message, index_d
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", ID_DTYPES)
+@pytest.mark.parametrize("case,indptr,indices,message", [
+    # vertex 0's list is longer than a lane's share, so the whole warp reads it
+    ("bad id in a long list", [0, 6, 7, 8], [1, 2, 1, 2, 9, 1, 0, 0], "indices\\[4\\] = 9 is out of range"),
+    # a lane's short list with two bad ids: the first position is reported
+    ("two bad ids in a short list", [0, 3, 4, 5], [1, 5, -2, 0, 0], "indices\\[1\\] = 5 is out of range"),
+    ("bad offsets past a long list", [0, 6, 7, 9], [1, 2, 1, 2, 1, 2, 0, 0], "indptr is not a valid offset array "
+                                                                             "at node 2:"),
+])
+def test_gpu_async_variants_report_the_first_offender(case, indptr, indices, message, index_dtype, placement):
+    """The async worklists check ids and offsets with compares and report each lane's smallest
+    offender once, when the lane leaves the kernel: a bad id in a list the whole warp expands,
+    and the first of two in a lane's short list, are reported as the level-by-level variants
+    report them."""
+    g = CSRGraph(torch.tensor(indptr), torch.tensor(indices, dtype=index_dtype), torch.ones(len(indices)),
+                 validate=False)
+    pg = g.to(placement, 0)
+    for op in ("bfs", "sssp", "pagerank"):
+        for variant in ("async", "frontier"):
+            with pytest.raises(ValueError, match=message):
+                raw_calls(op, pg.indptr, pg.indices, variant, weights=pg.weights if op == "sssp" else None)()
+    check_gpu_op_matches_cpu("bfs", "async", placement)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
 def test_gpu_staged_cc_refuses_malformed_graphs_in_every_chunk(placement):
     """The staged cc, with chunks smaller than the edge list: a bad id in a later chunk, and
     offsets past the edge list on the last vertex (whose edges the chunks map back by binary
