@@ -20,8 +20,8 @@ Rows:
   the denominator of the ``*_over_pipeline`` bars.
 * ``pyg`` / ``pyg_pipeline``: ``pytorch_zerocopy.pyg.NeighborLoader(data, ...)``, in-process
   with its defaults (what a user gets: on a GPU ``x`` read from the host memory kind the plan
-  chooses, behind the plan's default cache, samples queued two minibatches ahead and minibatches
-  built one ahead, on side streams) and with
+  chooses, behind the plan's default cache, minibatches made one ahead on side streams) and
+  with
   ``pipeline=True`` (sampling and the gather of ``x`` in the pipeline's processes).
 * ``pyg_mapped`` / ``dgl_mapped``: the in-process loaders reading the mapped table without a
   cache (``feature_placement='unified', gpu_cache=None``), the earlier default; GPU runs only.
