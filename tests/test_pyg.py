@@ -451,11 +451,17 @@ def test_minibatches_equal_the_reference_with_every_neighbour(small):
         assert "edge_index" in batch and batch.edge_index.dtype == torch.int64
 
 
-def test_same_attributes_as_pygs_loader(small):
+@pytest.mark.parametrize("explicit_num_nodes", [False, True])
+def test_same_attributes_as_pygs_loader(small, explicit_num_nodes):
     """The keys and types PyG's own loader puts in a minibatch, from PyG's filter path with a
-    reference sampler (PyG's own sampling needs pyg-lib or torch-sparse)."""
+    reference sampler (PyG's own sampling needs pyg-lib or torch-sparse); ``num_nodes`` an
+    attribute of the minibatch only where the Data has one."""
+    if explicit_num_nodes:
+        small = small.clone()
+        small.num_nodes = small.x.shape[0]
     ours = next(iter(NeighborLoader(small, [-1, -1], batch_size=16)))
     theirs = next(iter(NodeLoader(small, ReferenceSampler(small, [-1, -1]), batch_size=16)))
+    assert ("num_nodes" in ours._store) == ("num_nodes" in theirs._store) == explicit_num_nodes
     assert sorted(ours.keys()) == sorted(theirs.keys())
     for key in theirs.keys():
         a, b = ours[key], theirs[key]

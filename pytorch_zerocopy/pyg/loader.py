@@ -509,7 +509,9 @@ class NeighborLoader(ProcessWay, NodeLoader):
         with times.timed(Stage.BUILD):
             data = self.custom_cls() if self.custom_cls is not None else Data()
             data.edge_index = edge_index(out.row, out.col)
-            if tables:
+            # An explicit num_nodes where PyG's loader sets one: from a Data, where it had one
+            # (filter_data); from a store pair, where node tables were read (filter_custom_store).
+            if tables if self.extras is None else self.extras.explicit_num_nodes:
                 data.num_nodes = out.node.size(0)
             for name, table in tables:
                 data[name] = table
