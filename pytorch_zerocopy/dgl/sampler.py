@@ -110,7 +110,7 @@ class NodeCache:
             raise RuntimeError(f"gpu_cache: node feature {self.name!r} was replaced after the DataLoader cached its "
                                "rows; create a new DataLoader for the new tensor")
         rows = self.features.read(index, check_bounds=False)
-        return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)
+        return _shaped(rows, table).to(device)
 
 
 class NeighborSampler:
@@ -298,7 +298,7 @@ class NeighborSampler:
             table = _lookup(ndata, name, "node")
             if name in gathered:
                 rows = gathered[name]
-                blocks[0].srcdata[name] = rows.view((rows.shape[0],) + tuple(table.shape[1:])).to(device)
+                blocks[0].srcdata[name] = _shaped(rows, table).to(device)
             elif name in node_caches:
                 blocks[0].srcdata[name] = node_caches[name].gather(table, input_nodes, device)
             else:
@@ -408,4 +408,10 @@ def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index
     reader = _reader(state, kind, name, table, device)
     rows = reader.read(index.to(reader.device) if index.device != reader.device and reader.device.type == "cpu"
                        else index, check_bounds=False)
-    return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)
+    return _shaped(rows, table).to(device)
+
+
+def _shaped(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """Rows read from ``table`` as the ``[rows, width]`` reader returns them, in the table's
+    row shape: a view where the table is not 2-D, else the rows themselves."""
+    return rows if table.dim() == 2 else rows.view((rows.shape[0],) + tuple(table.shape[1:]))
