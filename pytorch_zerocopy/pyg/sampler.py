@@ -142,7 +142,7 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
     call of the sampling op, on the current stream (see the module docstring).
     """
     fanouts = _check_fanouts(fanouts)
-    blocks = sample_layers(csc, seeds.reshape(-1), fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
+    blocks = sample_layers(csc, seeds, fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
                            frontier=Frontier.NEW)
     return SampledHops.from_layers(blocks)
 
