@@ -6,8 +6,8 @@ Graphs: Kronecker (Graph500 R-MAT) and uniform random, scale 24, edge factor 16,
 (>= 500 M list entries each), generated on the GPU. The DynamicGraph is built from the CSR with
 ``symmetric=False``, so one update is one list entry (the thesis counts updates the same way),
 and with its in-edge index (``in_index=True``; ``--no-in-index`` leaves it out), so that vertex
-deletion reads the positions of the edges into the vertices from their index lists: every edge
-update below pays for keeping the index (and its twins), and the memory counts it.
+deletion reads the lists holding edges into the vertices: every edge update below pays for
+keeping the index, and the memory counts it.
 Workloads, faimGraph's (thesis Figures 4.11 and 4.13): batches of 1 M edge insertions with
 uniform random sources and destinations, then deletion of the same edges (the graph returns to
 its edge set, so 10 rounds measure reuse of freed pages), and the same with sources focused on

@@ -20,8 +20,8 @@ Rows:
   the denominator of the ``*_over_pipeline`` bars.
 * ``pyg`` / ``pyg_pipeline``: ``pytorch_zerocopy.pyg.NeighborLoader(data, ...)``, in-process
   with its defaults (what a user gets: on a GPU ``x`` read from the host memory kind the plan
-  chooses, behind the plan's default cache, minibatches made one ahead on side streams) and
-  with
+  chooses, behind the plan's default cache, samples queued two minibatches ahead and minibatches
+  built one ahead, on side streams) and with
   ``pipeline=True`` (sampling and the gather of ``x`` in the pipeline's processes).
 * ``pyg_mapped`` / ``dgl_mapped``: the in-process loaders reading the mapped table without a
   cache (``feature_placement='unified', gpu_cache=None``), the earlier default; GPU runs only.
@@ -272,8 +272,8 @@ def attempt(name: str, fn: Callable[[], Dict]) -> Dict:
 def pipeline_row(ds, args) -> Dict:
     """``zerocopy train``'s default plan on the dataset: its last epoch's steady-state rate."""
     plan = make_plan("zerocopy", row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, fanouts=DGL_FANOUTS,
-                     batch_size=args.batch_size, epochs=2, max_batches=args.max_batches, val_batches=1,
-                     hidden=args.hidden, trace=True)
+                     batch_size=args.batch_size, epochs=2, max_batches=args.max_batches, val_batches=1, hidden=args.hidden,
+                     trace=True)
     start = time.perf_counter()
     last = run_plan(plan, ds, mps_fallback=True, quiet=True)[-1]
     producer = last.trace.producer if last.trace else {}
@@ -390,8 +390,8 @@ def main(argv=None) -> int:
     wall0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
-    result: Dict = {"environment": environment(), "fanouts": FANOUTS, "batch_size": args.batch_size,
-                    "hidden": args.hidden, "workers": args.workers, "quick": args.quick}
+    result: Dict = {"environment": environment(), "fanouts": FANOUTS, "batch_size": args.batch_size, "hidden": args.hidden,
+                    "workers": args.workers, "quick": args.quick}
     if gpu:
         result["pinned_h2d_gbs"] = pinned_memcpy_gbs()
         print(f"pinned memcpy H2D ceiling: {result['pinned_h2d_gbs']:.1f} GB/s", flush=True)
@@ -420,8 +420,7 @@ def main(argv=None) -> int:
     for name in wanted:
         kind, make, processes = rows[name]
         family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
-        modes[name] = attempt(name, lambda name=name, make=make, family=family, processes=processes:
-                              measure(name, make, family, args, processes))
+        modes[name] = attempt(name, lambda: measure(name, make, family, args, processes))
     result["modes"] = modes
     if args.profile:
         profiled = [n for n in PROFILED_ROWS if n in wanted]
@@ -429,8 +428,8 @@ def main(argv=None) -> int:
         for name in profiled:
             kind, make, _ = rows[name]
             family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
-            result["host_profiles"][name] = attempt(f"{name} profile", lambda make=make, family=family:
-                                                    host_profile(make, family, args.profile))
+            result["host_profiles"][name] = attempt(f"{name} profile",
+                                                    lambda: host_profile(make, family, args.profile))
     result["bars"] = compute_bars(modes, result["pipeline"])
     result["wall_s"] = time.perf_counter() - wall0
 

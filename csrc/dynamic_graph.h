@@ -263,38 +263,5 @@ ZC_DG_HD int64_t sorted_find(const T* values, int64_t lo, int64_t end, int64_t x
   return (lo < end && static_cast<int64_t>(values[lo]) == x) ? lo : -1;
 }
 
-// In-edge index twins (a directed graph with an in-edge index). Forward entry u -> v at position
-// p of u's list has an index entry at position q of v's index list naming u, whose companion
-// `in_pos` slot holds p; the forward entry's companion `twin` slot holds q. Index lists only
-// grow or are removed whole, so q never changes; p changes when compaction moves the forward
-// entry, and the move rewrites the index entry's p through q. An index entry is live when the
-// forward entry it names still points back at it (in_entry_live); stale ones (of deleted edges)
-// are skipped. Positions are int32: lists hold fewer than 2^31 entries.
-template <typename idx_t>
-struct Twins {
-  int32_t* twin;         // per forward slot: q
-  int32_t* in_pos;       // per index slot: p
-  const idx_t* in_pool;  // the index's pool, roots and heights
-  const idx_t* in_root;
-  const int8_t* in_height;
-
-  // The forward entry (destination v) moved from slot from_slot to slot to_slot, list position to.
-  ZC_DG_HD void moved(int64_t v, int64_t from_slot, int64_t to_slot, int64_t to, int s) const {
-    const int32_t q = twin[from_slot];
-    twin[to_slot] = q;
-    in_pos[entry_slot(in_pool, static_cast<int64_t>(in_root[v]), in_height[v], q, s)] = static_cast<int32_t>(to);
-  }
-};
-
-// Whether index entry q of v's index list, naming source u at position p, is live: p is a
-// position of u's list, holding v, whose twin is q.
-template <typename idx_t>
-ZC_DG_HD bool in_entry_live(const idx_t* pool, const idx_t* root, const int8_t* height, const int64_t* degree,
-                            const int32_t* twin, int64_t num_ids, int64_t v, int64_t q, int64_t u, int64_t p, int s) {
-  if (u < 0 || u >= num_ids || p < 0 || p >= degree[u]) return false;
-  const int64_t slot = entry_slot(pool, static_cast<int64_t>(root[u]), height[u], p, s);
-  return static_cast<int64_t>(pool[slot]) == v && static_cast<int64_t>(twin[slot]) == q;
-}
-
 }  // namespace dyngraph
 }  // namespace zerocopy

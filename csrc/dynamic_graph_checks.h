@@ -140,73 +140,6 @@ inline at::Tensor check_run_weights(const std::optional<at::Tensor>& weights,
   return run_weights->contiguous();
 }
 
-// The forward twins of a graph with an in-edge index (dynamic_graph.h, Twins): int32, one per
-// pool slot, written in place.
-inline void check_twin(const at::Tensor& pool, const at::Tensor& twin, const char* op) {
-  check_dim(twin, 1, "twin");
-  check_dtype(twin, at::kInt, "twin");
-  TORCH_CHECK_VALUE(twin.numel() == pool.numel(), op, ": twin must have one entry per pool slot (", pool.numel(),
-                    "), got ", twin.numel());
-  check_same_device(pool, "pool", twin, "twin");
-  TORCH_CHECK_VALUE(twin.is_contiguous(), op, ": twin is written in place and must be contiguous");
-}
-
-// run_twin of an append: given exactly with twin, int32, one per run_dst. Returns it contiguous
-// (undefined without twin).
-inline at::Tensor check_run_twin(const at::Tensor& pool, const std::optional<at::Tensor>& twin,
-                                 const std::optional<at::Tensor>& run_twin, const at::Tensor& run_dst,
-                                 const char* op) {
-  TORCH_CHECK_VALUE(twin.has_value() == run_twin.has_value(), op, ": run_twin must be given exactly with twin");
-  if (!twin) return at::Tensor();
-  check_twin(pool, *twin, op);
-  check_dim(*run_twin, 1, "run_twin");
-  check_dtype(*run_twin, at::kInt, "run_twin");
-  TORCH_CHECK_VALUE(run_twin->numel() == run_dst.numel(), op, ": run_twin must have one entry per run_dst (",
-                    run_dst.numel(), "), got ", run_twin->numel());
-  check_same_device(pool, "pool", *run_twin, "run_twin");
-  return run_twin->contiguous();
-}
-
-// The in-edge index's lists and their positions (in_pos: int32 per index slot). Returns the
-// index's pages.
-inline int64_t check_index_lists(const at::Tensor& pool, const at::Tensor& in_pool, const at::Tensor& in_pos,
-                                 const at::Tensor& in_root, const at::Tensor& in_height, const at::Tensor& root,
-                                 int s, const char* op) {
-  check_dim(in_pool, 1, "in_pool");
-  check_dtype(in_pool, pool.scalar_type(), "in_pool");
-  check_dim(in_root, 1, "in_root");
-  check_dtype(in_root, pool.scalar_type(), "in_root");
-  check_dim(in_height, 1, "in_height");
-  check_dtype(in_height, at::kChar, "in_height");
-  check_dim(in_pos, 1, "in_pos");
-  check_dtype(in_pos, at::kInt, "in_pos");
-  TORCH_CHECK_VALUE(in_pool.numel() % (int64_t(1) << s) == 0 && in_pos.numel() == in_pool.numel(), op,
-                    ": in_pool must hold whole pages and in_pos one entry per in_pool slot, got ", in_pool.numel(),
-                    " and ", in_pos.numel(), " slots");
-  TORCH_CHECK_VALUE(in_root.numel() == root.numel() && in_height.numel() == root.numel(), op,
-                    ": in_root and in_height must have one entry per vertex id (", root.numel(), "), got ",
-                    in_root.numel(), " and ", in_height.numel());
-  check_all_on(pool, "pool", {{&in_pool, "in_pool"}, {&in_pos, "in_pos"}, {&in_root, "in_root"},
-                              {&in_height, "in_height"}});
-  TORCH_CHECK_VALUE(in_pos.is_contiguous(), op, ": in_pos is written in place and must be contiguous");
-  return in_pool.numel() >> s;
-}
-
-// remove's twin arguments: none, or all five.
-inline bool check_remove_twins(const at::Tensor& pool, const at::Tensor& root, const std::optional<at::Tensor>& twin,
-                               const std::optional<at::Tensor>& in_pos, const std::optional<at::Tensor>& in_pool,
-                               const std::optional<at::Tensor>& in_root, const std::optional<at::Tensor>& in_height,
-                               int s, const char* op) {
-  const int given = twin.has_value() + in_pos.has_value() + in_pool.has_value() + in_root.has_value() +
-                    in_height.has_value();
-  TORCH_CHECK_VALUE(given == 0 || given == 5, op,
-                    ": twin, in_pos, in_pool, in_root and in_height must be given together or not at all");
-  if (given == 0) return false;
-  check_twin(pool, *twin, op);
-  check_index_lists(pool, *in_pool, *in_pos, *in_root, *in_height, root, s, op);
-  return true;
-}
-
 inline void check_mask(const at::Tensor& mask, const at::Tensor& root, const at::Tensor& pool, const char* op) {
   check_dim(mask, 1, "mask");
   check_dtype(mask, at::kBool, "mask");
@@ -221,27 +154,6 @@ inline void check_marked_vertices(const at::Tensor& pool, const at::Tensor& vert
   check_dim(vertices, 1, "vertices");
   check_dtype(vertices, at::kLong, "vertices");
   check_same_device(pool, "pool", vertices, "vertices");
-}
-
-// find_in_edges's index arguments, vertices and mask (the forward lists: check_reader).
-inline void check_in_edge_query(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& twin,
-                                const at::Tensor& in_pool, const at::Tensor& in_pos, const at::Tensor& in_root,
-                                const at::Tensor& in_height, const at::Tensor& in_degree, const at::Tensor& vertices,
-                                const at::Tensor& mask, int s, const char* op) {
-  check_dim(twin, 1, "twin");
-  check_dtype(twin, at::kInt, "twin");
-  TORCH_CHECK_VALUE(twin.numel() == pool.numel(), op, ": twin must have one entry per pool slot (", pool.numel(),
-                    "), got ", twin.numel());
-  check_same_device(pool, "pool", twin, "twin");
-  check_index_lists(pool, in_pool, in_pos.contiguous(), in_root, in_height, root, s, op);
-  check_dim(in_degree, 1, "in_degree");
-  check_dtype(in_degree, at::kLong, "in_degree");
-  TORCH_CHECK_VALUE(in_degree.numel() == root.numel(), op, ": in_degree must have one entry per vertex id (",
-                    root.numel(), "), got ", in_degree.numel());
-  check_same_device(pool, "pool", in_degree, "in_degree");
-  check_marked_vertices(pool, vertices);
-  check_mask(mask, root, pool, op);
-  TORCH_CHECK_VALUE(root.numel() < (int64_t(1) << 31), op, ": supports up to 2^31 vertex ids, got ", root.numel());
 }
 
 inline void check_seeds(const at::Tensor& seeds, const at::Tensor& pool, int64_t fanout, const char* op) {

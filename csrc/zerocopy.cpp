@@ -152,12 +152,9 @@ TORCH_LIBRARY(zerocopy, m) {
   // Appends run_dst[offsets[r]:offsets[r+1]] (with run_weights) to the list of vertices[r], in
   // that order. vertices strictly ascending, run_dst (int32 or int64) valid vertex ids; raises
   // when the pool lacks the pages (tree_pages(new degree) - tree_pages(old degree) per vertex).
-  // With `twin` (int32 per slot, a graph with an in-edge index; csrc/dynamic_graph.h, Twins),
-  // run_twin is copied into it like the weights.
   m.def("dynamic_graph_append(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
         "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
-        "Tensor vertices, Tensor run_offsets, Tensor run_dst, Tensor? run_weights, int page_size, "
-        "Tensor(j!)? twin=None, Tensor? run_twin=None) -> ()");
+        "Tensor vertices, Tensor run_offsets, Tensor run_dst, Tensor? run_weights, int page_size) -> ()");
   // found[j]: whether run_dst[j] is in the list of its run's vertex. Each run's destinations
   // ascending; of a destination repeated in a run only the first copy is marked.
   m.def("dynamic_graph_contains(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
@@ -176,23 +173,12 @@ TORCH_LIBRARY(zerocopy, m) {
   // removes from the lists named by its in-edges, without a sweep.
   m.def("dynamic_graph_find_marked(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
         "Tensor mask, int page_size) -> (Tensor pos_offsets, Tensor positions)");
-  // The live in-edges of vertices (strictly ascending) held by lists of unmarked vertices, found
-  // through the in-edge index (in_pool / in_pos / in_root / in_height / in_degree, with the
-  // forward `twin`; csrc/dynamic_graph.h, Twins): every (source, position) of a list entry
-  // pointing at one of `vertices` from a source not marked in `mask`, sorted by source then
-  // position. Work in proportion to the vertices' index lists, not to the pool.
-  m.def("dynamic_graph_find_in_edges(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor twin, "
-        "Tensor in_pool, Tensor in_pos, Tensor in_root, Tensor in_height, Tensor in_degree, Tensor vertices, "
-        "Tensor mask, int page_size) -> (Tensor sources, Tensor positions)");
   // Deletes the list positions positions[pos_offsets[r]:pos_offsets[r+1]] (distinct,
   // ascending) of vertices[r] (strictly ascending), moving the list's tail into the holes, and
-  // returns pages left empty to the free-page queue. With the twin arguments (all or none; a
-  // graph with an in-edge index), each moved entry's twin moves with it and its index entry's
-  // in_pos is rewritten to the new position.
+  // returns pages left empty to the free-page queue.
   m.def("dynamic_graph_remove(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
         "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
-        "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size, Tensor(j!)? twin=None, "
-        "Tensor(k!)? in_pos=None, Tensor? in_pool=None, Tensor? in_root=None, Tensor? in_height=None) -> ()");
+        "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size) -> ()");
   // The CSR snapshot: indptr = [0, cumsum(degree)] (int64), the column ids in list order (ids'
   // dtype), their weights (empty without weights) and, with `with_slots`, each entry's pool slot
   // (int64; empty otherwise).

@@ -225,7 +225,7 @@ def run_script(rng, graph, placement, page_size, steps, device=None, others=()):
     return dg, model
 
 
-STATE = ("pool", "weights", "twin", "root", "height", "degree", "alive", "page_owner", "page_rank", "page_ring",
+STATE = ("pool", "weights", "root", "height", "degree", "alive", "page_owner", "page_rank", "page_ring",
          "vertex_ring", "meta")
 
 
@@ -553,14 +553,6 @@ def test_opcheck(seed):
                           (*_state_args(dg), L([1, 7]), L([0, 2, 3]), L([3, 5, 9]), None, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_remove.default,
                           (*_state_args(dg), L([7]), L([0, 2]), L([0, 2]), 4), test_utils=utils)
-    ix = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4, in_index=True)
-    index = ix._in
-    torch.library.opcheck(ops.dynamic_graph_find_in_edges.default,
-                          (ix.pool, ix.root, ix.height, ix.degree, ix.twin, index.pool, index.weights, index.root,
-                           index.height, index.degree, L([1, 7]), ix.alive & (ix.degree > 3), 4), test_utils=utils)
-    twins = (ix.twin, index.weights, index.pool, index.root, index.height)
-    torch.library.opcheck(ops.dynamic_graph_remove.default,
-                          (*_state_args(ix), L([7]), L([0, 2]), L([0, 2]), 4, *twins), test_utils=utils)
 
 
 # --- reads: same results as on the snapshot -------------------------------------------------------

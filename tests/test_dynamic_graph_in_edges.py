@@ -88,22 +88,6 @@ def check_index(dg: DynamicGraph, *, after_insert: bool = False):
         assert dg._index_entries <= 2 * dg._entries + dynamic._INDEX_SLACK
     dead = [v for v, a in enumerate(dg.is_alive().cpu().tolist()) if not a]
     assert all(ip[v] == ip[v + 1] for v in dead)
-    check_twins(dg)
-
-
-def check_twins(dg: DynamicGraph):
-    """Every entry u -> v at position p of u's list has its twin q, and index entry q of v's
-    index list names (u, p): the index holds exactly one live entry per list entry."""
-    snap, slots = dg.to_csr(return_slots=True)
-    isnap, islots = dg._in.to_csr(return_slots=True)
-    twin, in_pos = dg.twin.cpu(), dg._in.weights.cpu()
-    ip, ix, fslots = snap.indptr.tolist(), snap.indices.tolist(), slots.tolist()
-    iip, iix, iislots = isnap.indptr.tolist(), isnap.indices.tolist(), islots.tolist()
-    for u in range(snap.num_nodes):
-        for e in range(ip[u], ip[u + 1]):
-            v, q = ix[e], int(twin[fslots[e]])
-            assert 0 <= q < iip[v + 1] - iip[v], (u, e - ip[u], v, q)
-            assert iix[iip[v] + q] == u and int(in_pos[iislots[iip[v] + q]]) == e - ip[u], (u, e - ip[u], v, q)
 
 
 def build(graph, mode, placement="cpu", page_size=4):
@@ -123,7 +107,7 @@ def run_vertex_script(rng, graph, dg, steps, *, twins=(), sweep_twin=None):
     same state; ``sweep_twin`` deletes vertices by the sweep and must keep the same lists."""
     ref = EdgeSet(graph)
     ref.symmetric = dg.symmetric
-    for _ in range(steps):
+    for step in range(steps):
         kind = rng.choice(["ins", "del", "del_existing", "vins", "vdel", "vdel"])
         live = ref.live()
         if kind == "ins":
@@ -284,72 +268,6 @@ def _graph_with(dg, state):
     return f
 
 
-def in_edges_reference(dg: DynamicGraph, vertices, mask):
-    """find_in_edges by the snapshot: every (source, position) of an entry pointing at one of
-    ``vertices`` from an unmarked source, sorted."""
-    snap = dg.to_csr()
-    ip, ix = snap.indptr.tolist(), snap.indices.tolist()
-    targets, marked = set(vertices), mask.tolist()
-    return sorted((u, e - ip[u]) for u in range(snap.num_nodes) for e in range(ip[u], ip[u + 1])
-                  if ix[e] in targets and not marked[u])
-
-
-def find_in_edges(dg: DynamicGraph, vertices, mask):
-    index = dg._in
-    v = torch.tensor(vertices, dtype=torch.int64, device=dg.device)
-    sources, positions = torch.ops.zerocopy.dynamic_graph_find_in_edges(
-        dg.pool, dg.root, dg.height, dg.degree, dg.twin, index.pool, index.weights, index.root, index.height,
-        index.degree, v, mask.to(dg.device), dg.page_size)
-    return list(zip(sources.cpu().tolist(), positions.cpu().tolist()))
-
-
-@pytest.mark.parametrize("page_size", [4, 32])
-def test_find_in_edges_matches_snapshot(seed, page_size):
-    """After edge churn that leaves stale index entries and moves entries (parallel edges and
-    self-loops included), the index finds exactly the entries pointing at the vertices."""
-    rng = np.random.default_rng(seed)
-    g = graph_for(rng, "index", n=50, m=500)
-    dg = build(g, "index", page_size=page_size)
-    for _ in range(4):
-        src, dst = rng.integers(0, 50, 120).tolist(), rng.integers(0, 50, 120).tolist()
-        dg.insert_edges(src + [3, 3], dst + [3, 7])
-        snap = dg.to_csr()
-        e = rng.choice(snap.num_edges, 80, replace=False)
-        rows = np.searchsorted(snap.indptr.numpy(), e, side="right") - 1
-        dg.delete_edges(rows.tolist(), snap.indices.numpy()[e].tolist())
-    check_index(dg)
-    for _ in range(5):
-        vertices = sorted(rng.choice(50, int(rng.integers(1, 20)), replace=False).tolist() + [7])
-        vertices = sorted(set(vertices))
-        mask = torch.zeros(dg.root.numel(), dtype=torch.bool)
-        mask[torch.from_numpy(rng.choice(50, 10, replace=False))] = True
-        assert find_in_edges(dg, vertices, mask) == in_edges_reference(dg, vertices, mask)
-
-
-def test_find_in_edges_and_remove_check_arguments(seed):
-    rng = np.random.default_rng(seed)
-    dg = build(graph_for(rng, "index", n=20, m=60), "index")
-    mask = torch.zeros(dg.root.numel(), dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"vertices must be strictly ascending"):
-        find_in_edges(dg, [3, 3], mask)
-    with pytest.raises(IndexError, match=r"vertices\[1\] = 20 is out of range"):
-        find_in_edges(dg, [3, 20], mask)
-    index = dg._in
-    with pytest.raises(ValueError, match="given together or not at all"):
-        torch.ops.zerocopy.dynamic_graph_remove(
-            dg.pool, dg.weights, dg.root, dg.height, dg.degree, dg.page_owner, dg.page_rank, dg.page_ring, dg.meta,
-            torch.tensor([7]), torch.tensor([0, 1]), torch.tensor([0]), dg.page_size, dg.twin, index.weights)
-    with pytest.raises(TypeError, match="twin"):
-        torch.ops.zerocopy.dynamic_graph_remove(
-            dg.pool, dg.weights, dg.root, dg.height, dg.degree, dg.page_owner, dg.page_rank, dg.page_ring, dg.meta,
-            torch.tensor([7]), torch.tensor([0, 1]), torch.tensor([0]), dg.page_size, dg.twin.long(), index.weights,
-            index.pool, index.root, index.height)
-    with pytest.raises(ValueError, match="run_twin must be given exactly with twin"):
-        torch.ops.zerocopy.dynamic_graph_append(
-            dg.pool, dg.weights, dg.root, dg.height, dg.degree, dg.page_owner, dg.page_rank, dg.page_ring, dg.meta,
-            torch.tensor([7]), torch.tensor([0, 1]), torch.tensor([2]), None, dg.page_size, dg.twin)
-
-
 def test_defaults_and_symmetric_check():
     directed = CSRGraph.from_coo([0, 1, 2], [1, 2, 0], 3)
     assert DynamicGraph.from_csr(directed).in_edge_lookup == "sweep"
@@ -373,10 +291,7 @@ def test_memory_counts_the_index(seed):
     g = graph_for(rng, "index")
     plain, indexed = build(g, "sweep"), build(g, "index")
     a, b = plain.memory(), indexed.memory()
-    twin_bytes = indexed.twin.numel() * 4
-    assert indexed._in.weights.dtype == indexed.twin.dtype == torch.int32
-    assert b.total_bytes == a.total_bytes + indexed._in.memory().total_bytes + twin_bytes
-    assert b.pool_bytes == a.pool_bytes + indexed._in.memory().pool_bytes + twin_bytes
+    assert b.total_bytes == a.total_bytes + indexed._in.memory().total_bytes
     assert b.used_pool_bytes > a.used_pool_bytes
 
 

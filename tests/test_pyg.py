@@ -284,7 +284,7 @@ def test_graph_store_layouts_and_edge_ids(gen):
     with pytest.raises(ValueError, match="outside"):
         GraphStore().put_edge_index((ei[0], ei[1]), edge_type=None, layout="coo", size=(10, 10))
     with pytest.raises(RuntimeError, match="empty"):
-        _ = GraphStore().csc_graph
+        GraphStore().csc_graph
 
 
 # --- the sampler ---------------------------------------------------------------------------
@@ -451,17 +451,11 @@ def test_minibatches_equal_the_reference_with_every_neighbour(small):
         assert "edge_index" in batch and batch.edge_index.dtype == torch.int64
 
 
-@pytest.mark.parametrize("explicit_num_nodes", [False, True])
-def test_same_attributes_as_pygs_loader(small, explicit_num_nodes):
+def test_same_attributes_as_pygs_loader(small):
     """The keys and types PyG's own loader puts in a minibatch, from PyG's filter path with a
-    reference sampler (PyG's own sampling needs pyg-lib or torch-sparse); ``num_nodes`` an
-    attribute of the minibatch only where the Data has one."""
-    if explicit_num_nodes:
-        small = small.clone()
-        small.num_nodes = small.x.shape[0]
+    reference sampler (PyG's own sampling needs pyg-lib or torch-sparse)."""
     ours = next(iter(NeighborLoader(small, [-1, -1], batch_size=16)))
     theirs = next(iter(NodeLoader(small, ReferenceSampler(small, [-1, -1]), batch_size=16)))
-    assert ("num_nodes" in ours._store) == ("num_nodes" in theirs._store) == explicit_num_nodes
     assert sorted(ours.keys()) == sorted(theirs.keys())
     for key in theirs.keys():
         a, b = ours[key], theirs[key]
@@ -623,7 +617,7 @@ def test_process_way_leaves_nothing_behind_after_an_early_break(small):
     pids = loader.processes.sup.pids()
     del it
     assert len(list(loader)) == len(loader)
-    for i, batch in enumerate(loader):  # noqa: B007 - the loop's last minibatch is kept, then dropped
+    for i, batch in enumerate(loader):
         if i == 2:
             break
     del loader, batch
@@ -833,7 +827,7 @@ def test_gpu_samples_and_gathers_from_host_memory(small):
 @pytest.mark.parametrize("placement", ["unified", "cuda"])
 def test_gpu_hops_equal_the_cpus_and_wait_once(small, placement, capfd):
     """The GPU takes the CPU's sample for the same seed, with one host synchronisation (the hop
-    stage too: the same call, its result already taken)."""
+    stage none: its result waits)."""
     from types import SimpleNamespace
 
     from test_sampling import count_syncs
@@ -860,7 +854,7 @@ def test_gpu_hops_equal_the_cpus_and_wait_once(small, placement, capfd):
     assert syncs == 1
     batch = SimpleNamespace(sample_seed=3)
     pending, syncs = count_syncs(capfd, lambda: HopStage([15, 10], False).start(graph, gpu_seeds, None, batch))
-    assert syncs == 1 and pending.ready()
+    assert syncs == 0
     want = sample_hops(graph, gpu_seeds, [15, 10], seed=3).blocks()
     for x, y in zip(pending.result(), want, strict=True):
         assert (x.num_src, x.num_dst) == (y.num_src, y.num_dst)
@@ -1010,33 +1004,61 @@ def test_gpu_default_reading_equals_the_mapped_uncached_reader():
         assert torch.equal(a.n_id, b.n_id.cpu()) and torch.equal(a.x, b.x.cpu())
 
 
-# --- work in flight: minibatches made one ahead ---------------------------------------------
+# --- work in flight: samples started two ahead, minibatches finished one ahead --------------
 
 
-def test_ahead_schedule_makes_one_ahead():
+def test_ahead_schedule_starts_two_and_finishes_one_ahead():
     """The lookahead's order of work, run on the host (no streams): every item comes out once,
-    in order; item k + 1 is made before item k is handed out, item k + 2 after. On the CPU,
-    one_ahead is the source itself."""
+    in order; item k + 2 is started and item k + 1 finished before item k is handed out. On
+    the CPU, one_ahead finishes each item in turn."""
     from pytorch_zerocopy.pipeline.ahead import _ahead, one_ahead
+
+    def source(n, log):
+        for k in range(n):
+            log.append(("start", k))
+            yield k * 10
 
     for n in (0, 1, 2, 3, 7):
         log = []
-        got = [item for item in _ahead((log.append(k) or k for k in range(n)), None)
+
+        def finish(started, log=log):
+            log.append(("finish", started // 10))
+            return -started
+
+        got = []
+        for item in _ahead(source(n, log), finish, None):
+            log.append(("got", -item // 10))
+            got.append(item)
+        assert got == [-10 * k for k in range(n)]
+        for k in range(n):
+            handed = log.index(("got", k))
+            assert log.index(("finish", k)) < handed
+            if k + 2 < n:
+                assert log.index(("start", k + 2)) < handed < log.index(("finish", k + 2))
+            if k + 1 < n:
+                assert log.index(("finish", k + 1)) < handed
+            if k + 3 < n:
+                assert handed < log.index(("start", k + 3))
+        # Without finish: each item made whole by the source, one ahead.
+        log.clear()
+        got = [item for item in _ahead((log.append(k) or k for k in range(n)), None, None)
                if not log.append(("got", item))]
         assert got == list(range(n))
         assert log == ([0] if n else []) + [x for k in range(n) for x in ([k + 1] if k + 1 < n else []) + [("got", k)]]
-    source = iter(range(3))
-    assert one_ahead(source, torch.device("cpu")) is source
+    log = []
+    assert list(one_ahead((log.append(k) or k for k in range(3)), torch.device("cpu"), lambda k: log.append(-k) or k)) \
+        == [0, 1, 2]
+    assert log == [0, 0, 1, -1, 2, -2]
 
 
 @pytest.fixture
 def ahead_on_host(monkeypatch):
-    """The in-process loader's GPU schedule (one minibatch ahead) run on the host: the same
-    order of work, without streams, so that it runs here too."""
+    """The in-process loader's GPU schedule (start two ahead, finish one ahead) run on the host:
+    the same order of work, without streams, so that it runs here too."""
     import pytorch_zerocopy.pyg.loader as pyg_loader
     from pytorch_zerocopy.pipeline.ahead import _ahead
 
-    monkeypatch.setattr(pyg_loader, "one_ahead", lambda source, device: _ahead(source, None))
+    monkeypatch.setattr(pyg_loader, "one_ahead", lambda source, device, finish=None: _ahead(source, finish, None))
 
 
 def one_at_a_time(loader):
@@ -1138,21 +1160,21 @@ def test_lookahead_loader_equals_one_at_a_time(small, ahead_on_host, case):
 
 
 @pytest.mark.parametrize("schedule", ["loader", "lookahead"])
-def test_loader_samples_one_ahead_in_order(small, monkeypatch, request, schedule):
-    """When minibatch i is handed out, the GPU schedule has sampled minibatches up to i + 1
-    (the CPU's, up to i), and minibatch i holds the i-th seeds sampled."""
+def test_loader_samples_two_ahead_in_order(small, monkeypatch, request, schedule):
+    """When minibatch i is handed out, the GPU schedule has started the samples of minibatches
+    up to i + 2 (the CPU's, up to i), and minibatch i holds the i-th seeds sampled."""
     if schedule == "lookahead":
         request.getfixturevalue("ahead_on_host")
     started = []
-    original = zc.pyg.NeighborSampler.sample_from_nodes  # where every sample of the sampler is taken
+    original = zc.pyg.NeighborSampler.sample_seeds_async  # where every sample of the sampler starts
 
-    def counted(self, index, **kwargs):
-        started.append(index.node.cpu().clone())
-        return original(self, index, **kwargs)
+    def counted(self, node, input_id):
+        started.append(node.cpu().clone())
+        return original(self, node, input_id)
 
-    monkeypatch.setattr(zc.pyg.NeighborSampler, "sample_from_nodes", counted)
+    monkeypatch.setattr(zc.pyg.NeighborSampler, "sample_seeds_async", counted)
     loader = NeighborLoader(small, [4, 3], batch_size=100, shuffle=True)
-    ahead = 1 if schedule == "lookahead" or loader.device.type == "cuda" else 0
+    ahead = 2 if schedule == "lookahead" or loader.device.type == "cuda" else 0
     n = 0
     for i, batch in enumerate(loader):
         assert len(started) == min(i + 1 + ahead, len(loader)), i
@@ -1195,14 +1217,14 @@ def test_gpu_lookahead_equals_one_at_a_time_under_load():
 
 @pytest.mark.cuda
 def test_gpu_loader_waits_for_the_gpu_only_on_samples(small, capfd):
-    """An epoch of the in-process loader on a GPU waits for the GPU once per minibatch (torch's
-    sync debug mode counts it): in its sampling call, for its sample's sizes. A hop of fanout
-    -1 adds one per minibatch (its size)."""
+    """An epoch of the in-process loader on a GPU makes no stream or device synchronisation
+    (torch's sync debug mode counts them): the one wait per minibatch is on its sample's event,
+    queued two minibatches earlier. A hop of fanout -1 adds one per minibatch (its size)."""
     from test_sampling import count_syncs
 
     if not zc.gpu_backed():
         pytest.skip("this build serves unified tensors on the CPU")
-    for fanouts, per_minibatch in (([5, 5], 1), ([-1, 3], 2)):
+    for fanouts, per_minibatch in (([5, 5], 0), ([-1, 3], 1)):
         loader = NeighborLoader(small, fanouts, batch_size=100, shuffle=True)
         assert sum(1 for _ in loader) == len(loader)  # warm-up: allocator, pinned memory, cub
         n, syncs = count_syncs(capfd, lambda loader=loader: sum(1 for _ in loader))

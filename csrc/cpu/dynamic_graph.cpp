@@ -113,7 +113,7 @@ void append_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& wei
                   const at::Tensor& height_t, const at::Tensor& degree_t, const at::Tensor& owner_t,
                   const at::Tensor& rank_t, const at::Tensor& ring_t, const at::Tensor& meta_t,
                   const at::Tensor& vertices, const at::Tensor& offsets, const at::Tensor& dst,
-                  const at::Tensor& run_w, int32_t* tw, const int32_t* run_tw, int s) {
+                  const at::Tensor& run_w, int s) {
   const Lists<idx_t> g(pool_t, root_t, height_t, degree_t, s);
   const int64_t runs = vertices.numel();
   const int64_t num_pages = pool_t.numel() >> s;
@@ -157,7 +157,6 @@ void append_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& wei
         g.pool[slot] = static_cast<idx_t>(dv[off[r] + k]);
         if (wf) wf[slot] = rwf[off[r] + k];
         if (wi) wi[slot] = rwi[off[r] + k];
-        if (tw) tw[slot] = run_tw[off[r] + k];
       }
     }
   });
@@ -169,25 +168,21 @@ void append_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
                 const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
                 const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
                 const at::Tensor& vertices, const at::Tensor& run_offsets, const at::Tensor& run_dst,
-                const std::optional<at::Tensor>& run_weights, int64_t page_size, const std::optional<at::Tensor>& twin,
-                const std::optional<at::Tensor>& run_twin) {
+                const std::optional<at::Tensor>& run_weights, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_append";
   const int s = page_shift(page_size, op);
   check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCpu, op);
   check_runs(pool, vertices, run_offsets, run_dst, "run_offsets", "run_dst", op, /*any_index=*/true);
   const at::Tensor run_w = check_run_weights(weights, run_weights, run_dst, pool, op);
-  const at::Tensor run_tw = check_run_twin(pool, twin, run_twin, run_dst, op);
-  int32_t* tw = twin ? twin->data_ptr<int32_t>() : nullptr;
-  const int32_t* rtw = twin ? run_tw.data_ptr<int32_t>() : nullptr;
   const at::Tensor vtx = vertices.contiguous(), off = run_offsets.contiguous(), dst = run_dst.contiguous();
   check_batch(vtx, off, dst, "run_offsets", "run_dst", root.numel(), nullptr, op);
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     if (dst.scalar_type() == at::kInt) {
       append_typed<index_t, int32_t>(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vtx,
-                                     off, dst, run_w, tw, rtw, s);
+                                     off, dst, run_w, s);
     } else {
       append_typed<index_t, int64_t>(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vtx,
-                                     off, dst, run_w, tw, rtw, s);
+                                     off, dst, run_w, s);
     }
   });
 }
@@ -384,74 +379,13 @@ std::tuple<at::Tensor, at::Tensor> find_touching_cpu(const at::Tensor& pool_in, 
 }
 
 // ---------------------------------------------------------------------------------------------
-// find_in_edges
-
-std::tuple<at::Tensor, at::Tensor> find_in_edges_cpu(
-    const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
-    const at::Tensor& twin_in, const at::Tensor& in_pool_in, const at::Tensor& in_pos_in, const at::Tensor& in_root_in,
-    const at::Tensor& in_height_in, const at::Tensor& in_degree_in, const at::Tensor& vertices_in,
-    const at::Tensor& mask_in, int64_t page_size) {
-  constexpr const char* op = "dynamic_graph_find_in_edges";
-  const int s = page_shift(page_size, op);
-  check_reader(pool_in, root_in, height_in, degree_in, s, kCpu, op);
-  check_in_edge_query(pool_in, root_in, twin_in, in_pool_in, in_pos_in, in_root_in, in_height_in, in_degree_in,
-                      vertices_in, mask_in, s, op);
-  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
-                   degree = degree_in.contiguous(), twin = twin_in.contiguous(), in_pool = in_pool_in.contiguous(),
-                   in_pos = in_pos_in.contiguous(), in_root = in_root_in.contiguous(),
-                   in_height = in_height_in.contiguous(), in_degree = in_degree_in.contiguous(),
-                   vtx = vertices_in.contiguous(), mask_t = mask_in.contiguous();
-  const int64_t runs = vtx.numel(), n = root.numel();
-  const int64_t* vv = vtx.data_ptr<int64_t>();
-  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
-  for (int64_t r = 0; r < runs && first[kBadVertex] < 0; ++r)
-    if (!vertex_ok(vv, r, n, true)) first[kBadVertex] = r;
-  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", n, true, op);
-  const bool* mask = mask_t.data_ptr<bool>();
-  const int32_t* tw = twin.data_ptr<int32_t>();
-  const int32_t* ip = in_pos.data_ptr<int32_t>();
-  std::vector<int64_t> count(static_cast<size_t>(runs) + 1, 0);
-  at::Tensor keys;
-  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    const Lists<index_t> g(pool, root, height, degree, s);
-    const Lists<index_t> in(in_pool, in_root, in_height, in_degree, s);
-    auto live = [&](int64_t v, int64_t q, int64_t slot) {
-      const int64_t u = in.pool[slot];
-      return u >= 0 && u < n && !mask[u] &&
-             in_entry_live(g.pool, g.root, g.height, g.degree, tw, n, v, q, u, ip[slot], s);
-    };
-    at::parallel_for(0, runs, 16, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        int64_t c = 0;
-        in.each(vv[r], [&](int64_t q, int64_t slot) { c += live(vv[r], q, slot); });
-        count[r + 1] = c;
-      }
-    });
-    for (int64_t r = 0; r < runs; ++r) count[r + 1] += count[r];
-    keys = at::empty({count[runs]}, vtx.options());
-    int64_t* out = keys.data_ptr<int64_t>();
-    at::parallel_for(0, runs, 16, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        int64_t k = count[r];
-        in.each(vv[r], [&](int64_t q, int64_t slot) {
-          if (live(vv[r], q, slot)) out[k++] = (static_cast<int64_t>(in.pool[slot]) << 32) | ip[slot];
-        });
-      }
-    });
-    std::sort(out, out + count[runs]);
-  });
-  return {keys.bitwise_right_shift(32), keys.bitwise_and((int64_t(1) << 32) - 1)};
-}
-
-// ---------------------------------------------------------------------------------------------
 // remove
 
 template <typename idx_t>
 void remove_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& weights, const at::Tensor& root_t,
                   const at::Tensor& height_t, const at::Tensor& degree_t, const at::Tensor& owner_t,
                   const at::Tensor& rank_t, const at::Tensor& ring_t, const at::Tensor& meta_t,
-                  const at::Tensor& vertices, const at::Tensor& offsets, const at::Tensor& positions,
-                  const Twins<idx_t>* twins, int s) {
+                  const at::Tensor& vertices, const at::Tensor& offsets, const at::Tensor& positions, int s) {
   const Lists<idx_t> g(pool_t, root_t, height_t, degree_t, s);
   const int64_t runs = vertices.numel();
   const int64_t num_pages = pool_t.numel() >> s;
@@ -479,10 +413,7 @@ void remove_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& wei
       for (int64_t k = 0; k < holes; ++k) {
         const int64_t to = compaction_target(pos + off[r], holes, d1, k);
         if (to < 0) continue;
-        const int64_t from_slot = entry_slot(g.pool, root0, h0, d1 + k, s);
-        const int64_t to_slot = entry_slot(g.pool, root0, h0, to, s);
-        if (twins) twins->moved(static_cast<int64_t>(g.pool[from_slot]), from_slot, to_slot, to, s);
-        move_slot(g.pool, weights, from_slot, to_slot);
+        move_slot(g.pool, weights, entry_slot(g.pool, root0, h0, d1 + k, s), entry_slot(g.pool, root0, h0, to, s));
       }
       for (int64_t t = 0; t < base[r + 1] - base[r]; ++t)
         shrink_item(g.pool, owner, rank, ring, num_pages, tail, root0, d0, d1, base[r], t, s);
@@ -498,25 +429,16 @@ void remove_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
                 const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
                 const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
                 const at::Tensor& vertices, const at::Tensor& pos_offsets, const at::Tensor& positions,
-                int64_t page_size, const std::optional<at::Tensor>& twin, const std::optional<at::Tensor>& in_pos,
-                const std::optional<at::Tensor>& in_pool, const std::optional<at::Tensor>& in_root,
-                const std::optional<at::Tensor>& in_height) {
+                int64_t page_size) {
   constexpr const char* op = "dynamic_graph_remove";
   const int s = page_shift(page_size, op);
   check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCpu, op);
-  const bool with_twins = check_remove_twins(pool, root, twin, in_pos, in_pool, in_root, in_height, s, op);
   check_runs(pool, vertices, pos_offsets, positions, "pos_offsets", "positions", op);
   const at::Tensor vtx = vertices.contiguous(), off = pos_offsets.contiguous(), pos = positions.contiguous();
   check_batch(vtx, off, pos, "pos_offsets", "positions", root.numel(), degree.data_ptr<int64_t>(), op);
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    std::optional<Twins<index_t>> twins;
-    if (with_twins) {
-      twins = Twins<index_t>{twin->data_ptr<int32_t>(), in_pos->data_ptr<int32_t>(),
-                             in_pool->contiguous().data_ptr<index_t>(), in_root->contiguous().data_ptr<index_t>(),
-                             in_height->contiguous().data_ptr<int8_t>()};
-    }
     remove_typed<index_t>(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vtx, off, pos,
-                          twins ? &*twins : nullptr, s);
+                          s);
   });
 }
 
@@ -694,7 +616,6 @@ TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("dynamic_graph_find", find_cpu);
   m.impl("dynamic_graph_find_touching", find_touching_cpu);
   m.impl("dynamic_graph_find_marked", find_marked_cpu);
-  m.impl("dynamic_graph_find_in_edges", find_in_edges_cpu);
   m.impl("dynamic_graph_remove", remove_cpu);
   m.impl("dynamic_graph_to_csr", to_csr_cpu);
   m.impl("dynamic_graph_sample", sample_cpu);

@@ -212,8 +212,7 @@ __global__ void fill_kernel(idx_t* pool, int32_t* __restrict__ weights, const id
                             const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
                             const int64_t* __restrict__ vtx, const int64_t* __restrict__ off,
                             const int64_t* __restrict__ chunk_off, int64_t runs, int64_t total,
-                            const dst_t* __restrict__ dst, const int32_t* __restrict__ run_w,
-                            int32_t* __restrict__ twin, const int32_t* __restrict__ run_twin, int s) {
+                            const dst_t* __restrict__ dst, const int32_t* __restrict__ run_w, int s) {
   const int lane = lane_id();
   const int64_t size = int64_t(1) << s;
   for (int64_t c = warp_index(); c < total; c += warp_count()) {
@@ -228,7 +227,6 @@ __global__ void fill_kernel(idx_t* pool, int32_t* __restrict__ weights, const id
       const int64_t from = off[r] + pos - d0;
       pool[(page << s) + k] = static_cast<idx_t>(dst[from]);
       if (weights) weights[(page << s) + k] = run_w[from];
-      if (twin) twin[(page << s) + k] = run_twin[from];
     }
   }
 }
@@ -237,14 +235,12 @@ void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
                  const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
                  const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
                  const at::Tensor& vertices_in, const at::Tensor& run_offsets_in, const at::Tensor& run_dst_in,
-                 const std::optional<at::Tensor>& run_weights, int64_t page_size,
-                 const std::optional<at::Tensor>& twin, const std::optional<at::Tensor>& run_twin) {
+                 const std::optional<at::Tensor>& run_weights, int64_t page_size) {
   constexpr const char* op = "dynamic_graph_append";
   const int s = page_shift(page_size, op);
   check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
   check_runs(pool, vertices_in, run_offsets_in, run_dst_in, "run_offsets", "run_dst", op, /*any_index=*/true);
   const at::Tensor run_w = check_run_weights(weights, run_weights, run_dst_in, pool, op);
-  const at::Tensor run_tw = check_run_twin(pool, twin, run_twin, run_dst_in, op);
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor vertices = vertices_in.contiguous(), off = run_offsets_in.contiguous(),
@@ -291,8 +287,7 @@ void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
         fill_kernel<idx_t, dst_t><<<blocks_for(total_chunks * kWarp), kBlock, 0, stream>>>(
             pool.data_ptr<idx_t>(), weight_words(weights), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(),
             degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
-            chunk_off.data_ptr<int64_t>(), runs, total_chunks, dst_ptr, rw,
-            twin ? twin->data_ptr<int32_t>() : nullptr, twin ? run_tw.data_ptr<int32_t>() : nullptr, s);
+            chunk_off.data_ptr<int64_t>(), runs, total_chunks, dst_ptr, rw, s);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       };
       if (dst.scalar_type() == at::kInt) {
@@ -848,109 +843,13 @@ std::tuple<at::Tensor, at::Tensor> find_touching_cuda(const at::Tensor& pool_in,
 }
 
 // ---------------------------------------------------------------------------------------------
-// find_in_edges: one warp per data page of the listed vertices' index lists; each lane tests one
-// index entry (in_entry_live, source not marked). Counted first, then written at the page's
-// offset, then sorted by (source << 32 | position).
-
-template <typename idx_t, bool kCount>
-__global__ void in_edges_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
-                                const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
-                                const int32_t* __restrict__ twin, const idx_t* __restrict__ in_pool,
-                                const int32_t* __restrict__ in_pos, const idx_t* __restrict__ in_root,
-                                const int8_t* __restrict__ in_height, const int64_t* __restrict__ in_degree,
-                                const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off, int64_t runs,
-                                int64_t items, const bool* __restrict__ mask, int64_t num_ids,
-                                int64_t* __restrict__ item_count, const int64_t* __restrict__ item_pos,
-                                int64_t* __restrict__ keys, int s) {
-  const int lane = lane_id();
-  const int64_t size = int64_t(1) << s;
-  for (int64_t item = warp_index(); item < items; item += warp_count()) {
-    const int64_t r = group_of(item_off, runs, item);
-    const int64_t v = vtx[r];
-    const int64_t i = item - item_off[r];
-    const int64_t page = node_page(in_pool, static_cast<int64_t>(in_root[v]), in_height[v], 0, i, s);
-    const int64_t deg = in_degree[v];
-    int64_t written = kCount ? 0 : item_pos[item];
-    for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
-      const int64_t k = k0 + lane, q = (i << s) + k;
-      bool hit = false;
-      int64_t u = 0, p = 0;
-      if (k < size && q < deg) {
-        u = static_cast<int64_t>(in_pool[(page << s) + k]);
-        p = in_pos[(page << s) + k];
-        hit = u >= 0 && u < num_ids && !mask[u] && in_entry_live(pool, root, height, degree, twin, num_ids, v, q, u, p, s);
-      }
-      const unsigned m = __ballot_sync(kFull, hit);
-      if (!kCount && hit) keys[written + __popc(m & ((1u << lane) - 1u))] = (u << 32) | p;
-      written += __popc(m);
-    }
-    if (kCount && lane == 0) item_count[item] = written;
-  }
-}
-
-std::tuple<at::Tensor, at::Tensor> find_in_edges_cuda(
-    const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in, const at::Tensor& degree_in,
-    const at::Tensor& twin_in, const at::Tensor& in_pool_in, const at::Tensor& in_pos_in, const at::Tensor& in_root_in,
-    const at::Tensor& in_height_in, const at::Tensor& in_degree_in, const at::Tensor& vertices_in,
-    const at::Tensor& mask_in, int64_t page_size) {
-  constexpr const char* op = "dynamic_graph_find_in_edges";
-  const int s = page_shift(page_size, op);
-  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
-  check_in_edge_query(pool_in, root_in, twin_in, in_pool_in, in_pos_in, in_root_in, in_height_in, in_degree_in,
-                      vertices_in, mask_in, s, op);
-  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
-                   degree = degree_in.contiguous(), twin = twin_in.contiguous(), in_pool = in_pool_in.contiguous(),
-                   in_pos = in_pos_in.contiguous(), in_root = in_root_in.contiguous(),
-                   in_height = in_height_in.contiguous(), in_degree = in_degree_in.contiguous(),
-                   vertices = vertices_in.contiguous(), mask = mask_in.contiguous();
-  const int64_t runs = vertices.numel(), num_ids = root.numel();
-  const auto opts = vertices.options();
-  at::Tensor leaves = at::zeros({runs}, opts);
-  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
-  if (runs > 0) {
-    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
-        vertices.data_ptr<int64_t>(), runs, in_degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
-        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor item_off = offsets_of(leaves);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
-  int64_t f[kNumBatchErrors];
-  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
-  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
-  const int64_t items = h[kNumBatchErrors];
-  if (items == 0) return {at::empty({0}, opts), at::empty({0}, opts)};
-  at::Tensor item_count = at::empty({items}, opts);
-  at::Tensor keys;
-  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    auto launch = [&](auto counting, const int64_t* item_pos, int64_t* out) {
-      in_edges_kernel<index_t, decltype(counting)::value><<<blocks_for(items * kWarp), kBlock, 0, stream>>>(
-          pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-          twin.data_ptr<int32_t>(), in_pool.data_ptr<index_t>(), in_pos.data_ptr<int32_t>(),
-          in_root.data_ptr<index_t>(), in_height.data_ptr<int8_t>(), in_degree.data_ptr<int64_t>(),
-          vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, mask.data_ptr<bool>(), num_ids,
-          item_count.data_ptr<int64_t>(), item_pos, out, s);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    };
-    launch(std::true_type{}, nullptr, nullptr);
-    const at::Tensor item_pos = offsets_of(item_count);
-    keys = at::empty({item_pos.slice(0, items).item<int64_t>()}, opts);
-    if (keys.numel() > 0) launch(std::false_type{}, item_pos.data_ptr<int64_t>(), keys.data_ptr<int64_t>());
-  });
-  keys = std::get<0>(keys.sort());
-  return {keys.bitwise_right_shift(32), keys.bitwise_and((int64_t(1) << 32) - 1)};
-}
-
-// ---------------------------------------------------------------------------------------------
 // remove
 
 template <typename idx_t>
 __global__ void compact_kernel(idx_t* pool, int32_t* weights, const idx_t* __restrict__ root,
                                const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
                                const int64_t* __restrict__ vtx, const int64_t* __restrict__ off, int64_t runs,
-                               int64_t total, const int64_t* __restrict__ positions, Twins<idx_t> twins, int s) {
+                               int64_t total, const int64_t* __restrict__ positions, int s) {
   for (int64_t t = thread_index(); t < total; t += thread_count()) {
     const int64_t r = group_of(off, runs, t);
     const int64_t v = vtx[r];
@@ -961,7 +860,6 @@ __global__ void compact_kernel(idx_t* pool, int32_t* weights, const idx_t* __res
     const int64_t rt = static_cast<int64_t>(root[v]);
     const int64_t from_slot = entry_slot(pool, rt, height[v], d1 + k, s);
     const int64_t to_slot = entry_slot(pool, rt, height[v], to, s);
-    if (twins.twin) twins.moved(static_cast<int64_t>(pool[from_slot]), from_slot, to_slot, to, s);
     pool[to_slot] = pool[from_slot];
     if (weights) weights[to_slot] = weights[from_slot];
   }
@@ -999,13 +897,10 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
                  const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
                  const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
                  const at::Tensor& vertices_in, const at::Tensor& pos_offsets_in, const at::Tensor& positions_in,
-                 int64_t page_size, const std::optional<at::Tensor>& twin, const std::optional<at::Tensor>& in_pos,
-                 const std::optional<at::Tensor>& in_pool, const std::optional<at::Tensor>& in_root,
-                 const std::optional<at::Tensor>& in_height) {
+                 int64_t page_size) {
   constexpr const char* op = "dynamic_graph_remove";
   const int s = page_shift(page_size, op);
   check_writer(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
-  const bool with_twins = check_remove_twins(pool, root, twin, in_pos, in_pool, in_root, in_height, s, op);
   check_runs(pool, vertices_in, pos_offsets_in, positions_in, "pos_offsets", "positions", op);
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -1032,20 +927,11 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
 
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     using idx_t = index_t;
-    Twins<idx_t> twins{nullptr, nullptr, nullptr, nullptr, nullptr};
-    at::Tensor in_pool_c, in_root_c, in_height_c;
-    if (with_twins) {
-      in_pool_c = in_pool->contiguous();
-      in_root_c = in_root->contiguous();
-      in_height_c = in_height->contiguous();
-      twins = Twins<idx_t>{twin->data_ptr<int32_t>(), in_pos->data_ptr<int32_t>(), in_pool_c.data_ptr<idx_t>(),
-                           in_root_c.data_ptr<idx_t>(), in_height_c.data_ptr<int8_t>()};
-    }
     if (holes > 0) {
       compact_kernel<idx_t><<<blocks_for(holes), kBlock, 0, stream>>>(
           pool.data_ptr<idx_t>(), weight_words(weights), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(),
           degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, holes,
-          positions.data_ptr<int64_t>(), twins, s);
+          positions.data_ptr<int64_t>(), s);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     if (freed > 0) {
@@ -1216,7 +1102,6 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("dynamic_graph_find", find_cuda);
   m.impl("dynamic_graph_find_touching", find_touching_cuda);
   m.impl("dynamic_graph_find_marked", find_marked_cuda);
-  m.impl("dynamic_graph_find_in_edges", find_in_edges_cuda);
   m.impl("dynamic_graph_remove", remove_cuda);
   m.impl("dynamic_graph_to_csr", to_csr_cuda);
   m.impl("dynamic_graph_bfs", bfs_cuda);

@@ -101,8 +101,7 @@ class NodeCache:
             placement = Placement.MAPPED if device.type == "cuda" or _unified.is_unified(rows) else Placement.CPU
         elif placement is not Placement.MAPPED and _unified.is_unified(rows):
             rows = rows.cpu()  # copied into `placement` from the host bytes
-        reader = FeatureTable(rows, placement, device=device if device.type == "cuda" else None)
-        self.features = CachedTable(reader, ids)
+        self.features = CachedTable(FeatureTable(rows, placement, device=device if device.type == "cuda" else None), ids)
 
     def gather(self, table: torch.Tensor, index: torch.Tensor, device: torch.device) -> torch.Tensor:
         """Rows ``index`` (valid node ids) of ``table``, which must still be the cached one."""
@@ -110,7 +109,7 @@ class NodeCache:
             raise RuntimeError(f"gpu_cache: node feature {self.name!r} was replaced after the DataLoader cached its "
                                "rows; create a new DataLoader for the new tensor")
         rows = self.features.read(index, check_bounds=False)
-        return _shaped(rows, table).to(device)
+        return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)
 
 
 class NeighborSampler:
@@ -272,20 +271,17 @@ class NeighborSampler:
         return self.sample(g, seed_nodes, exclude_eids)
 
     def _block(self, g: Any, lay: Block, device: torch.device):
-        """The minibatch's block of sampled layer ``lay`` (made for this minibatch alone) on
-        ``device``: ``lay`` itself where it is there already, unless ``g`` is a DGL graph (a DGL
-        block then)."""
-        if not is_dgl_graph(g):
-            return lay if lay.src.device == device else lay.to(device)
         src, dst = lay.src.to(device), lay.dst.to(device)
         nodes, eids = lay.nodes.to(device), lay.eids.to(device)
-        dgl = real_dgl()
-        block = dgl.create_block((src, dst), num_src_nodes=lay.num_src,
-                                 num_dst_nodes=lay.num_dst, idtype=g.idtype, device=device)
-        block.srcdata[dgl.NID] = nodes
-        block.dstdata[dgl.NID] = nodes[: lay.num_dst]
-        block.edata[dgl.EID] = eids
-        return block
+        if is_dgl_graph(g):
+            dgl = real_dgl()
+            block = dgl.create_block((src, dst), num_src_nodes=lay.num_src,
+                                     num_dst_nodes=lay.num_dst, idtype=g.idtype, device=device)
+            block.srcdata[dgl.NID] = nodes
+            block.dstdata[dgl.NID] = nodes[: lay.num_dst]
+            block.edata[dgl.EID] = eids
+            return block
+        return Block(src, dst, lay.num_src, lay.num_dst, nodes=nodes, eids=eids)
 
     def lists(self, g: Any, placement: Placement) -> CSRGraph:
         """The neighbour lists this sampler reads from ``g`` in ``placement`` (prepared once)."""
@@ -298,7 +294,7 @@ class NeighborSampler:
             table = _lookup(ndata, name, "node")
             if name in gathered:
                 rows = gathered[name]
-                blocks[0].srcdata[name] = _shaped(rows, table).to(device)
+                blocks[0].srcdata[name] = rows.view((rows.shape[0],) + tuple(table.shape[1:])).to(device)
             elif name in node_caches:
                 blocks[0].srcdata[name] = node_caches[name].gather(table, input_nodes, device)
             else:
@@ -347,8 +343,7 @@ class BlockStage(FedStage):
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> _sampling.PendingSample:
         if self.placed is None:
             placement = Placement.MAPPED if graph.indptr.is_cuda else Placement.CPU
-            self.placed = tuple(_place(t, placement, torch.device("cpu"), own=False)
-                                for t in (self.probs, self.edge_ids))
+            self.placed = tuple(_place(t, placement, torch.device("cpu"), own=False) for t in (self.probs, self.edge_ids))
         probs, edge_ids = self.placed
         return _sampling.PendingSample.done(_layers(graph, seeds, self.fanouts, self.replace, probs, edge_ids,
                                                     batch.sample_seed))
@@ -408,10 +403,4 @@ def _gather(state: _GraphState, kind: str, name: str, table: torch.Tensor, index
     reader = _reader(state, kind, name, table, device)
     rows = reader.read(index.to(reader.device) if index.device != reader.device and reader.device.type == "cpu"
                        else index, check_bounds=False)
-    return _shaped(rows, table).to(device)
-
-
-def _shaped(rows: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Rows read from ``table`` as the ``[rows, width]`` reader returns them, in the table's
-    row shape: a view where the table is not 2-D, else the rows themselves."""
-    return rows if table.dim() == 2 else rows.view((rows.shape[0],) + tuple(table.shape[1:]))
+    return rows.view((index.numel(),) + tuple(table.shape[1:])).to(device)

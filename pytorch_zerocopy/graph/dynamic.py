@@ -44,31 +44,23 @@ In-edges. Deleting a vertex edits every list holding an edge into it. Which list
   out-list of ``v`` names exactly the lists holding ``v``; nothing extra is kept. (``from_csr``
   with ``symmetric=True`` checks that the CSR's edges come in both directions.)
 * A directed graph built with ``in_index=True``: its in-edge index, a second set of paged lists
-  (one pool, same page size and placement) where list ``v`` holds, for every entry ``u -> v``,
-  its source ``u`` and (in the index's int32 ``weights``) its position in ``u``'s list; the
-  entry's slot in the graph's ``twin`` (int32 per pool slot) holds the position of that index
-  entry. ``insert_edges`` appends one index entry per entry it adds (positions known before the
-  append, no membership test); ``delete_edges`` leaves the index entries of removed edges in
-  place (stale), and when its compaction moves an entry, rewrites the entry's index position
-  through its twin. An index entry is live when the entry it names points back at it
-  (``in_entry_live`` in csrc/dynamic_graph.h), so stale entries are skipped. Deleting ``v``
-  empties its index list; index lists never move an entry. When the index holds more than
-  twice the graph's entries (plus ``_INDEX_SLACK``) the next ``insert_edges`` rebuilds it
-  exactly from the lists (a sort of every entry: rare, and the one update whose cost grows
-  with the graph). Costs: the index's pages plus 4 bytes per slot of each pool (ids and
-  positions of about the graph's entries, and the twins), an append per edge insertion batch,
-  and one index write per entry an edge deletion moves.
+  (one pool, same page size and placement, no weights) where list ``v`` names a superset of the
+  sources of ``v``'s in-edges, with repeats. ``insert_edges`` appends ``d -> s`` for every entry
+  it adds (one append, no membership test); ``delete_edges`` leaves the index alone, so an
+  entry may name a list that no longer holds the edge, and deletion then finds nothing there.
+  Deleting ``v`` empties its index list. When the index holds more than twice the graph's
+  entries (plus ``_INDEX_SLACK``) the next ``insert_edges`` rebuilds it exactly from the lists
+  (a sort of every entry: rare, and the one update whose cost grows with the graph). Costs:
+  the index's pages (about the graph's), and an append per edge insertion batch; edge deletion
+  costs nothing extra.
 * A directed graph without the index: one sweep over every page of the pool
   (``dynamic_graph_find_touching``, faimGraph's directed vertex deletion), O(edges) per batch.
 
 The index is opt-in because it doubles the pages and adds to every insertion, which a graph
-whose vertices are never deleted should not pay. Deleting a batch of vertices removes, first,
-the entries pointing at them from the other vertices' lists, then their own lists whole (two
-removals, on every path, so every path leaves the same pages). With the index, the first
-removal's positions are read from the batch's index lists (``dynamic_graph_find_in_edges``):
-work in proportion to the batch's in-degrees, whatever the size of the lists holding them. A
-symmetric graph reads the lists its vertices' out-lists name, testing each entry against the
-batch's mask (``dynamic_graph_find_marked``): work in proportion to those lists.
+whose vertices are never deleted should not pay. With a list to read, deleting a batch of
+vertices reads their lists (or index lists), reads the lists those name testing each entry
+against the batch's mask (``dynamic_graph_find_marked``) and removes the hits: work in
+proportion to the lists touched.
 
 Reading while updating: :meth:`sample_neighbors`, :meth:`sample_layers` and :meth:`bfs` run on
 the paged lists and give the same results as the package's ops on the :meth:`to_csr`
@@ -115,7 +107,7 @@ class PoolFullError(RuntimeError):
 class MemoryFootprint:
     """Bytes held by a :class:`DynamicGraph`.
 
-    ``pool_bytes``: the page pool (ids, plus weights and in-edge twins), allocated; ``used_pool_bytes``: its pages
+    ``pool_bytes``: the page pool (ids, plus weights), allocated; ``used_pool_bytes``: its pages
     in use; ``page_table_bytes``: per-page owner, rank and the free-page ring;
     ``vertex_bytes``: per-vertex root, height, degree, alive flag and the free-vertex ring.
     A graph with an in-edge index counts the index's bytes in the same fields.
@@ -171,14 +163,13 @@ def _ops():
 
 @register_fake("zerocopy::dynamic_graph_append")
 def _append_fake(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vertices,
-                 run_offsets, run_dst, run_weights, page_size, twin=None, run_twin=None):
+                 run_offsets, run_dst, run_weights, page_size):
     return None
 
 
 @register_fake("zerocopy::dynamic_graph_remove")
 def _remove_fake(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vertices,
-                 pos_offsets, positions, page_size, twin=None, in_pos=None, in_pool=None, in_root=None,
-                 in_height=None):
+                 pos_offsets, positions, page_size):
     return None
 
 
@@ -197,13 +188,6 @@ def _find_fake(pool, root, height, degree, vertices, run_offsets, run_dst, page_
 def _find_marked_fake(pool, root, height, degree, vertices, mask, page_size):
     total = torch.library.get_ctx().new_dynamic_size()
     return vertices.new_empty((vertices.shape[0] + 1,)), vertices.new_empty((total,))
-
-
-@register_fake("zerocopy::dynamic_graph_find_in_edges")
-def _find_in_edges_fake(pool, root, height, degree, twin, in_pool, in_pos, in_root, in_height, in_degree, vertices,
-                        mask, page_size):
-    total = torch.library.get_ctx().new_dynamic_size()
-    return degree.new_empty((total,)), degree.new_empty((total,))
 
 
 @register_fake("zerocopy::dynamic_graph_find_touching")
@@ -262,8 +246,6 @@ class DynamicGraph:
         self.page_ring = page_ring
         self.vertex_ring = vertex_ring
         self.meta = meta
-        # With an in-edge index: per pool slot, the position of the entry's index entry (int32).
-        self.twin: Optional[torch.Tensor] = None
         self.page_size = int(page_size)
         self.symmetric = bool(symmetric)
         self.placement = placement
@@ -343,33 +325,24 @@ class DynamicGraph:
 
     def _build_in_index(self) -> None:
         """(Re)builds the in-edge index exactly: index list ``v`` holds the source of every
-        entry ``u -> v`` (by source, then position in the source's list; repeats kept) with that
-        position, and every entry's twin is set. Needs a pool-sized int32 buffer on
-        :attr:`device` while it runs."""
+        entry ``u -> v``, ascending, repeats kept."""
         n, dev = self._num_nodes, self.device
-        snap, slots = self.to_csr(return_slots=True)
+        snap = self.to_csr()
         src = torch.repeat_interleave(torch.arange(n, device=dev), snap.indptr[1:] - snap.indptr[:-1])
         dst = snap.indices.to(torch.int64)
-        pos = torch.arange(dst.numel(), device=dev) - snap.indptr[src]
-        _, order = torch.sort(dst * self._key_base() + src, stable=True)
+        key, _ = torch.sort(dst * self._key_base() + src)
         indegree = torch.bincount(dst, minlength=n) if dst.numel() else torch.zeros(n, dtype=torch.int64, device=dev)
         need = int(tree_pages(indegree, self.page_size).sum()) if n else 0
         num_pages = max(_MIN_PAGES, math.ceil(need * (1.0 + 0.5)))
-        index = DynamicGraph._empty(self.placement, dev, self.pool.dtype, torch.int32, num_pages, self.root.numel(),
-                                    n, self.page_size, False, True)
-        offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
-        torch.cumsum(indegree, 0, out=offsets[1:])
-        twin = torch.full((self.pool.numel(),), -1, dtype=torch.int32, device=dev)
-        if dst.numel():
-            in_order_dst = dst[order]
-            twin[slots[order]] = (torch.arange(dst.numel(), device=dev) - offsets[in_order_dst]).to(torch.int32)
-            index._append_runs(torch.arange(n, device=dev), offsets, src[order], pos[order].to(torch.int32),
+        index = DynamicGraph._empty(self.placement, dev, self.pool.dtype, None, num_pages, self.root.numel(), n,
+                                    self.page_size, False, True)
+        if key.numel():
+            offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+            torch.cumsum(indegree, 0, out=offsets[1:])
+            index._append_runs(torch.arange(n, device=dev), offsets, key % self._key_base(), None,
                                "in-edge index")
-        if self.twin is None:
-            self.twin = _pool_tensor(self.placement, dev, self.pool.numel(), torch.int32, -1)
-        self.twin.copy_(twin)
         self._in = index
-        self._index_entries = int(dst.numel())
+        self._index_entries = int(key.numel())
         self._in._entries = self._index_entries
 
     @classmethod
@@ -444,8 +417,7 @@ class DynamicGraph:
     def memory(self) -> MemoryFootprint:
         """The bytes this graph holds (see :class:`MemoryFootprint`); one synchronisation."""
         page_bytes = self.page_size * (self.pool.element_size()
-                                       + (0 if self.weights is None else self.weights.element_size())
-                                       + (0 if self.twin is None else self.twin.element_size()))
+                                       + (0 if self.weights is None else self.weights.element_size()))
         used_pages = self.num_pages - self.free_pages
         tables = sum(t.numel() * t.element_size() for t in (self.page_owner, self.page_rank, self.page_ring))
         tables += self.meta.numel() * self.meta.element_size()
@@ -548,56 +520,36 @@ class DynamicGraph:
         if added == 0:
             return 0
         vertices, offsets = _runs(s)
-        w = None if w is None else w[order]
-        if self._in is None:
-            self._append_runs(vertices, offsets, d, w, op)
-            self._entries += added
-            return added
-        # The index is rebuilt (twins included) when its stale entries would pass the bound of
-        # the module docstring; otherwise both sides' positions are known before either append.
-        if self._index_entries + added > 2 * (self._entries + added) + _INDEX_SLACK:
-            self._append_runs(vertices, offsets, d, w, op, twin=torch.full_like(d, -1, dtype=torch.int32))
-            self._entries += added
-            self._build_in_index()
-            return added
-        run_twin, index_runs = self._index_runs(s, d, offsets)
-        self._append_runs(vertices, offsets, d, w, op, twin=run_twin)
+        self._append_runs(vertices, offsets, d, None if w is None else w[order], op)
         self._entries += added
-        self._in._append_runs(*index_runs, "insert_edges (in-edge index)")
-        self._index_entries += added
+        if self._in is not None:
+            self._index_added(s, d)
         return added
 
     def _append_runs(self, vertices: torch.Tensor, offsets: torch.Tensor, dst: torch.Tensor,
-                     weights: Optional[torch.Tensor], op: str, twin: Optional[torch.Tensor] = None) -> None:
+                     weights: Optional[torch.Tensor], op: str) -> None:
         """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
-        distinct), after reserving the pages; ``twin``: the entries' twins (graphs with an
-        in-edge index)."""
+        distinct), after reserving the pages."""
         counts = offsets[1:] - offsets[:-1]
         old = self.degree[vertices]
         need = (tree_pages(old + counts, self.page_size) - tree_pages(old, self.page_size)).sum()
         self._reserve_pages(need, op)
         _ops().dynamic_graph_append.default(
             self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
-            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size, self.twin, twin)
+            self.page_ring, self.meta, vertices, offsets, dst, weights, self.page_size)
 
-    def _index_runs(self, src: torch.Tensor, dst: torch.Tensor, offsets: torch.Tensor):
-        """For new entries ``src[i] -> dst[i]`` (distinct pairs, ``src`` ascending in runs
-        delimited by ``offsets``), read before either append: the entries' twins (their
-        positions in the index lists, int32) and the index append's runs (vertices, offsets,
-        sources, positions in the sources' lists)."""
-        added, dev = src.numel(), self.device
-        step = torch.arange(added, device=dev)
-        counts = offsets[1:] - offsets[:-1]
-        run = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts, output_size=added)
-        positions = self.degree[src] + step - offsets[run]
-        _, order = torch.sort(dst * self._key_base() + src)
-        heads = dst[order]
-        in_vertices, in_offsets = _runs(heads)
-        in_counts = in_offsets[1:] - in_offsets[:-1]
-        in_run = torch.repeat_interleave(torch.arange(in_counts.numel(), device=dev), in_counts, output_size=added)
-        twin = torch.empty(added, dtype=torch.int32, device=dev)
-        twin[order] = (self._in.degree[heads] + step - in_offsets[in_run]).to(torch.int32)
-        return twin, (in_vertices, in_offsets, src[order], positions[order].to(torch.int32))
+    def _index_added(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Records the new entries ``src[i] -> dst[i]`` in the in-edge index, or rebuilds the
+        index when its stale entries would pass the bound of the module docstring."""
+        if self._index_entries + src.numel() > 2 * self._entries + _INDEX_SLACK:
+            self._build_in_index()
+            return
+        base = self._key_base()
+        key, _ = torch.sort(dst * base + src)
+        head = torch.div(key, base, rounding_mode="floor")
+        vertices, offsets = _runs(head)
+        self._in._append_runs(vertices, offsets, key - head * base, None, "insert_edges (in-edge index)")
+        self._index_entries += src.numel()
 
     def _find_edges(self, src: torch.Tensor, dst: torch.Tensor):
         """Where the distinct edges ``(src, dst)`` sit in their lists: ``(vertices, offsets,
@@ -629,11 +581,9 @@ class DynamicGraph:
     def _remove(self, vertices: torch.Tensor, pos_offsets: torch.Tensor, positions: torch.Tensor) -> int:
         removed = positions.numel()
         if removed:
-            twins = () if self._in is None else (self.twin, self._in.weights, self._in.pool, self._in.root,
-                                                 self._in.height)
             _ops().dynamic_graph_remove.default(
                 self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
-                self.page_ring, self.meta, vertices, pos_offsets, positions, self.page_size, *twins)
+                self.page_ring, self.meta, vertices, pos_offsets, positions, self.page_size)
         return removed
 
     def has_edges(self, src, dst) -> torch.Tensor:
@@ -700,33 +650,21 @@ class DynamicGraph:
             return 0
         dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
         dying[v] = True
-        # First the entries pointing at the dying vertices from the other lists, then the dying
-        # lists whole: the same two removals, hence the same pages, on every path.
-        lookup = "sweep" if sweep else self.in_edge_lookup
-        if lookup == "index":
-            sources, positions = _ops().dynamic_graph_find_in_edges.default(
-                self.pool, self.root, self.height, self.degree, self.twin, self._in.pool, self._in.weights,
-                self._in.root, self._in.height, self._in.degree, v, dying, self.page_size)
-            vertices, pos_offsets = _runs(sources)
-        elif lookup == "sweep":
+        if sweep or self.in_edge_lookup == "sweep":
             owners, positions = _ops().dynamic_graph_find_touching.default(
                 self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, dying,
                 self.page_size)
-            keep = ~dying[owners]
-            vertices, pos_offsets = _runs(owners[keep])
-            positions = positions[keep]
+            vertices, pos_offsets = _runs(owners)
         else:
-            # The lists that may hold an edge into a dying vertex: those its out-list names.
-            touched = torch.zeros_like(dying)
-            touched[self._read_lists(v, self._num_nodes)] = True
-            touched &= ~dying
+            # The lists that may hold an edge into a dying vertex (its out-list on a symmetric
+            # graph, its index list otherwise), with the dying lists themselves, ascending.
+            named = (self if self.symmetric else self._in)._read_lists(v, self._num_nodes)
+            touched = dying.clone()
+            touched[named] = True
             vertices = torch.nonzero(touched).flatten()
             pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
                 self.pool, self.root, self.height, self.degree, vertices, dying, self.page_size)
         removed = self._remove(vertices, pos_offsets, positions)
-        pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
-            self.pool, self.root, self.height, self.degree, v, dying, self.page_size)
-        removed += self._remove(v, pos_offsets, positions)
         self._entries -= removed
         if self._in is not None:
             # v's index lists go whole (every vertex of v is marked).
@@ -772,8 +710,6 @@ class DynamicGraph:
         self.pool = _grown(self.pool, num_pages * size, -1, self.placement)
         if self.weights is not None:
             self.weights = _grown(self.weights, num_pages * size, 0, self.placement)
-        if self.twin is not None:
-            self.twin = _grown(self.twin, num_pages * size, -1, self.placement)
         self.page_owner = _grown(self.page_owner, num_pages, -1, "cpu")
         self.page_rank = _grown(self.page_rank, num_pages, -1, "cpu")
         head, tail, fresh = self.meta.tolist()

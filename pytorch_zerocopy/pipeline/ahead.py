@@ -8,6 +8,17 @@ host synchronisations its sampling makes (which wait for the side stream only), 
 GPU still works on the loop's step. Two side streams alternate, so that sampling minibatch
 ``i + 1`` does not wait for the gather of minibatch ``i``.
 
+Two steps (``finish``): a loader whose sampling can be queued without the host waiting for it
+(:func:`~pytorch_zerocopy.sampling.sample_layers_async`) gives a ``source`` that only starts
+each minibatch (queues its sample and returns at once) and a ``finish`` that completes a
+started one (takes the sample, which waits for that sample's GPU work only, then queues the
+gather and builds the minibatch). Before minibatch ``i`` is handed out, minibatch ``i + 2`` has
+been started and minibatch ``i + 1`` finished: the wait in ``finish`` is for a sample queued one
+minibatch earlier, which the GPU ran while the host built the minibatch before it, so it is
+short or nothing. Minibatch ``k`` is started and finished on side stream ``k % 3`` of three, so
+no minibatch's work queues behind another's on the GPU. ``finish`` must not start work that the
+next call of ``next(source)`` depends on: the two run on different streams.
+
 Ordering and lifetime: the stream that is current when the loop asks for a minibatch waits for
 the minibatch's event (recorded on its side stream after it was built) before the minibatch is
 returned, and every tensor of it is marked as used on that stream (``record_stream``), so the
@@ -23,17 +34,20 @@ The side streams never wait for the loop's stream: the graph and the tables must
 on the GPU while an epoch runs (host writes, as ``put_tensor`` makes, are seen by the next
 minibatch started).
 
-Randomness: minibatch ``i + 1`` draws its sampling seed from torch's default CPU generator
-before the loop's body for minibatch ``i`` runs. The minibatches are the same as without the
-overlap unless that body itself draws from torch's CPU generator between minibatches.
+Randomness: minibatch ``i + 1`` (with ``finish``: ``i + 2``) draws its sampling seed from
+torch's default CPU generator before the loop's body for minibatch ``i`` runs. The minibatches
+are the same as without the overlap unless that body itself draws from torch's CPU generator
+between minibatches.
 
-Without a GPU the source is returned as it is: nothing runs ahead.
+Without a GPU the source is returned as it is (with ``finish``: each item finished in turn):
+nothing runs ahead.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from collections import deque
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -64,12 +78,15 @@ def tensors_of(obj: Any) -> Iterator[torch.Tensor]:
                 yield from tensors_of(frame[key])
 
 
-def one_ahead(source: Iterator[Any], device: torch.device) -> Iterator[Any]:
+def one_ahead(source: Iterator[Any], device: torch.device,
+              finish: Optional[Callable[[Any], Any]] = None) -> Iterator[Any]:
     """``source``'s items, each built one ahead on a side stream of ``device`` (module
-    docstring); ``source`` itself where ``device`` is not a GPU."""
+    docstring); ``source`` itself where ``device`` is not a GPU. ``finish``: ``source`` yields
+    started minibatches and ``finish(started)`` completes one, started two ahead and finished
+    one ahead (on the CPU: ``finish`` of each item in turn)."""
     if device.type != "cuda":
-        return source
-    return _ahead(source, device)
+        return source if finish is None else map(finish, source)
+    return _ahead(source, finish, device)
 
 
 class _SideStreams:
@@ -106,26 +123,40 @@ class _SideStreams:
         return item
 
 
-def _ahead(source: Iterator[Any], device: Optional[torch.device]) -> Iterator[Any]:
+def _ahead(source: Iterator[Any], finish: Optional[Callable[[Any], Any]],
+           device: Optional[torch.device]) -> Iterator[Any]:
     """:func:`one_ahead`'s schedule on ``device`` (None: on the host alone, no streams): the
-    minibatches of ``source``, in order, minibatch ``k + 1`` made before minibatch ``k`` is
-    handed out."""
-    streams = _SideStreams(device, 2)
-    count = 0  # minibatches made so far
+    minibatches of ``source`` (each passed through ``finish`` when given), in order."""
+    started_ahead = 0 if finish is None else 1  # started, not yet finished, beyond the next built
+    streams = _SideStreams(device, started_ahead + 2)
+    started: deque = deque()  # (k, what next(source) gave for minibatch k), oldest first
+    count = 0  # minibatches started so far
+    exhausted = False
+
+    def start_up_to(n: int) -> None:
+        nonlocal count, exhausted
+        while not exhausted and len(started) < n:
+            with streams.on(count):
+                try:
+                    item = next(source)
+                except StopIteration:
+                    exhausted = True
+                    return
+            started.append((count, item))
+            count += 1
 
     def build_next():
-        nonlocal count
-        with streams.on(count):
-            try:
-                built = next(source)
-            except StopIteration:
-                return None
-            ready = built, streams.mark(count)
-        count += 1
-        return ready
+        if not started:
+            return None
+        k, item = started.popleft()
+        with streams.on(k):
+            built = item if finish is None else finish(item)
+            return built, streams.mark(k)
 
+    start_up_to(started_ahead + 1)
     ready = build_next()
     while ready is not None:
+        start_up_to(started_ahead + 1)
         following = build_next()
         yield streams.deliver(*ready)
         ready = following

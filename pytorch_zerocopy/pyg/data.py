@@ -39,18 +39,17 @@ class DataExtras:
     explicit_num_nodes: bool = False
 
     def complete(self, batch: Data) -> Data:
-        """Adds the edge-level rows of ``batch.e_id`` and the graph-level values to ``batch``
-        (a value whose name ``batch`` already holds is left out, as PyG's loader overwrites it).
+        """Adds the edge-level rows of ``batch.e_id`` and the graph-level values to ``batch``;
+        keeps ``num_nodes`` an explicit attribute only where ``data`` had one (as PyG does).
         ``e_id`` must hold valid edge ids, as a sampler's edges do: the rows are read without
-        the bounds check that costs a GPU a host synchronisation. ``explicit_num_nodes``: the
-        loader sets ``num_nodes`` on the minibatch only where ``data`` had one (as PyG does)."""
+        the bounds check that costs a GPU a host synchronisation."""
+        if not self.explicit_num_nodes and "num_nodes" in batch._store:
+            del batch.num_nodes
         for name in self.edge_names:
             batch[name] = self.edge_tables.read_rows(name, batch.e_id)
-        if self.graph_values:
-            held = set(batch.keys())
-            for name, value in self.graph_values.items():
-                if name not in held:
-                    batch[name] = value
+        for name, value in self.graph_values.items():
+            if name not in batch:
+                batch[name] = value
         return batch
 
 
@@ -89,8 +88,7 @@ def stores_from_data(data: Data, placement: Optional[str] = None
         raise ValueError("data.num_nodes is unknown: give data.num_nodes or a node feature tensor")
     edge_index = data.edge_index
     if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError("data.edge_index must be a [2, num_edges] tensor, got "
-                         f"{getattr(edge_index, 'shape', edge_index)!r}")
+        raise ValueError(f"data.edge_index must be a [2, num_edges] tensor, got {getattr(edge_index, 'shape', edge_index)!r}")
     graph_store = GraphStore.from_csc(csc_from_coo(edge_index[0], edge_index[1], int(num_nodes)), placement)
     map_tables = graph_store.placement is not Placement.CPU
     features = FeatureStore(map_host_tables=map_tables)

@@ -223,7 +223,7 @@ class FeatureStore(_PygFeatureStore):
         key = (group_name, attr_name)
         table = self._tables[key]
         reader = self._caches.get(key) or self._readers[key]
-        return self._gather_rows(table, index if index.dim() == 1 else index.reshape(-1), reader, check_bounds=False)
+        return self._gather_rows(table, index.reshape(-1), reader, check_bounds=False)
 
     # --- GPU cache -----------------------------------------------------------------------
 
@@ -265,7 +265,7 @@ class FeatureStore(_PygFeatureStore):
         if reader.device.type == "cpu":
             index = index.cpu()
         out = reader.read(index, check_bounds=check_bounds)
-        return out if table.dim() == 2 else out.view((index.numel(),) + tuple(table.shape[1:]))
+        return out.view((index.numel(),) + tuple(table.shape[1:]))
 
     def __repr__(self) -> str:
         tables = ", ".join(f"{name}{'' if group is None else f'@{group}'}: {tuple(t.shape)} {t.device}"

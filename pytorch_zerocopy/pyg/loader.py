@@ -43,14 +43,15 @@ Additions:
   built: ``CachePolicy.DEGREE``, the nodes in the most in-neighbour lists, or
   ``CachePolicy.PRESAMPLE``, the nodes most often read by minibatches pre-sampled from
   ``input_nodes`` with ``num_neighbors`` and ``batch_size``.
-* On a GPU the loader keeps work in flight (:mod:`pytorch_zerocopy.pipeline.ahead`), as the DGL
-  loader does: before it hands out minibatch ``i`` it has sampled, gathered and built minibatch
-  ``i + 1`` on a side stream of its own. The host waits for the GPU once per minibatch, in the
-  sampling call, for that side stream's sample only (plus once per hop of fanout ``-1``, and in
-  PyG's ``subgraph_type='bidirectional'`` conversion), and once per epoch for the copy of the
-  epoch's seeds (with torch's own shuffled or sequential batch sampler; other samplers' seeds
-  reach the GPU per minibatch through pinned memory); rows of sampled nodes and edges are read
-  without bounds checks (the sampler's ids are valid), so nothing else waits.
+* On a GPU the loader keeps work in flight (:mod:`pytorch_zerocopy.pipeline.ahead`): before it
+  hands out minibatch ``i`` it has queued the sample of minibatch ``i + 2`` (without waiting for
+  it) and gathered and built minibatch ``i + 1``, each minibatch on a side stream of its own.
+  The host waits for the GPU once per minibatch, for the sizes of a sample queued one minibatch
+  earlier (plus once per hop of fanout ``-1``, and in PyG's ``subgraph_type='bidirectional'``
+  conversion), and once per epoch for the copy of the epoch's seeds (with torch's own shuffled or
+  sequential batch sampler; other samplers' seeds reach the GPU per minibatch through pinned
+  memory); rows of sampled nodes and edges are read without bounds checks (the sampler's ids are
+  valid), so nothing else waits.
 * ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
@@ -71,7 +72,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from dataclasses import replace as _replace
-from typing import Any, Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
@@ -91,7 +92,7 @@ from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_da
 from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, cat_to_device_async, op_device
-from ..sampling import draw_seed
+from ..sampling import PendingSample, draw_seed
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
@@ -255,6 +256,14 @@ def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
     return batches()
 
 
+class _Started(NamedTuple):
+    """A minibatch whose sample has been started (:meth:`NeighborLoader._start`)."""
+
+    sample: PendingSample  # its result: the SamplerOutput
+    times: StageTimes  # what its stages record into
+    sample_s: float  # host seconds spent starting the sample (counted in its sample time)
+
+
 class NeighborLoader(ProcessWay, NodeLoader):
     """PyG's ``NeighborLoader`` (same signature, same minibatches; see the module docstring).
 
@@ -389,19 +398,24 @@ class NeighborLoader(ProcessWay, NodeLoader):
         return self._iter_processes()
 
     def _iter_here(self) -> Iterator:
-        """The in-process epoch: each minibatch sampled, gathered and built (:meth:`_minibatch`)
-        by :func:`~pytorch_zerocopy.pipeline.ahead.one_ahead`, which on a GPU makes minibatch
-        ``i + 1`` before it hands out ``i``, and on the CPU one after the other: the minibatches
-        PyG's iterator makes, in its order, pinned where it would pin them."""
+        """The in-process epoch: each minibatch started (:meth:`_start`) and finished
+        (:meth:`_finish`) by :func:`~pytorch_zerocopy.pipeline.ahead.one_ahead`, which on a GPU
+        starts minibatch ``i + 2`` and finishes ``i + 1`` before it hands out ``i``, and on the
+        CPU does one after the other: the minibatches PyG's iterator makes, in its order, pinned
+        where it would pin them."""
         indices = torch.utils.data.DataLoader._get_iterator(self)
-        inputs = self._epoch_inputs()
-        if inputs is None:
-            inputs = self._input_batches(indices)
-        batches = map(self._minibatch, inputs)
-        if getattr(indices, "_pin_memory", False):
-            device = getattr(indices, "_pin_memory_device", None)
-            batches = (pin_memory(batch, device) for batch in batches)
-        return one_ahead(batches, self.device)
+        seeds = self._epoch_seeds()
+        if seeds is not None:
+            batches = (self._start_seeds(input_id, node) for input_id, node in seeds)
+        else:
+            batches = (self._start(batch) for batch in self._input_batches(indices))
+        if not getattr(indices, "_pin_memory", False):
+            return one_ahead(batches, self.device, self._finish)
+        device = getattr(indices, "_pin_memory_device", None)
+
+        def finish_pinned(started: _Started) -> Any:
+            return pin_memory(self._finish(started), device)
+        return one_ahead(batches, self.device, finish_pinned)
 
     def _input_batches(self, indices=None) -> Iterator[NodeSamplerInput]:
         """The seed batches of one epoch, in the order of ``indices`` (torch's DataLoader
@@ -424,42 +438,67 @@ class NeighborLoader(ProcessWay, NodeLoader):
             yield self.input_data[index]
 
     def _own_sampling(self) -> bool:
-        """Whether the sampler is this package's, sampling as it does (its sample call not
-        overridden): then it takes seeds already where sampling runs."""
+        """Whether the sampler is this package's, sampling as it does (its sample calls not
+        overridden): then a sample is queued without the host waiting for it."""
+        cls = type(self.node_sampler)
         return isinstance(self.node_sampler, NeighborSampler) and \
-            type(self.node_sampler).sample_from_nodes is NeighborSampler.sample_from_nodes
+            cls.sample_from_nodes is NeighborSampler.sample_from_nodes and \
+            cls.sample_from_nodes_async is NeighborSampler.sample_from_nodes_async and \
+            cls.sample_seeds_async is NeighborSampler.sample_seeds_async
 
-    def _epoch_inputs(self) -> Optional[Iterator[NodeSamplerInput]]:
-        """The seed batches of :meth:`_input_batches` (the same draw of torch's generator, at
-        the first minibatch), sliced from the epoch's input ids and seeds, where this package's
-        sampler samples (:meth:`_own_sampling`) batches of torch's own batch sampler
-        (:func:`_epoch_order`): on a GPU those are moved there once (one copy and one wait for
-        it per epoch, instead of a staged copy per minibatch). None otherwise."""
+    def _epoch_seeds(self) -> Optional[Iterator[Tuple[torch.Tensor, torch.Tensor]]]:
+        """``(input ids, seeds)`` of each minibatch of an epoch, where this package's sampler
+        samples (:meth:`_own_sampling`) batches of torch's own batch sampler
+        (:func:`_epoch_order`): the batches of :meth:`_input_batches` (the same draw of torch's
+        generator, at the first minibatch), sliced from the epoch's input ids and seeds, which
+        on a GPU are moved there once (one copy and one wait for it per epoch, instead of a
+        staged copy per minibatch). None otherwise."""
         draw = _epoch_order(self.batch_sampler) if self._auto_collation and self._own_sampling() else None
         if draw is None:
             return None
         source = self.input_data
 
-        def epoch() -> Iterator[NodeSamplerInput]:
+        def epoch() -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
             order = draw()
             ids = order if source.input_id is None else source.input_id[order]
             nodes = source.node[order]
             if self.device.type == "cuda":
                 n = order.numel()
                 both = cat_to_device_async([ids, nodes], self.device, torch.int64)
-                # The minibatches are made on side streams, which never wait for this one; each
-                # sample keeps its slice alive until its kernels have run.
+                # The minibatches are started on side streams, which never wait for this one;
+                # each sample keeps its slice alive until its kernels have run.
                 torch.cuda.current_stream(self.device).synchronize()
                 ids, nodes = both[:n], both[n:]
             for cut in _cuts(order.numel(), self.batch_sampler):
-                yield NodeSamplerInput(input_id=ids[cut], node=nodes[cut])
+                yield ids[cut], nodes[cut]
         return epoch()
 
-    def _minibatch(self, batch: NodeSamplerInput) -> Any:
-        """The minibatch of a seed batch, on the current stream: the sampler's call (this
-        package's waits for its sample once), then the gather and build (:meth:`filter_fn`)."""
-        with stage_timer(self.stage_times).timed(Stage.SAMPLE):
-            out = self.node_sampler.sample_from_nodes(batch)
+    def _start(self, batch: NodeSamplerInput) -> _Started:
+        """Starts sampling ``batch`` on the current stream: on a GPU this package's sampler
+        queues it without the host waiting (its seed is drawn now); another sampler (one that
+        overrides ``sample_from_nodes``) samples it now."""
+        sampler = self.node_sampler
+        if self._own_sampling():
+            return self._timed_start(lambda: sampler.sample_from_nodes_async(batch))
+        return self._timed_start(lambda: PendingSample.done(sampler.sample_from_nodes(batch)))
+
+    def _start_seeds(self, input_id: torch.Tensor, node: torch.Tensor) -> _Started:
+        """:meth:`_start` for the seeds of :meth:`_epoch_seeds`."""
+        return self._timed_start(lambda: self.node_sampler.sample_seeds_async(node, input_id))
+
+    def _timed_start(self, start: Callable[[], PendingSample]) -> _Started:
+        times = stage_timer(self.stage_times)
+        began = times.begin()
+        pending = start()
+        return _Started(pending, times, times.begin() - began)
+
+    def _finish(self, started: _Started) -> Any:
+        """The minibatch of a started sample, on the stream it was started on: takes the sample
+        (waits for its GPU work only, once), then gathers and builds (:meth:`filter_fn`)."""
+        times = started.times
+        began = times.begin()
+        out = started.sample.result()
+        times.end(Stage.SAMPLE, began - started.sample_s)
         return self.filter_fn(out)
 
     def _iter_processes(self) -> Iterator[Data]:
@@ -509,9 +548,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
         with times.timed(Stage.BUILD):
             data = self.custom_cls() if self.custom_cls is not None else Data()
             data.edge_index = edge_index(out.row, out.col)
-            # An explicit num_nodes where PyG's loader sets one: from a Data, where it had one
-            # (filter_data); from a store pair, where node tables were read (filter_custom_store).
-            if tables if self.extras is None else self.extras.explicit_num_nodes:
+            if tables:
                 data.num_nodes = out.node.size(0)
             for name, table in tables:
                 data[name] = table

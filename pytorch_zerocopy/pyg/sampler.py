@@ -15,14 +15,16 @@ PyG's ``NeighborLoader`` returns one subgraph per minibatch, not one block per l
 :func:`pytorch_zerocopy.sampling.sample_layers` for all hops, under the frontier rule
 :attr:`~pytorch_zerocopy.sampling.Frontier.NEW` (layer ``h`` samples the nodes first reached in
 layer ``h - 1``; nodes are numbered once, in the order above), whose outermost node list and
-per-layer local ids are the minibatch's: no compaction follows, and the hops' edges are joined
-by one concatenation. It runs where the graph lives: on the GPU for a unified (host-resident,
-GPU-mapped) or CUDA graph, reading the neighbour lists in place; on the CPU for a CPU graph. Its
-outputs live there too. On the GPU the call waits for the GPU once (every hop's sizes and the
-error words, read together at the end), plus once per hop of fanout ``-1`` (its size has no
-bound known in advance), all on the current stream: the DGL sampler's call, made the same way.
-The loader runs it one minibatch ahead on a side stream (:mod:`pytorch_zerocopy.pipeline.ahead`),
-so the wait is for that stream's work only.
+per-layer local ids are the minibatch's: no compaction follows. It runs where the graph lives:
+on the GPU for a unified (host-resident, GPU-mapped) or CUDA graph, reading the neighbour lists
+in place; on the CPU for a CPU graph. Its outputs live there too. On the GPU the whole sample
+waits for the GPU once (every hop's sizes and the error words, read together at the end), plus
+once per hop of fanout ``-1`` (its size has no bound known in advance), all on the current
+stream. :func:`sample_hops_async` queues the same sample without that wait (seeds on the CPU
+are moved without one too) and waits in :meth:`~pytorch_zerocopy.sampling.PendingSample.result`
+for this sample's work only: the loader starts minibatch ``i + 2``'s sample that way on a side
+stream before it hands out minibatch ``i`` (:mod:`pytorch_zerocopy.pipeline.ahead`), and
+:meth:`NeighborSampler.sample_from_nodes_async` is PyG's sampler call in that form.
 
 Randomness: a minibatch's draws follow from one seed (hop ``h`` draws with a seed derived from
 it and ``h``), by default drawn from torch's default CPU generator, so ``torch.manual_seed``
@@ -31,9 +33,9 @@ and sends them with the seed batches. For a given seed the CPU and the GPU draw 
 sample. ``fanout = -1`` takes every neighbour and is deterministic.
 
 Processes: :class:`HopStage` is this sampling as a stage of the loader's process way
-(:mod:`pytorch_zerocopy.pipeline.loader`), the same call as in-process (as the DGL sampler's
-stage), and the hops travel packed as blocks (:meth:`SampledHops.blocks`,
-:meth:`SampledHops.from_minibatch`).
+(:mod:`pytorch_zerocopy.pipeline.loader`): on a GPU it queues the sample without waiting for it
+(:func:`~pytorch_zerocopy.sampling.sample_layers_async`), and the hops travel packed as blocks
+(:meth:`SampledHops.blocks`, :meth:`SampledHops.from_minibatch`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
 from ..pipeline.messages import Minibatch
 from ..placement import cat_to_device_async, op_device, to_device_async
-from ..sampling import Frontier, PendingSample, sample_layers
+from ..sampling import Frontier, PendingSample, sample_layers, sample_layers_async
 
 
 @dataclass(frozen=True)
@@ -58,9 +60,8 @@ class SampledHops:
     """One minibatch's subgraph in PyG's layout (see the module docstring).
 
     ``node``: global ids (int64); ``row``/``col``: local edge endpoints (int64, indices into
-    ``node``); ``edge``: the edges' ids (int64). From a sample, ``row``, ``col`` and ``edge``
-    are the three rows of one ``[3, E]`` buffer (views: writing one writes the buffer), and
-    :func:`edge_index` returns ``[row, col]`` without a copy;
+    ``node``; from a sample, the two rows of one ``[2, E]`` buffer, which
+    :func:`edge_index` returns without a copy); ``edge``: the edges' ids (int64);
     ``num_sampled_nodes``: ``len(fanouts) + 1`` counts (seeds first); ``num_sampled_edges``:
     ``len(fanouts)`` counts.
     """
@@ -90,15 +91,16 @@ class SampledHops:
     def from_layers(cls, blocks: Sequence[Block]) -> "SampledHops":
         """The hops of a :func:`~pytorch_zerocopy.sampling.sample_layers` sample taken with
         ``Frontier.NEW`` (its blocks, the layer farthest from the seeds first): the outermost
-        block's nodes (the same tensor) and every block's edges, the seeds' hop first, joined by
-        one concatenation (``row``, ``col``, ``edge``: views of its result). No host
-        synchronisation: the counts are the blocks' sizes."""
+        block's nodes (the same tensor) and every block's edges, concatenated, the seeds' hop
+        first. No host synchronisation: the counts are the blocks' sizes."""
         hops = list(blocks)[::-1]
         counts = [hops[0].num_dst] + [b.num_src - b.num_dst for b in hops]
         edges = [b.num_edges() for b in hops]
-        e = sum(edges)
-        joined = torch.cat([b.src for b in hops] + [b.dst for b in hops] + [b.eids for b in hops])
-        return cls(blocks[0].nodes, joined[:e], joined[e:2 * e], joined[2 * e:], counts, edges)
+        first = hops[0].src
+        pairs = torch.empty((2, sum(edges)), dtype=first.dtype, device=first.device)
+        torch.cat([b.src for b in hops], out=pairs[0])
+        torch.cat([b.dst for b in hops], out=pairs[1])
+        return cls(blocks[0].nodes, pairs[0], pairs[1], torch.cat([b.eids for b in hops]), counts, edges)
 
     @classmethod
     def from_minibatch(cls, mb: Minibatch) -> "SampledHops":
@@ -139,12 +141,27 @@ def sample_hops(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
     fanout applies to the seeds) from ``csc``, a ``CSRGraph`` whose row ``v`` lists the sources
     of ``v``'s in-edges and whose ``eids`` give the edges' ids. ``seeds`` must be distinct.
     ``seed``: the minibatch's random seed (None: drawn from torch's default generator). One
-    call of the sampling op, on the current stream (see the module docstring).
+    call of the sampling op (see the module docstring).
     """
     fanouts = _check_fanouts(fanouts)
-    blocks = sample_layers(csc, seeds, fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
+    blocks = sample_layers(csc, seeds.reshape(-1), fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
                            frontier=Frontier.NEW)
     return SampledHops.from_layers(blocks)
+
+
+def sample_hops_async(csc: CSRGraph, seeds: torch.Tensor, fanouts: Sequence[int], *,
+                      replace: bool = False, seed: Optional[int] = None) -> PendingSample:
+    """:func:`sample_hops` without waiting: the same sample for the same ``seed``, from
+    :meth:`~pytorch_zerocopy.sampling.PendingSample.result` (a :class:`SampledHops`). On the GPU
+    it is queued on the current stream with no host synchronisation (but one per hop of fanout
+    ``-1``), CPU ``seeds`` moved there through pinned memory without one; use the result on that
+    stream (or wait for the pending sample's ``event``). On the CPU the sample is taken now.
+    ``seed=None`` draws the seed now, from torch's default generator."""
+    fanouts = _check_fanouts(fanouts)
+    seeds = to_device_async(seeds.reshape(-1), op_device(csc.indptr))
+    pending = sample_layers_async(csc, seeds, fanouts[::-1], edge_dir="out", replace=replace, seed=seed,
+                                  frontier=Frontier.NEW)
+    return pending.then(SampledHops.from_layers)
 
 
 def _fanout_list(num_neighbors) -> List[int]:
@@ -189,21 +206,29 @@ class NeighborSampler(BaseSampler):
         return indptr.device
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs) -> SamplerOutput:
-        """PyG's sampler call (:func:`sample_hops`): the ``SamplerOutput`` of the seeds
-        ``index.node``, on the device where sampling runs. CPU seeds and input ids reach a GPU
-        in one staged copy; tensors already there are used in place. The sampling seed is drawn
-        now, from torch's default generator."""
+        return self.sample_from_nodes_async(index).result()
+
+    def sample_from_nodes_async(self, index: NodeSamplerInput) -> PendingSample:
+        """:meth:`sample_from_nodes` without waiting (:func:`sample_hops_async`): its
+        :meth:`~pytorch_zerocopy.sampling.PendingSample.result` is the ``SamplerOutput``, with
+        the tensors on the stream current at this call and at ``result()`` (the loader calls
+        both on the minibatch's side stream). The sampling seed is drawn now."""
         if index.input_type is not None:
             raise NotImplementedError("heterogeneous sampling (an input node type) is not supported")
         if index.time is not None:
             raise NotImplementedError("temporal sampling (input_time / time_attr) is not supported")
-        node, input_id = index.node, index.input_id
+        return self.sample_seeds_async(index.node, index.input_id)
+
+    def sample_seeds_async(self, node: torch.Tensor, input_id: Optional[torch.Tensor]) -> PendingSample:
+        """:meth:`sample_from_nodes_async` of the seeds ``node`` (``input_id``: their positions
+        among the loader's input nodes, or None): CPU tensors reach a GPU in one staged copy,
+        tensors already where sampling runs are used in place. The sampling seed is drawn now."""
         device = op_device(self.graph_store.csc_graph.indptr)
         if device.type == "cuda" and input_id is not None and node.device.type == input_id.device.type == "cpu":
             both = cat_to_device_async([node, input_id], device, torch.int64)  # one staged copy for both
             node, input_id = both[:node.numel()], both[node.numel():]
-        hops = sample_hops(self.graph_store.csc_graph, node, self.fanouts, replace=self.replace)
-        return self.output(hops, input_id)
+        pending = sample_hops_async(self.graph_store.csc_graph, node, self.fanouts, replace=self.replace)
+        return pending.then(lambda hops: self.output(hops, input_id))
 
     def output(self, hops: SampledHops, input_id: Optional[torch.Tensor]) -> SamplerOutput:
         """``hops`` as PyG's sampler output (made bidirectional when the sampler is), with
@@ -228,9 +253,9 @@ class NeighborSampler(BaseSampler):
 
 class HopStage(FedStage):
     """:func:`sample_hops` as the sample stage of the loader's process way: a seed batch's hops,
-    drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks`. The
-    same call as in-process: on a GPU the host waits for the sample once, on the current
-    stream, and the returned sample is already taken."""
+    drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks` (the
+    sample :func:`sample_hops` takes for that seed). On a GPU the sample is queued on the current
+    stream and :meth:`~pytorch_zerocopy.sampling.PendingSample.result` waits for it, once."""
 
     eids = True
 
@@ -238,5 +263,5 @@ class HopStage(FedStage):
         self.fanouts, self.replace = _check_fanouts(list(fanouts)), bool(replace)
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> PendingSample:
-        hops = sample_hops(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
-        return PendingSample.done(hops.blocks())
+        pending = sample_hops_async(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
+        return pending.then(SampledHops.blocks)
