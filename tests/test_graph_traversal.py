@@ -308,16 +308,18 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
     (traits(m=24_000), "connected_components", "frontier"),
     (traits(m=16_000, placement="cuda"), "connected_components", "frontier"),
     (traits(m=16_000, placement="cpu", on_gpu=False), "connected_components", "frontier"),
+    (traits(m=4000, placement="cpu", on_gpu=False), "connected_components", "frontier"),
     (traits(m=4000, placement="uvm"), "connected_components", "staged"),
     (traits(symmetric=False), "connected_components", "staged"),
     (traits(placement="cuda"), "connected_components", "frontier"),
-    (traits(placement="cuda", m=4000), "connected_components", "naive"),
+    (traits(placement="cuda", m=4000), "connected_components", "staged"),
     (traits(placement="cuda", symmetric=False), "connected_components", "staged"),
     (traits(), "pagerank", "push"),
     (traits(placement="cuda", m=100), "pagerank", "naive"),
-    (traits(placement="cuda", m=100, spread=0.3), "pagerank", "push"),
+    (traits(placement="cuda", m=100, spread=0.3), "pagerank", "naive"),
+    (traits(placement="cuda", m=8001), "pagerank", "push"),
     (traits(placement="unified", m=100), "pagerank", "push"),
-    (traits(placement="cuda", m=4000, spread=0.3), "connected_components", "frontier"),
+    (traits(placement="cuda", m=4000, spread=0.3), "connected_components", "staged"),
 ])
 def test_choose_variant(t, op, want):
     assert choose_variant(op, t) == want
@@ -342,8 +344,9 @@ def test_degree_spread_tells_a_lattice_from_a_road_network():
         on_gpu = dataclasses.replace(t, on_gpu=True, degree_spread=degree_spread(g.indptr))
         assert choose_variant("bfs", on_gpu) == ("async" if name == "grid" else "frontier")
         in_gpu = dataclasses.replace(on_gpu, placement=Placement.GPU)
-        assert choose_variant("connected_components", in_gpu) == ("naive" if name == "grid" else "frontier")
-        assert choose_variant("pagerank", in_gpu) == ("naive" if name == "grid" else "push")
+        assert choose_variant("connected_components", in_gpu) == "staged"
+        assert choose_variant("pagerank", in_gpu) == "naive"
+        assert GraphTraits.of(g, "pagerank") == GraphTraits.of(g), name  # no spread asked for
 
 
 def test_choose_variant_huge_mesh_is_not_async():

@@ -141,11 +141,14 @@ class GraphTraits:
         return 0 < self.num_nodes < ASYNC_MAX_NODES and self.num_edges <= MESH_MEAN_DEGREE * self.num_nodes
 
     @classmethod
-    def of(cls, graph: CSRGraph) -> "GraphTraits":
+    def of(cls, graph: CSRGraph, op: str = "bfs") -> "GraphTraits":
+        """The traits of ``graph`` that :func:`choose_variant` reads for ``op``: the degree
+        spread (a GPU op and a host synchronisation) only where it decides, a BFS on a GPU over
+        a mesh-like graph; the rest come from the graph's sizes without touching its arrays."""
         t = cls(placement=graph.placement, on_gpu=graph.device.type == "cuda", symmetric=graph.symmetric,
                 has_in_lists=graph.symmetric or graph._csc is not None, num_nodes=graph.num_nodes,
                 num_edges=graph.num_edges)
-        if t.mesh_like and t.on_gpu:
+        if op == "bfs" and t.mesh_like and t.on_gpu:
             t = dataclasses.replace(t, degree_spread=degree_spread(graph.indptr))
         return t
 
@@ -167,7 +170,7 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
     * degree spread <= MESH_MAX_DEGREE_SPREAD (a lattice): every vertex has the same few edges.
       The async label-correcting BFS then mostly finds shortest paths first; where links are
       missing at random it re-visits lists many times over. A thread per vertex (naive) is also
-      balanced only there.
+      balanced only there (decides the BFS alone).
     * mean degree >= CC_SAMPLING_MIN_DEGREE, for connected components over host memory:
       Afforest's sampling reads the offsets and two ids of every vertex at random (a request
       each over the link), then skips the lists of the largest component; the staged variant
@@ -187,13 +190,16 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
     * sssp: ``"frontier"`` on a mesh-like graph (its near-far worklist expands few vertices
       per step; the async search re-relaxes weighted paths many times over), else
       ``"merged"`` in GPU memory and ``"aligned"`` elsewhere.
-    * connected_components: ``"staged"`` for a directed graph, and over the link for one whose
-      mean degree is below CC_SAMPLING_MIN_DEGREE (label propagation over a mesh-like one would
-      also cross the link once per level); in GPU memory ``"naive"`` on a lattice; otherwise
-      ``"frontier"`` (in GPU memory a random read costs a sector, not a trip over the link, so
-      sampling pays at any degree).
-    * pagerank: ``"naive"`` (power iteration, a thread per vertex) on a lattice in GPU memory,
-      else ``"push"`` (its rounds read only the lists of vertices whose residual is large).
+    * connected_components: ``"staged"`` for a directed graph, for a mesh-like one on a GPU
+      wherever its lists are (sampling's random requests buy nothing where every vertex has a few ids;
+      label propagation would take a pass per level), and over the link for one whose mean
+      degree is below CC_SAMPLING_MIN_DEGREE; otherwise ``"frontier"`` (in GPU memory a
+      random read costs a sector, not a trip over the link, so sampling pays at any degree
+      above a mesh's).
+    * pagerank: ``"naive"`` (power iteration, a thread per vertex) on a mesh-like graph in GPU
+      memory: every list is short, so a thread per vertex is balanced and a pass costs less
+      than a push round's worklist upkeep; else ``"push"`` (its rounds read only the lists of
+      vertices whose residual is large, which over the link saves trips).
     """
     if op not in OP_VARIANTS:
         raise ValueError(f"op must be one of {sorted(OP_VARIANTS)}, got {op!r}")
@@ -215,15 +221,15 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
         return "merged" if in_gpu else "aligned"
     if op == "connected_components":
         dense = traits.num_edges >= CC_SAMPLING_MIN_DEGREE * traits.num_nodes
-        if not traits.symmetric or (over_link and not dense):
+        if not traits.symmetric or (mesh_like and traits.on_gpu) or (over_link and not dense):
             return "staged"
-        return "naive" if in_gpu and lattice else "frontier"
-    return "naive" if in_gpu and lattice else "push"
+        return "frontier"
+    return "naive" if in_gpu and mesh_like else "push"
 
 
 def auto_variant(op: str, graph: CSRGraph) -> str:
     """The variant ``variant="auto"`` runs for ``op`` on ``graph`` (see :func:`choose_variant`)."""
-    return choose_variant(op, GraphTraits.of(graph))
+    return choose_variant(op, GraphTraits.of(graph, op))
 
 
 def _variant(op: str, variant: str, graph: CSRGraph) -> Variant:
