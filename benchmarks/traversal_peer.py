@@ -441,11 +441,16 @@ def summarize(row: dict, op: str, graph: CSRGraph, ceiling: Optional[float]) -> 
     return row
 
 
+def fastest_ms(rows: List[dict]) -> Optional[float]:
+    """The smallest mean time among ``rows`` that ran and matched the reference; None if none did."""
+    return min((r["mean_ms"] for r in rows if r["runs"] and r["matched"]), default=None)
+
+
 def hopeless_variants(rows: List[dict], factor: float) -> Dict[str, float]:
     """The variants among ``rows`` (one op and placement) whose mean time is over ``factor`` times
     the fastest matching variant's, with that ratio."""
     ran = [r for r in rows if r["runs"] and r["variant"] != "auto"]
-    best = min((r["mean_ms"] for r in ran if r["matched"]), default=None)
+    best = fastest_ms(ran)
     if not best:
         return {}
     return {r["variant"]: r["mean_ms"] / best for r in ran if r["mean_ms"] > factor * best}
@@ -515,7 +520,7 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float], b
                 # async on EMOGI's graph: one run (it is measured, not expected to win)
                 srcs = (op_sources[:1] if resolved == "async" and spec.family is Family.URAND and variant != "auto"
                         else op_sources)
-                best = min((r["mean_ms"] for r in placed if r["runs"] and r["matched"]), default=None)
+                best = fastest_ms(placed)
                 cap = None if best is None or variant == "auto" else args.hopeless * best
                 record(op, placement, variant, measure(op, g, variant, srcs, refs, args, clock, hopeless_ms=cap),
                        resolved)
