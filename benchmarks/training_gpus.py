@@ -58,6 +58,9 @@ LABELLED_ROWS = {"default[producer_share_25]": ("zerocopy", {"producer_share": 2
                  # MACHINE_GATHERER_TRAINERS GPUs), and the machine's one gatherer (the default up to it).
                  "default[producer_per_gpu]": ("zerocopy", {"gather_in": "producer"}),
                  "default[machine_gatherer]": ("zerocopy", {"gather_in": "machine"}),
+                 # A producer per GPU sampling and filling its ring, its rows read by the machine's
+                 # one gatherer from the one table in the fastest kind.
+                 "default[machine_reads]": ("zerocopy", {"gather_in": "machine-reads"}),
                  # The shared graph and table where the kernel first places them (no interleave).
                  "default[no_numa]": ("zerocopy", {"numa_nodes": ()})}
 ROWS = {**CORE_ROWS, **LABELLED_ROWS}

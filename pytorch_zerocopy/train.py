@@ -198,7 +198,8 @@ def _rank_main(dataset, plan: Plan, cached_rows: Optional[torch.Tensor] = None,
     """One data-parallel worker of :func:`train_data_parallel` (a torch.distributed.elastic
     worker): its own pipeline on GPU ``LOCAL_RANK`` (or the CPU), training its shard; with
     ``gatherer`` (``Plan.gather_in`` machine), its trainer reads what the machine's gatherer at
-    that address samples and gathers for it.
+    that address samples and gathers for it (``machine-reads``: its producer's rows are read
+    there).
 
     The worker only supervises its pipeline's processes and never opens a CUDA context itself
     (so under a shared MPS daemon every GPU client is a role with its thread share). A worker
@@ -344,17 +345,17 @@ def _attempt(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], options: 
 
 
 def _launch_ranks(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], options, daemon, quiet: bool) -> Dict[int, List]:
-    """Launches the ranks of :func:`train_data_parallel`; with ``Plan.gather_in`` machine, the
+    """Launches the ranks of :func:`train_data_parallel`; with ``Plan.gather_in`` machine (or
+    machine-reads), the
     machine's gatherer first (a child of this process under ``daemon``'s producer share, when
     MPS partitions the GPUs), serving the trainers until the launch ends (every elastic
     restart's, across machines). A job that fails after the gatherer did raises the gatherer's
     failure."""
     from .launch import launch
-    from .pipeline import GatherIn
     from .pipeline.machine import gatherer_main
     from .pipeline.runner import Supervisor, cpu_role_environment
 
-    if plan.gather_in is not GatherIn.MACHINE:
+    if not plan.gather_in.machine:
         return launch(_rank_main, (dataset, plan, cached_rows), options)
     sup = Supervisor()
     try:

@@ -197,3 +197,178 @@ def test_a_host_table_is_read_in_place_by_another_gpu(placement):
     assert table.for_device(0) is table
     with pytest.raises(ValueError, match="cannot be read by"):
         FeatureTable(rows.cuda(0), "cuda").for_device(1)
+
+
+# --- machine-reads: a producer per trainer, its rows read by the machine's gatherer ---------------
+
+
+def test_the_plan_names_the_machines_reads():
+    plan = _cpu_plan("machine-reads")
+    assert plan.gather_in is GatherIn.MACHINE_READS and plan.gather_in.producer and plan.gather_in.machine
+    assert plan.sampler_processes >= 1  # the CPU pipeline samples in sampler processes, as with a producer
+    assert "its rows read by the machine's gatherer process" in plan.describe()
+    assert not GatherIn.PRODUCER.machine and not GatherIn.MACHINE.producer
+    with pytest.raises(PlanError, match="applies to mode 'zerocopy'") as e:
+        Plan(device="cpu", sample_on=SampleOn.CPU, mode=Mode.CPU, gather_in="machine-reads", num_samplers=1)
+    assert e.value.setting == "gather_in"
+
+
+def test_one_pipeline_with_machine_reads_trains_as_with_its_own_producer(tiny):
+    """The producer samples and fills the ring, the gatherer reads its rows: the same model as a
+    producer reading its own table; the gatherer ends with the run, leaving nothing."""
+    before, pids, messages = snapshot(), {}, []
+    reads = run_pipeline(_cpu_plan("machine-reads"), tiny, on_start=pids.update, on_message=messages.append)
+    assert sorted(k.rstrip("0123456789") for k in pids) == ["consumer", "gatherer", "producer", "sampler"]
+    _assert_nothing_left(pids, before)
+    producer = run_pipeline(_cpu_plan("producer"), tiny)
+    assert _summary(reads) == _summary(producer)
+    (table,) = [m for m in messages if isinstance(m, TableReady)]  # the gatherer's, through the producer
+    assert table.nbytes == tiny.num_nodes * tiny.row_bytes
+
+
+def test_two_ranks_read_through_one_gatherer(tiny):
+    settings = dict(RUN, use_gpu=False, quiet=True)
+    reads = train_data_parallel(tiny, 2, "zerocopy", gather_in="machine-reads", **settings)
+    producer = train_data_parallel(tiny, 2, "zerocopy", gather_in="producer", **settings)
+    assert {r: _summary(e) for r, e in reads.items()} == {r: _summary(e) for r, e in producer.items()}
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_failing_producer_with_machine_reads_ends_the_run(tiny, how):
+    before = snapshot()
+    plan = _cpu_plan("machine-reads", inject_failure=InjectedFailure("producer", how, 2))
+    error, pids, _ = _run_with_deadline(plan, tiny)
+    assert isinstance(error, PipelineError), f"expected a PipelineError, got {error!r}"
+    if how == "raise":
+        assert "injected failure in the producer at minibatch 2" in str(error)
+    _assert_nothing_left(pids, before)
+
+
+class _Gatherer:
+    """The machine's gatherer in a process of its own (serving one connection), for a reader in
+    this process."""
+
+    def __init__(self, plan, ds, tmp_path, cached_rows=None):
+        import torch.multiprocessing as mp
+
+        from pytorch_zerocopy.pipeline.machine import gatherer_main, listen
+
+        ds.share_memory_()
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        sock = listen(str(tmp_path))
+        self.address = sock.getsockname()
+        self.process = mp.get_context("spawn").Process(target=gatherer_main, args=(plan, ds, cached_rows, sock, 1))
+        self.process.start()
+        sock.close()
+
+    def join(self):
+        self.process.join(60)
+        assert self.process.exitcode == 0, f"the gatherer ended with {self.process.exitcode}"
+
+
+def _reads_plan(device):
+    if device == "cpu":
+        return _cpu_plan("machine-reads")
+    return make_plan("zerocopy", gather_in="machine-reads", partition="none", **RUN)
+
+
+def _check_machine_rows(ds, tmp_path, device, cached_rows=None):
+    """Fresh random ids, int32 and int64, into poisoned outputs: a new tensor, a view at an
+    offset of a larger buffer, ids that grow the staging buffer, an empty read; each equals
+    the table's rows."""
+    from pytorch_zerocopy.pipeline.machine_reads import MachineRows
+
+    plan = _reads_plan(device)
+    gatherer = _Gatherer(plan, ds, tmp_path, cached_rows)
+    rows = ds.features
+    g = torch.Generator().manual_seed(7)
+    dev = torch.device(device)
+    reader = MachineRows(gatherer.address, plan, dev)
+    try:
+        assert tuple(reader.shape) == tuple(rows.shape) and reader.dtype == rows.dtype
+        assert reader.table is not None and reader.table.nbytes == rows.numel() * rows.element_size()
+        big = torch.full((500, rows.shape[1]), float("nan"), dtype=rows.dtype, device=dev)
+        for n, dtype in [(10, torch.int64), (50, torch.int32), (300, torch.int64), (0, torch.int64)]:
+            ids = torch.randint(0, rows.shape[0], (n,), generator=g, dtype=dtype)
+            fresh = reader.read(ids.to(dev))
+            view = big[100:100 + n]
+            view.fill_(float("nan"))
+            reader.read(ids, view, check_bounds=False)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            assert torch.equal(fresh.cpu(), rows[ids.long()]) and torch.equal(view.cpu(), rows[ids.long()])
+        with pytest.raises(IndexError, match="out of bounds"):
+            reader.read(torch.tensor([0, rows.shape[0]]))
+        with pytest.raises(ValueError, match="out must be a contiguous"):
+            reader.read(torch.tensor([0, 1]), torch.empty(3, rows.shape[1], device=dev))
+        with pytest.raises(TypeError, match="1-D int32/int64"):
+            reader.read(torch.tensor([0.0]))
+        assert torch.equal(reader.read(torch.tensor([5])).cpu(), rows[[5]])  # still serving after refused input
+    finally:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        reader.close()
+    gatherer.join()
+
+
+def test_machine_rows_read_the_gatherers_table_on_the_cpu(tiny, tmp_path):
+    _check_machine_rows(tiny, tmp_path, "cpu")
+
+
+def test_machine_rows_without_a_gatherer_is_one_line(tmp_path):
+    from pytorch_zerocopy.pipeline.machine_reads import MachineRows
+
+    with pytest.raises(LinkClosed, match="cannot reach the machine's gatherer"):
+        MachineRows(str(tmp_path / "nobody.sock"), _cpu_plan("machine-reads"), torch.device("cpu"))
+
+
+def test_a_gatherer_that_goes_mid_read_is_a_clear_error(tmp_path):
+    """The gatherer's end closes after the handshake: the producer's next read raises LinkClosed
+    naming the gatherer, not a hang."""
+    import threading
+
+    from pytorch_zerocopy.pipeline.machine import Link
+    from pytorch_zerocopy.pipeline.machine_reads import MachineRows
+    from pytorch_zerocopy.pipeline.messages import ReadsOpen
+    from multiprocessing.connection import Connection
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "g.sock"))
+    server.listen(1)
+
+    def answer_then_go():
+        conn, _ = server.accept()
+        link = Link(Connection(conn.detach()), "a producer")
+        link.get()
+        link.put(ReadsOpen(None, (10, 4), torch.float32))
+        link.close()
+
+    t = threading.Thread(target=answer_then_go)
+    t.start()
+    reader = MachineRows(str(tmp_path / "g.sock"), _cpu_plan("machine-reads"), torch.device("cpu"))
+    t.join()
+    with pytest.raises(LinkClosed, match="the machine's gatherer"):
+        reader.read(torch.tensor([1, 2]))
+    reader.close()
+    server.close()
+
+
+@pytest.mark.cuda
+def test_machine_rows_read_the_gatherers_table_on_a_gpu(tiny, tmp_path):
+    """The same reads from a GPU: the ids and outputs reach the gatherer by CUDA IPC, ordered by
+    the two interprocess events; with and without the gatherer's cache."""
+    _check_machine_rows(tiny, tmp_path / "plain", "cuda:0")
+    cached = torch.arange(0, tiny.num_nodes, 3, dtype=torch.int64).share_memory_()
+    _check_machine_rows(tiny, tmp_path / "cached", "cuda:0", cached)
+
+
+@pytest.mark.cuda
+def test_one_gpu_pipeline_with_machine_reads_trains(tiny):
+    """The whole GPU path (the producer's GPU sampler, its reads through the gatherer, the ring):
+    it trains the minibatches a producer of its own trains, to the same loss within float
+    noise."""
+    reads = run_pipeline(make_plan("zerocopy", gather_in="machine-reads", partition="none", **RUN), tiny)
+    producer = run_pipeline(make_plan("zerocopy", gather_in="producer", partition="none", **RUN), tiny)
+    assert [(e.epoch, e.train_batches, e.feature_bytes) for e in reads] == \
+        [(e.epoch, e.train_batches, e.feature_bytes) for e in producer]
+    assert [e.loss for e in reads] == pytest.approx([e.loss for e in producer], rel=1e-3)

@@ -154,7 +154,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
     def send(message) -> None:
         report(("progress", message))
 
-    if plan.gather_in is GatherIn.PRODUCER:
+    if plan.gather_in.producer:
         source = RingReader(queues["ready"], queues["free"], device)
         loaded = source.table
     elif plan.gather_in is GatherIn.MACHINE:

@@ -23,6 +23,10 @@ thread; its ring's GPU buffers wait in a pool for the next trainer of that GPU a
 (:class:`~.ring.SlotBuffers` says why they are not freed). A failure while serving is sent to the trainer as
 :class:`~.messages.GathererFailed`, which its run raises, and, with ``serve``, fails this role.
 
+Reads. A producer of gather_in ``machine-reads`` connects instead, with a
+:class:`~.messages.ReadRequest`: it samples and fills its ring itself, and this process only
+reads the table's rows for it (:mod:`.machine_reads`), in a thread of its own likewise.
+
 Threads. Each trainer served costs one Python thread of this process; torch's ops run without
 the GIL, and the host work of a minibatch is issuing its sample and its share of a gather.
 """
@@ -42,7 +46,8 @@ import torch
 from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import feature_reader, table_ready
-from .messages import GatherRequest, GathererFailed
+from .machine_reads import serve_reads
+from .messages import GatherRequest, GathererFailed, ReadRequest
 from .minibatches import SampleStage
 from .plan import Plan
 from .process import set_threads, trainer_device
@@ -91,15 +96,20 @@ def listen(directory: str) -> socket.socket:
     return sock
 
 
-def connect(address: str, plan: Plan) -> Link:
-    """A trainer's link to the gatherer listening at ``address``, its request (``plan``) sent."""
+def open_link(address: str, peer: str = "the machine's gatherer") -> Link:
+    """A link to the gatherer listening at ``address``."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except OSError as e:
         sock.close()
-        raise LinkClosed(f"cannot reach the machine's gatherer at {address}: {e}") from None
-    link = Link(Connection(sock.detach()), "the machine's gatherer")
+        raise LinkClosed(f"cannot reach {peer} at {address}: {e}") from None
+    return Link(Connection(sock.detach()), peer)
+
+
+def connect(address: str, plan: Plan) -> Link:
+    """A trainer's link to the gatherer listening at ``address``, its request (``plan``) sent."""
+    link = open_link(address)
     link.put(GatherRequest(plan))
     return link
 
@@ -166,7 +176,13 @@ def _serve(link: Link, table: FeatureReader, ds: NodeDataset, cached_rows: Optio
     reuse: Optional[SlotBuffers] = None
     device = torch.device("cpu")
     try:
-        plan = link.get().plan
+        request = link.get()
+        if isinstance(request, ReadRequest):  # a producer's reads (gather_in machine-reads)
+            serve_reads(link, request, table, cached_rows, setup)
+            return
+        if not isinstance(request, GatherRequest):
+            raise RuntimeError(f"the machine's gatherer: expected a GatherRequest or a ReadRequest, got {request!r}")
+        plan = request.plan
         on_gpu = not plan.host_slots
         device = trainer_device(plan) if on_gpu else torch.device("cpu")
         with setup:

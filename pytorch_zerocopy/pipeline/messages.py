@@ -5,7 +5,9 @@ Producer -> trainer: :class:`RingHandles` once (with the producer's :class:`Tabl
 :class:`SlotReady` and :class:`EpochMark` on the ready queue; trainer -> producer:
 :class:`FreeEvents` once, then slot numbers on the free queue, then :data:`RELEASED`. With the
 machine's gatherer both directions share one connection, which the trainer opens with a
-:class:`GatherRequest`; :class:`GathererFailed` ends it. Trainer -> parent (through the
+:class:`GatherRequest`; :class:`GathererFailed` ends it. With ``machine-reads`` a producer
+reads its rows through the machine's gatherer: :class:`ReadRequest`, :class:`ReadsOpen`,
+:class:`ReadShare`, :class:`ReadRows`, :data:`ROWS_READ`. Trainer -> parent (through the
 supervisor's report pipe): :class:`TableReady` (whichever process gathers), :class:`StepDone`,
 :class:`PartitionInfo` and :class:`~.stats.EpochStats`.
 """
@@ -218,6 +220,60 @@ class GathererFailed:
     trainer failed, as ``remote_traceback`` says."""
 
     remote_traceback: str
+
+
+# --- producer <-> the machine's gatherer (gather_in machine-reads, :mod:`.machine_reads`) ------
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """Producer -> the machine's gatherer, first on its connection: read rows for ``plan``'s
+    GPU; on a GPU, ``requested`` is the producer's interprocess event, recorded once each
+    request's ids are in place (None on the CPU)."""
+
+    plan: Plan
+    requested: Optional[object] = None
+
+
+@dataclass(frozen=True)
+class ReadsOpen:
+    """The machine's gatherer -> a producer, once it can serve: its table (``table``, None
+    when the gatherer reads through no FeatureTable) of ``shape`` and ``dtype``; on a GPU,
+    ``done``: the gatherer's interprocess event, recorded once each request's rows are
+    written."""
+
+    table: Optional["TableReady"]
+    shape: Tuple[int, int]
+    dtype: torch.dtype
+    done: Optional[object] = None
+
+
+@dataclass(frozen=True)
+class ReadShare:
+    """Producer -> the machine's gatherer: remember ``base`` (a 1-D tensor over a whole
+    storage of the producer's, shared by CUDA IPC or shared memory) as ``key`` for the
+    requests that name it; ``base`` None: forget ``key``. The producer keeps the storage alive
+    until it has sent that."""
+
+    key: int
+    base: Optional[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ReadRows:
+    """Producer -> the machine's gatherer: write rows ``ids`` into ``out``, where ``ids`` is
+    elements ``[ids_offset, ids_offset + rows)`` of storage ``ids_key`` (int64) and ``out`` the
+    ``rows x width`` contiguous elements from ``out_offset`` of storage ``out_key``. Answered by
+    :data:`ROWS_READ` (or :class:`GathererFailed`)."""
+
+    ids_key: int
+    ids_offset: int
+    out_key: int
+    out_offset: int
+    rows: int
+
+
+ROWS_READ = "rows-read"  # the machine's gatherer -> a producer: the last ReadRows is issued
 
 
 # --- trainer -> parent ------------------------------------------------------------------------

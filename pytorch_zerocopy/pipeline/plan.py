@@ -22,7 +22,10 @@ Vocabulary (one word per thing, in every layer):
 ``GatherIn``      ``producer``: a producer process gathers into a ring of slots shared with the
                   trainer; ``trainer``: the trainer gathers inline; ``machine``: one process of
                   the machine (:mod:`.machine`) holds the table and samples and gathers for
-                  every local trainer, a thread, a stream and a ring per trainer
+                  every local trainer, a thread, a stream and a ring per trainer;
+                  ``machine-reads``: a producer process per trainer samples and fills its
+                  ring, and the machine's one process holds the table and reads the rows of
+                  every producer's gathers (:mod:`.machine_reads`)
 ``cache``         a :class:`~pytorch_zerocopy.feature_table.CacheConfig`: the feature rows the
                   gathering process keeps in GPU memory (a
                   :class:`~pytorch_zerocopy.feature_table.CachedTable`), mode ``zerocopy``
@@ -82,11 +85,22 @@ class GatherIn(Enum):
     PRODUCER = "producer"
     TRAINER = "trainer"
     MACHINE = "machine"
+    MACHINE_READS = "machine-reads"
 
     @property
     def ring(self) -> bool:
         """Whether another process gathers into a ring the trainer reads."""
         return self is not GatherIn.TRAINER
+
+    @property
+    def producer(self) -> bool:
+        """Whether each trainer has a producer process of its own filling its ring."""
+        return self in (GatherIn.PRODUCER, GatherIn.MACHINE_READS)
+
+    @property
+    def machine(self) -> bool:
+        """Whether one process of the machine holds the feature table for every local trainer."""
+        return self in (GatherIn.MACHINE, GatherIn.MACHINE_READS)
 
 
 class Phase(Enum):
@@ -411,10 +425,11 @@ class Plan:
                 raise PlanError("partition", f"partition {part.value!r} applies to mode 'zerocopy' only")
         if part is Partition.MPS and not self.gather_in.ring:
             raise PlanError("partition", "partition 'mps' puts the producer in its own process: gather_in must "
-                                         "be 'producer' or 'machine'")
-        if self.gather_in is GatherIn.MACHINE and mode is not Mode.ZEROCOPY:
-            raise PlanError("gather_in", "gather_in 'machine' (one process of the machine gathers for every local "
-                                         f"trainer) applies to mode 'zerocopy', not {mode.value!r}")
+                                         "be 'producer', 'machine' or 'machine-reads'")
+        if self.gather_in.machine and mode is not Mode.ZEROCOPY:
+            raise PlanError("gather_in", f"gather_in {self.gather_in.value!r} (one process of the machine holds the "
+                                         f"table for every local trainer) applies to mode 'zerocopy', not "
+                                         f"{mode.value!r}")
         if part is Partition.GREEN and self.gather_in is not GatherIn.TRAINER:
             raise PlanError("partition", "partition 'green' gathers on a stream of the trainer's process: "
                                          "gather_in must be 'trainer'")
@@ -435,7 +450,8 @@ class Plan:
                                      f"table), not {mode.value!r}")
         if self.gather_tuning != GatherTuning() and not (mode is Mode.ZEROCOPY and cuda and self.gather_in.ring):
             raise PlanError("gather_tuning", "gather_tuning tunes the producer's gathers on a GPU: it needs mode "
-                                             "'zerocopy', a CUDA device and gather_in 'producer' or 'machine'")
+                                             "'zerocopy', a CUDA device and gather_in 'producer', 'machine' or "
+                                             "'machine-reads'")
         if self.cuda_graph and part is Partition.GREEN:
             raise PlanError("cuda_graph", "cuda_graph must be False with partition 'green' (a graph captured on an "
                                           "ordinary stream would not keep to the green context's SMs)")
@@ -529,15 +545,18 @@ class Plan:
     def describe(self) -> str:
         """One line: the mode and where sampling, gathering and training run."""
         device = self.device
-        where = ("in the machine's gatherer process (one for every GPU of the machine)"
-                 if self.gather_in is GatherIn.MACHINE else f"in the {self.gather_in.value} process")
+        where = {GatherIn.MACHINE: "in the machine's gatherer process (one for every GPU of the machine)",
+                 GatherIn.MACHINE_READS: "in the producer process, its rows read by the machine's gatherer "
+                                         "process (one table for every GPU of the machine)"}.get(
+            self.gather_in, f"in the {self.gather_in.value} process")
         if self.sample_on is SampleOn.CPU and self.gather_in is GatherIn.MACHINE:
             sampling = f"sampling on the CPU {where}"
         elif self.sample_on is SampleOn.CPU:
             n = self.sampler_processes
             sampling = f"sampling on the CPU in {n} sampler process{'es' if n != 1 else ''}"
         else:
-            sampling = f"sampling on {device} {where}"
+            sampling = f"sampling on {device} " + ("in the producer process" if self.gather_in is GatherIn.MACHINE_READS
+                                                   else where)
         gathering = {
             Mode.CPU: f"gathering on the CPU {where}",
             Mode.DMA: f"gathering on the CPU {where}, copied to {device}",
@@ -711,7 +730,7 @@ def make_plan(mode: Union[str, Mode] = "zerocopy", partition: Union[str, Partiti
     if fast_path and "feature_placement" not in settings:
         # Several processes gathering on one machine share one mapped copy; the machine's one
         # gatherer holds its own copy in the fastest kind.
-        shared = local_processes > 1 and gather_in is not GatherIn.MACHINE
+        shared = local_processes > 1 and not gather_in.machine
         resolved["feature_placement"] = Placement.MAPPED if shared or rates is None else rates.fastest
     if fast_path and "cache" not in settings:
         resolved["cache"] = default_cache(table_bytes, rates.gpu_memory_bytes if rates is not None else None)

@@ -10,7 +10,9 @@ the GPU) each sample comes back to host memory once, and the CPU gathers its row
 
 Table: the producer loads the feature table itself, straight from the dataset's feature source
 into ``Plan.table_in`` (:func:`~.gather.feature_reader`), before it takes the first
-minibatch: the process that gathers owns the table.
+minibatch: the process that gathers owns the table. With ``Plan.gather_in`` machine-reads the
+machine's gatherer holds it (and the cache), and the producer's reads go there
+(:class:`~.machine_reads.MachineRows`).
 
 Cache: with ``cached_rows`` (chosen by the parent for ``Plan.cache``) the producer holds those
 rows in its GPU's memory and gathers through them; each epoch mark it forwards carries the
@@ -43,9 +45,10 @@ import torch
 from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import CacheHits, feature_reader, gather_into, table_ready
+from .machine_reads import MachineRows
 from .messages import EpochMark, Minibatch
 from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers, sample_here
-from .plan import Plan, SampleOn
+from .plan import GatherIn, Plan, SampleOn
 from .process import failing, set_threads, trainer_device
 from .ring import RingWriter
 from .trace import ProducerTrace
@@ -205,15 +208,31 @@ def sample_source(plan: Plan, ds: NodeDataset, batch_q, device: torch.device, tr
 
 
 def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
-                  cached_rows: Optional[torch.Tensor] = None, stage: SampleStage = SampleStage()) -> None:
+                  cached_rows: Optional[torch.Tensor] = None, stage: SampleStage = SampleStage(),
+                  gatherer: Optional[str] = None) -> None:
     """Fills ring slots until the minibatches of the run are done (see the module docstring);
-    ``stage``: what its :class:`~.minibatches.GpuSampler` samples, when it samples."""
+    ``stage``: what its :class:`~.minibatches.GpuSampler` samples, when it samples. With
+    ``Plan.gather_in`` machine-reads the rows are read by the machine's gatherer listening at
+    ``gatherer`` (:mod:`.machine_reads`), which holds the table and the cache (``cached_rows``
+    is then None)."""
     set_threads(plan.producer_threads)
     device = torch.device("cpu") if plan.host_slots else trainer_device(plan)
-    reader = feature_reader(plan, ds, device, cached_rows)
-    tracer = ProducerTrace(device.type == "cuda") if plan.trace else None
-    source = sample_source(plan, ds, batch_q, trainer_device(plan) if plan.on_gpu else device, tracer, stage)
-    produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q, table=table_ready(reader)), tracer)
+    if plan.gather_in is GatherIn.MACHINE_READS:
+        if gatherer is None:
+            raise ValueError("producer: gather_in 'machine-reads' needs the machine's gatherer's address")
+        remote = MachineRows(gatherer, plan, device)
+        reader, loaded = remote, remote.table
+    else:
+        remote = None
+        reader = feature_reader(plan, ds, device, cached_rows)
+        loaded = table_ready(reader)
+    try:
+        tracer = ProducerTrace(device.type == "cuda") if plan.trace else None
+        source = sample_source(plan, ds, batch_q, trainer_device(plan) if plan.on_gpu else device, tracer, stage)
+        produce(plan, source, reader, RingWriter(plan, ds, device, ready_q, free_q, table=loaded), tracer)
+    finally:
+        if remote is not None:
+            remote.close()  # after the ring's close, which waited for this process's GPU work
 
 
 def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,

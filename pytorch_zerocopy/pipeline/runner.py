@@ -40,6 +40,7 @@ from .consumer import consumer_main
 from .machine import gatherer_main, listen
 from .gather import choose_cached_rows
 from .messages import PartitionInfo
+from .minibatches import SampleStage
 from .plan import GatherIn, Partition, Plan
 from .producer import producer_main
 from .sampler import sampler_main
@@ -286,9 +287,10 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
                  on_start: Optional[Callable[[Dict[str, int]], None]] = None,
                  cached_rows: Optional[torch.Tensor] = None, gatherer: Optional[str] = None) -> List[EpochStats]:
     """Runs the plan's roles to completion: ``plan.sampler_processes`` samplers, a producer
-    (``plan.gather_in`` producer) or the machine's gatherer (``machine``: started here, serving
+    (``plan.gather_in`` producer), the machine's gatherer (``machine``: started here, serving
     this trainer only, unless ``gatherer`` gives the address of one already serving the
-    machine), and the trainer. The plan was validated when it was built.
+    machine) or both (``machine-reads``: the producer's rows read by that gatherer), and the
+    trainer. The plan was validated when it was built.
 
     Returns the trainer's per-epoch statistics. ``on_message`` sees every progress message
     (:class:`~.messages.StepDone`, :class:`~.messages.PartitionInfo`,
@@ -328,12 +330,13 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
     queues = {"consumed": ctx.Event()}
     if samplers:
         queues["batch"] = ctx.Queue(maxsize=plan.queue_depth * samplers)
-    if plan.gather_in is GatherIn.PRODUCER:
+    if plan.gather_in.producer:
         queues["ready"] = ctx.Queue()
         queues["free"] = ctx.Queue()
     if gatherer is not None:
-        if plan.gather_in is not GatherIn.MACHINE:
-            raise ValueError(f"run_pipeline: a gatherer address serves a plan whose gather_in is 'machine', not "
+        if not plan.gather_in.machine:
+            raise ValueError(f"run_pipeline: a gatherer address serves a plan whose gather_in is 'machine' or "
+                             f"'machine-reads', not "
                              f"{plan.gather_in.value!r}")
         queues["gatherer"] = gatherer
     batch_q = queues.get("batch")
@@ -360,14 +363,16 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
             barrier = ctx.Barrier(samplers) if samplers > 1 else None
             for w in range(samplers):
                 sup.start("sampler", sampler_main, (plan, ds, w, batch_q, queues["consumed"], barrier), role_env)
-            if plan.gather_in is GatherIn.PRODUCER:
-                sup.start("producer", producer_main, (plan, ds, batch_q, queues["ready"], queues["free"], cached_rows),
-                          producer_env)
-            if plan.gather_in is GatherIn.MACHINE and gatherer is None:
+            if plan.gather_in.machine and gatherer is None:
                 sock = sup.listen()
                 sup.start("gatherer", gatherer_main, (plan, ds, cached_rows, sock, 1), producer_env)
                 queues["gatherer"] = sock.getsockname()
                 sock.close()
+            if plan.gather_in.producer:
+                reads = plan.gather_in is GatherIn.MACHINE_READS  # the gatherer holds the table and its cache
+                sup.start("producer", producer_main,
+                          (plan, ds, batch_q, queues["ready"], queues["free"], None if reads else cached_rows,
+                           SampleStage(), queues["gatherer"] if reads else None), producer_env)
             inline_rows = cached_rows if plan.gather_in is GatherIn.TRAINER else None
             sup.start("consumer", consumer_main, (plan, ds, queues, inline_rows), consumer_env)
             if on_start is not None:
