@@ -45,7 +45,7 @@ import torch
 
 from .feature_table import CacheConfig, CachePolicy
 from .launch import LaunchOptions
-from .pipeline.plan import Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
+from .pipeline.plan import GatherIn, Mode, Partition, Phase, Plan, PlanError, gpu_available, make_plan
 
 MODES = tuple(m.value for m in Mode)
 PARTITIONS = ("auto",) + tuple(p.value for p in Partition)
@@ -422,6 +422,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producer-sms", type=int, default=16, help="green: SMs for the producer (rounded up)")
     p.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where minibatches are sampled (auto: on the GPU that gathers, except --mode dma and cpu)")
+    p.add_argument("--gather-in", choices=("auto",) + tuple(g.value for g in GatherIn), default="auto",
+                   help="which process gathers: producer (one per GPU, its own table), machine (one process of "
+                        "the machine samples and gathers for every GPU), machine-reads (a producer per GPU samples; "
+                        "one process of the machine holds the table and reads the rows), trainer (inline); auto: "
+                        "the plan's choice for the GPU count")
     p.add_argument("--samplers", type=int, default=None,
                    help="sampler processes, when sampling on the CPU (default: 2 for dma, else 1)")
     p.add_argument("--gather-batches", type=int, default=None,
@@ -459,7 +464,7 @@ _FLAGS = {"batch_size": "--batch-size", "epochs": "--epochs", "max_batches": "--
           "fanouts": "--fanouts", "num_samplers": "--samplers", "gather_batches": "--gather-batches",
           "producer_share": "--producer-share", "producer_sms": "--producer-sms", "seed": "--seed",
           "feature_dim": "--feature-dim", "nproc": "--gpus", "mode": "--mode", "partition": "--partition",
-          "sample_on": "--sample-on", "cache": "--cache", "cache_policy": "--cache-policy",
+          "sample_on": "--sample-on", "gather_in": "--gather-in", "cache": "--cache", "cache_policy": "--cache-policy",
           "feature_placement": "--host-memory", "checkpoint_dir": "--checkpoint", "resume": "--resume",
           "max_restarts": "--max-restarts"}
 
@@ -531,6 +536,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         settings["cuda_graph"] = False
     if args.sample_on != "auto":
         settings["sample_on"] = args.sample_on
+    if args.gather_in != "auto":
+        settings["gather_in"] = args.gather_in
     if args.trace:
         settings["trace"] = True
     # A job that may restart runs its one pipeline as a launched worker (train_data_parallel restarts it).

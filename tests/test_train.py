@@ -75,6 +75,7 @@ BAD_SETTINGS = [
     (["--cache-policy", "degree"], "--cache-policy applies to a cache: give --cache SIZE too"),
     (["--host-memory", "managed", "--mode", "cpu"], "--host-memory must be 'cpu' for mode 'cpu'"),
     (["--cache", "none", "--cache-policy", "degree"], "--cache-policy applies to a cache, not to --cache none"),
+    (["--gather-in", "machine-reads", "--mode", "cpu"], "--gather-in 'machine-reads' (one process of the machine"),
 ]
 
 
@@ -125,6 +126,19 @@ def test_train_cli_runs_the_cpu_path():
     if not gpu_available():
         assert "No CUDA GPU available" in stdout
     assert set(MODES) == {"cpu", "dma", "zerocopy-naive", "zerocopy", "gpu"}
+
+
+def test_train_cli_reads_rows_through_the_machines_gatherer():
+    """``--gather-in machine-reads``: the producer samples and fills the ring, the machine's
+    gatherer process reads its rows; the run trains and says where each stage runs."""
+    cmd = [sys.executable, "-m", "pytorch_zerocopy", "train", "--dataset", "papers-like:4k:6", "--feature-dim", "16",
+           "--epochs", "1", "--batch-size", "16", "--fanouts", "4,4", "--hidden", "16", "--gather-in", "machine-reads",
+           "--partition", "none"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "its rows read by the machine's gatherer process" in out.stdout
+    assert len([l for l in out.stdout.splitlines() if l.startswith("epoch ")]) == 1
+    assert "test accuracy " in out.stdout
 
 
 def test_train_cli_with_a_cache_reports_its_hits():
