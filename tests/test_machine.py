@@ -226,6 +226,19 @@ def test_one_pipeline_with_machine_reads_trains_as_with_its_own_producer(tiny):
     assert table.nbytes == tiny.num_nodes * tiny.row_bytes
 
 
+def test_machine_reads_count_the_gatherers_cache_as_a_producer_counts_its_own(tiny):
+    """A cache in front of the gatherer's table: each epoch's hit counts equal those of a
+    producer holding the same cache itself."""
+    from pytorch_zerocopy import CacheConfig, CachePolicy
+
+    cache = CacheConfig(fraction=0.2, policy=CachePolicy.DEGREE)
+    reads = run_pipeline(_cpu_plan("machine-reads", cache=cache), tiny)
+    producer = run_pipeline(_cpu_plan("producer", cache=cache), tiny)
+    assert [(e.cache_hits, e.cache_lookups) for e in reads] == [(e.cache_hits, e.cache_lookups) for e in producer]
+    assert all(0 < e.cache_hits < e.cache_lookups for e in reads)
+    assert _summary(reads) == _summary(producer)
+
+
 def test_two_ranks_read_through_one_gatherer(tiny):
     settings = dict(RUN, use_gpu=False, quiet=True)
     reads = train_data_parallel(tiny, 2, "zerocopy", gather_in="machine-reads", **settings)

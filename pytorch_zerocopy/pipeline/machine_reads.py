@@ -38,7 +38,8 @@ import torch
 from ..datasets.base import shared_host_tensor
 from ..feature_table import CachedTable, FeatureReader
 from .gather import gather_into, table_ready
-from .messages import ROWS_READ, GathererFailed, ReadRequest, ReadRows, ReadShare, ReadsOpen, TableReady
+from .messages import (READ_COUNTS, ROWS_READ, CacheCounts, GathererFailed, ReadRequest, ReadRows, ReadShare,
+                       ReadsOpen, TableReady)
 from .process import trainer_device
 
 
@@ -71,6 +72,7 @@ class MachineRows:
         self._shape = torch.Size(opened.shape)
         self._dtype = opened.dtype
         self._done = opened.done
+        self.cached = opened.cached
         self._keys: Dict[Tuple[int, int, torch.dtype], int] = {}
         self._kept: Dict[int, torch.Tensor] = {}  # every storage the gatherer holds, alive until forgotten
         self._next_key = 0
@@ -168,6 +170,17 @@ class MachineRows:
             self._forget(out)  # the caller's now: the gatherer holds no storage per call
         return out
 
+    def cache_counts(self) -> CacheCounts:
+        """The gatherer's cache's counts over the rows read since the last call (waits for the
+        gatherer's reads to complete: call it once per phase, not per read)."""
+        self.link.put(READ_COUNTS)
+        reply = self.link.get()
+        if isinstance(reply, GathererFailed):
+            raise RuntimeError(f"the machine's gatherer failed:\n{reply.remote_traceback}")
+        if not isinstance(reply, CacheCounts):
+            raise RuntimeError(f"producer: expected the gatherer's cache counts, got {reply!r}")
+        return reply
+
     def close(self) -> None:
         """Ends the connection (once this process's GPU work is done, the caller's concern) and
         lets go of the storages the gatherer held."""
@@ -195,10 +208,19 @@ def serve_reads(link, request: ReadRequest, table: FeatureReader, cached_rows: O
             stream.synchronize()
     width = reader.shape[1]
     shared: Dict[int, torch.Tensor] = {}
-    link.put(ReadsOpen(table_ready(table), tuple(reader.shape), reader.dtype, done))
+    cache = reader if isinstance(reader, CachedTable) and reader.cache_rows else None
+    hits: Optional[torch.Tensor] = None  # on the reader's device: counting never synchronises
+    lookups = 0
+    link.put(ReadsOpen(table_ready(table), tuple(reader.shape), reader.dtype, done, cache is not None))
     try:
         while True:
             msg = link.get()
+            if msg == READ_COUNTS:
+                if stream is not None:
+                    stream.synchronize()
+                link.put(CacheCounts(0 if hits is None else int(hits), lookups))
+                hits, lookups = None, 0
+                continue
             if isinstance(msg, ReadShare):
                 if msg.base is None:
                     if stream is not None:
@@ -220,8 +242,15 @@ def serve_reads(link, request: ReadRequest, table: FeatureReader, cached_rows: O
                     stream.wait_event(request.requested)
                     gather_into(reader, ids, out)
                     done.record(stream)
+                    if cache is not None:
+                        found = cache.count_hits(ids)
+                        hits = found if hits is None else hits + found
             else:
                 gather_into(reader, ids, out)
+                if cache is not None:
+                    found = cache.count_hits(ids)
+                    hits = found if hits is None else hits + found
+            lookups += msg.rows
             link.put(ROWS_READ)
     finally:
         if stream is not None:

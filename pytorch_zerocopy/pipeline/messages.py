@@ -7,7 +7,7 @@ Producer -> trainer: :class:`RingHandles` once (with the producer's :class:`Tabl
 machine's gatherer both directions share one connection, which the trainer opens with a
 :class:`GatherRequest`; :class:`GathererFailed` ends it. With ``machine-reads`` a producer
 reads its rows through the machine's gatherer: :class:`ReadRequest`, :class:`ReadsOpen`,
-:class:`ReadShare`, :class:`ReadRows`, :data:`ROWS_READ`. Trainer -> parent (through the
+:class:`ReadShare`, :class:`ReadRows`, :data:`ROWS_READ`, :data:`READ_COUNTS`. Trainer -> parent (through the
 supervisor's report pipe): :class:`TableReady` (whichever process gathers), :class:`StepDone`,
 :class:`PartitionInfo` and :class:`~.stats.EpochStats`.
 """
@@ -240,12 +240,13 @@ class ReadsOpen:
     """The machine's gatherer -> a producer, once it can serve: its table (``table``, None
     when the gatherer reads through no FeatureTable) of ``shape`` and ``dtype``; on a GPU,
     ``done``: the gatherer's interprocess event, recorded once each request's rows are
-    written."""
+    written; ``cached``: whether a GPU cache of rows stands in front of the table."""
 
     table: Optional["TableReady"]
     shape: Tuple[int, int]
     dtype: torch.dtype
     done: Optional[object] = None
+    cached: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,6 +275,9 @@ class ReadRows:
 
 
 ROWS_READ = "rows-read"  # the machine's gatherer -> a producer: the last ReadRows is issued
+# Producer -> the machine's gatherer: the cache's counts (a CacheCounts) over the rows read since
+# the last such request.
+READ_COUNTS = "read-counts"
 
 
 # --- trainer -> parent ------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from ..datasets.base import NodeDataset
 from ..feature_table import CachedTable, FeatureReader
 from .gather import CacheHits, feature_reader, gather_into, table_ready
 from .machine_reads import MachineRows
-from .messages import EpochMark, Minibatch
+from .messages import CacheCounts, EpochMark, Minibatch
 from .minibatches import GpuSampler, SampleStage, Sampled, from_samplers, sample_here
 from .plan import GatherIn, Plan, SampleOn
 from .process import failing, set_threads, trainer_device
@@ -120,7 +120,7 @@ class _Flush:
     def __init__(self, reader: FeatureReader, ring: RingWriter):
         self.ring = ring
         self.gather = _GroupGather(reader, ring)
-        self.hits = CacheHits(reader) if isinstance(reader, CachedTable) else None
+        self.hits = _hit_counter(reader)
 
     def __call__(self, group: List[Sampled]) -> None:
         slots = self.ring.take(len(group))
@@ -156,6 +156,30 @@ class _Flush:
 
 
 _NO_TRACES = itertools.repeat(None)
+
+
+class _MachineHits:
+    """The hit counts of the machine's gatherer's cache, for a producer that reads through it
+    (:class:`~.machine_reads.MachineRows`): the gatherer counts every read; a mark takes the
+    counts since the previous mark (the minibatches before it were flushed first)."""
+
+    def __init__(self, reader: MachineRows):
+        self.reader = reader
+
+    def add(self, epoch: int, phase, input_nodes: torch.Tensor) -> None:
+        pass  # counted where the rows are read
+
+    def take(self, epoch: int, phase) -> CacheCounts:
+        return self.reader.cache_counts()
+
+
+def _hit_counter(reader: FeatureReader) -> Optional[Union[CacheHits, _MachineHits]]:
+    """What counts the cache's hits of ``reader``'s reads: None without a cache."""
+    if isinstance(reader, CachedTable):
+        return CacheHits(reader)
+    if isinstance(reader, MachineRows) and reader.cached:
+        return _MachineHits(reader)
+    return None
 
 
 class _TracedFlush:
