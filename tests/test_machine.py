@@ -247,6 +247,36 @@ def test_two_ranks_read_through_one_gatherer(tiny):
     assert {r: _summary(e) for r, e in reads.items()} == {r: _summary(e) for r, e in producer.items()}
 
 
+def test_a_gatherer_killed_under_machine_reads_ends_the_run(tiny):
+    """The gatherer SIGKILLed as the roles start: the producer's connection or its next read
+    fails, and the run ends with an error, no hang and nothing left."""
+    import os
+    import signal
+    import threading
+
+    before, pids, outcome = snapshot(), {}, {}
+
+    def killed(started):
+        pids.update(started)
+        (gatherer,) = [pid for name, pid in started.items() if name.startswith("gatherer")]
+        os.kill(gatherer, signal.SIGKILL)
+
+    def target():
+        try:
+            run_pipeline(_cpu_plan("machine-reads"), tiny, on_start=killed)
+            outcome["error"] = None
+        except BaseException as e:  # noqa: BLE001
+            outcome["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "the run did not end after its gatherer was killed"
+    assert isinstance(outcome["error"], PipelineError), f"expected a PipelineError, got {outcome['error']!r}"
+    assert "gatherer" in str(outcome["error"])
+    _assert_nothing_left(pids, before)
+
+
 class _Gatherer:
     """The machine's gatherer in a process of its own (serving one connection), for a reader in
     this process."""
