@@ -30,6 +30,7 @@ then restarts whole: :func:`pytorch_zerocopy.train.train_data_parallel`).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Dict, Optional, Tuple
 
@@ -237,19 +238,15 @@ def serve_reads(link, request: ReadRequest, table: FeatureReader, cached_rows: O
                 raise RuntimeError(f"the machine's gatherer: a read of {msg.rows} rows names ids or an output outside "
                                    f"the storages shared with it ({msg!r})")
             out = out.view(msg.rows, width)
-            if stream is not None:
-                with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                if stream is not None:
                     stream.wait_event(request.requested)
-                    gather_into(reader, ids, out)
-                    done.record(stream)
-                    if cache is not None:
-                        found = cache.count_hits(ids)
-                        hits = found if hits is None else hits + found
-            else:
                 gather_into(reader, ids, out)
-                if cache is not None:
+                if cache is not None:  # before "done": the producer may restage the ids then
                     found = cache.count_hits(ids)
                     hits = found if hits is None else hits + found
+                if stream is not None:
+                    done.record(stream)
             lookups += msg.rows
             link.put(ROWS_READ)
     finally:
