@@ -6,7 +6,9 @@ processes, every minibatch freshly sampled. The rows are the single-GPU benchmar
 (:data:`benchmarks.pipeline_common.CORE_ROWS`): ``default`` (what ``zerocopy train --gpus N``
 does with no flags), ``gpu`` (the table in each GPU's memory: the reference), and the baselines
 ``dma``, ``gpu_sampling_dma`` and ``uva_naive``. ``--baseline-gpus`` limits the baselines to some
-GPU counts (default: the largest), as the bars compare them there only.
+GPU counts (default: the largest), as the bars compare them there only. The labelled rows
+(:data:`LABELLED_ROWS`: settings a user could pick, the other shapes of one machine among them,
+never a bar) run where the baselines run, when ``--rows`` names them.
 
 Every GPU count trains the same global epoch (``--global-batches`` minibatches, split evenly
 between the ranks), so epoch times compare directly. A rank's epoch time is its steady-state time
