@@ -90,7 +90,7 @@ class MachineRows:
     def _key(self, t: torch.Tensor) -> int:
         """The key the gatherer knows ``t``'s storage by, sending it first if new."""
         storage = t.untyped_storage()
-        if not self.on_gpu:
+        if not self.on_gpu and not storage.is_shared():
             storage.share_memory_()  # moved once, in place: the key names the shared copy
         k = (storage.data_ptr(), storage.nbytes(), t.dtype)
         key = self._keys.get(k)
