@@ -74,8 +74,9 @@ class MachineRows:
         self._dtype = opened.dtype
         self._done = opened.done
         self.cached = opened.cached
-        self._keys: Dict[Tuple[int, int, torch.dtype], int] = {}
-        self._kept: Dict[int, torch.Tensor] = {}  # every storage the gatherer holds, alive until forgotten
+        # Every storage the gatherer holds, by (address, bytes, dtype): its key and a tensor over
+        # it that keeps it alive until it is forgotten.
+        self._shared: Dict[Tuple[int, int, torch.dtype], Tuple[int, torch.Tensor]] = {}
         self._next_key = 0
         self._ids: Optional[torch.Tensor] = None
 
@@ -93,24 +94,21 @@ class MachineRows:
         if not self.on_gpu and not storage.is_shared():
             storage.share_memory_()  # moved once, in place: the key names the shared copy
         k = (storage.data_ptr(), storage.nbytes(), t.dtype)
-        key = self._keys.get(k)
-        if key is None:
+        if k not in self._shared:
             base = torch.empty(0, dtype=t.dtype, device=t.device).set_(
                 storage, 0, (storage.nbytes() // t.element_size(),))
-            key = self._keys[k] = self._next_key
+            self._shared[k] = (self._next_key, base)
             self._next_key += 1
-            self._kept[key] = base
-            self.link.put(ReadShare(key, base))
-        return key
+            self.link.put(ReadShare(self._shared[k][0], base))
+        return self._shared[k][0]
 
     def _forget(self, t: torch.Tensor) -> None:
         """Tells the gatherer to drop ``t``'s storage (after the reads sent before), and drops
         it here."""
         storage = t.untyped_storage()
-        key = self._keys.pop((storage.data_ptr(), storage.nbytes(), t.dtype), None)
-        if key is not None:
-            del self._kept[key]
-            self.link.put(ReadShare(key, None))
+        shared = self._shared.pop((storage.data_ptr(), storage.nbytes(), t.dtype), None)
+        if shared is not None:
+            self.link.put(ReadShare(shared[0], None))
 
     def _staged(self, n: int) -> torch.Tensor:
         if self._ids is None or self._ids.numel() < n:
@@ -186,7 +184,7 @@ class MachineRows:
         """Ends the connection (once this process's GPU work is done, the caller's concern) and
         lets go of the storages the gatherer held."""
         self.link.close()
-        self._kept, self._keys, self._ids = {}, {}, None
+        self._shared, self._ids = {}, None
 
 
 def serve_reads(link, request: ReadRequest, table: FeatureReader, cached_rows: Optional[torch.Tensor],
