@@ -24,7 +24,10 @@ on the GPU copy (level-synchronous BFS, min-label propagation, float64 PageRank 
 matrix-vector products to 1e-10), on the others the package's CPU implementations. The ``auto``
 variant also runs with the edge list in CUDA managed memory, cold before every run (``managed``),
 where the copy fits in free GPU memory. A configuration stops taking sources or repetitions after
-``--config-seconds``; ``--budget`` skips what is left.
+``--config-seconds``; ``--budget`` skips what is left. A configuration whose first run is under
+``--warmup-ms`` (50) drops that run as a warm-up, and takes ``--quick-reps`` (20) repetitions
+of cc or pagerank: a short op's one-time costs and spread are a large share of its time (``auto``
+runs first of its row group, so without the warm-up it alone would pay them).
 
 Hopeless variants (``--hopeless``, default 10). A variant whose run took over that many times the
 fastest variant measured so far for the same graph, op and placement is not run again there; and
@@ -390,10 +393,17 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
     """One run per source (bfs, sssp) or repetition (``None``: cc, pagerank), until the
     configuration's time is spent, or after a run slower than ``hopeless_ms``. Each run: its key
     (the source, or the repetition's index), milliseconds, the op's stats, bytes read and whether
-    the result matched the reference."""
+    the result matched the reference. A configuration whose first run takes under
+    ``args.warmup_ms`` drops that run as a warm-up (one-time costs, such as the first allocation
+    of its scratch, are then a large share of it) and, for repetitions, runs ``args.quick_reps``
+    of them (a short op's spread is a larger share of its time)."""
     runs = []
     spent = 0.0
-    for i, s in enumerate(sources):
+    todo = list(sources)
+    warmed = before_each is not None  # cold runs are the point there
+    i = 0
+    while i < len(todo):
+        s = todo[i]
         if clock.left() <= 0 or (runs and spent >= args.config_seconds):
             break
         if runs and hopeless_ms is not None and runs[-1]["ms"] > hopeless_ms:
@@ -406,11 +416,18 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
         sync()
         dt = time.perf_counter() - t0
         spent += dt
+        if not warmed:
+            warmed = True
+            if dt * 1e3 < args.warmup_ms:
+                if s is None:
+                    todo = [None] * max(len(todo), args.quick_reps)
+                continue
         stats = stats.cpu()
         run = {"source": s, "key": s if s is not None else i, "ms": dt * 1e3, "edges_read": int(stats[0]),
                "iterations": int(stats[1]), "bytes_read": int(stats[0]) * bytes_per_edge(op, graph)}
         run.update(check(op, result, refs, s, args))
         runs.append(run)
+        i += 1
     return runs
 
 
@@ -927,6 +944,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stop taking sources for a configuration after this many seconds (default 6)")
     p.add_argument("--budget", type=float, default=None, help="skip what is left after this many seconds "
                                                               "(default 540; first look 110; quick 120)")
+    p.add_argument("--warmup-ms", type=float, default=50.0,
+                   help="a configuration whose first run is quicker drops it as a warm-up (default 50)")
+    p.add_argument("--quick-reps", type=int, default=20,
+                   help="runs of cc / pagerank per variant where the first run was under --warmup-ms (default 20)")
     p.add_argument("--hopeless", type=float, default=10.0,
                    help="a variant over this many times the fastest of its op and placement is not repeated, "
                         "nor run in host memory after GPU memory (default 10)")

@@ -115,6 +115,42 @@ def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
     assert len(tp.measure("bfs", g, "naive", [0, 1, 2], None, args, clock)) == 3
 
 
+def test_a_quick_configuration_drops_its_first_run_and_repeats_more(monkeypatch):
+    """Under --warmup-ms, the first run is a warm-up (not reported) and repetition ops take
+    --quick-reps runs; a slow configuration keeps every run; a cold (before_each) one never
+    drops its first."""
+    calls = []
+
+    def fake_run_once(op, graph, variant, source, args):
+        calls.append(source)
+        return torch.zeros(1), torch.tensor([4, 1])
+
+    monkeypatch.setattr(tp, "run_once", fake_run_once)
+    monkeypatch.setattr(tp, "check", lambda *a: {"match": True})
+    step = {"s": 0.01}
+    now = {"t": 0.0}
+
+    def clock_tick():
+        now["t"] += step["s"] / 2  # two reads a run
+        return now["t"]
+
+    monkeypatch.setattr(tp.time, "perf_counter", clock_tick)
+    args = tp.parse_args(["--quick", "--quick-reps", "7"])
+    g = CSRGraph.from_coo([0], [1], 2)
+    clock = tp.Clock(1e9)
+    runs = tp.measure("pagerank", g, "naive", [None] * 3, None, args, clock)
+    assert len(runs) == 7 and len(calls) == 8
+    assert [r["key"] for r in runs] == list(range(7))
+    calls.clear()
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0, 0, 1]
+    calls.clear()
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock, before_each=lambda: None)) == 2
+    assert calls == [0, 1]
+    step["s"] = 0.2
+    calls.clear()
+    assert len(tp.measure("pagerank", g, "naive", [None] * 3, None, args, clock)) == 3 and len(calls) == 3
+
+
 def test_link_share_is_bytes_over_time_over_the_ceiling():
     runs = [run(0, 100.0, bytes_read=2_000_000_000), run(1, 300.0, bytes_read=6_000_000_000)]
     assert tp.link_share(runs, 25.0) == pytest.approx(8e9 / 0.4 / 25e9)
