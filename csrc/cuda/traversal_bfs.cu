@@ -123,16 +123,14 @@ struct Frontiers {
   }
 
   // Queues u, which this lane claimed for level `level` + 1 (claimed), warp-collectively: its
-  // chunks when its list is long (one lane writes them all: long lists are few), else u itself.
-  // A bad list is queued as its vertex and reported when it is expanded; chunks beyond the
-  // capacity are not written and flag overlapping lists.
-  __device__ __forceinline__ void push(bool claimed, T u, const int64_t* __restrict__ indptr,
-                                       const T* __restrict__ indices, const GraphGuard& g, int64_t level,
-                                       int lane) const {
+  // chunks when its list [start, end) (as read from indptr) is long (one lane writes them all:
+  // long lists are few), else u itself. A bad list is queued as its vertex and reported when it
+  // is expanded; chunks beyond the capacity are not written and flag overlapping lists.
+  __device__ __forceinline__ void push(bool claimed, T u, int64_t start, int64_t end, const T* __restrict__ indices,
+                                       const GraphGuard& g, int64_t level, int lane) const {
     const int s = static_cast<int>((level + 1) % 3);
     bool as_vertex = claimed;
     if (claimed) {
-      const int64_t start = indptr[u], end = indptr[u + 1];
       const int64_t k = g.list_ok(start, end) ? list_chunks(indices, start, end) : 0;
       if (k > 1) {
         as_vertex = false;
@@ -195,7 +193,7 @@ __device__ __forceinline__ void queue_source(const Frontiers<T>& f, const int64_
     f.counts->chunked[lane] = 0;
   }
   __syncwarp();
-  f.push(lane == 0, static_cast<T>(source), indptr, indices, g, -1, lane);
+  f.push(lane == 0, static_cast<T>(source), indptr[source], indptr[source + 1], indices, g, -1, lane);
 }
 
 template <typename T>
@@ -282,12 +280,17 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
     if (lane == 0) edges += hi - lo;
     warp_read_lines(indices, first, lo, hi, lane, [&](int64_t e, T u, bool valid) {
       bool claimed = false;
-      if (valid && g.id(u, e) && depth[u] == -1 && atomicCAS(depth + u, -1, cur + 1) == -1) {
-        claimed = true;
-        if (pred) pred[u] = static_cast<T>(v);
-        reached(static_cast<int64_t>(u));
+      int64_t start = 0, end = 0;
+      if (valid && g.id(u, e) && depth[u] == -1) {
+        start = indptr[u];  // requested beside the claim, so the push waits for neither alone
+        end = indptr[u + 1];
+        if (atomicCAS(depth + u, -1, cur + 1) == -1) {
+          claimed = true;
+          if (pred) pred[u] = static_cast<T>(v);
+          reached(static_cast<int64_t>(u));
+        }
       }
-      f.push(claimed, u, indptr, indices, g, cur, lane);
+      f.push(claimed, u, start, end, indices, g, cur, lane);
       found |= claimed;
     });
   };
@@ -454,13 +457,16 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         }
       }
       const bool push = sub == 0 && hit_found;
+      int64_t start = 0, end = 0;
       if (push) {
         depth[v] = cur + 1;
         if (pred) pred[v] = parent;
+        start = indptr[v];
+        end = indptr[v + 1];
         out_sum += static_cast<unsigned long long>(checked_degree(indptr, v, g, kBadOffsets));
         in_sum += static_cast<unsigned long long>(hi - lo);
       }
-      f.push(push, static_cast<T>(push ? v : 0), indptr, indices, g, cur, lane);
+      f.push(push, static_cast<T>(push ? v : 0), start, end, indices, g, cur, lane);
       found |= push;
     }
   }
