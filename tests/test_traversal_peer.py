@@ -96,7 +96,8 @@ def test_hopeless_variants_are_those_over_the_factor_times_the_fastest_correct_o
     assert tp.hopeless_variants([row("g", "sssp", "cuda", "async", {0: 1.0}, matched=False)], 10.0) == {}
 
 
-def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
+def fake_runs(monkeypatch):
+    """Replaces the op and its check in tp.measure; returns the list of sources it is called with."""
     calls = []
 
     def fake_run_once(op, graph, variant, source, args):
@@ -105,6 +106,11 @@ def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
 
     monkeypatch.setattr(tp, "run_once", fake_run_once)
     monkeypatch.setattr(tp, "check", lambda *a: {"match": True})
+    return calls
+
+
+def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
+    fake_runs(monkeypatch)
     ticks = iter(range(0, 1000, 2))  # every run takes 1 s of the fake clock
     monkeypatch.setattr(tp.time, "perf_counter", lambda: next(ticks) / 2)
     args = tp.parse_args(["--quick"])
@@ -119,14 +125,7 @@ def test_a_quick_configuration_drops_its_first_run_and_repeats_more(monkeypatch)
     """Under --warmup-ms, the first run is a warm-up (not reported) and repetition ops take
     --quick-reps runs; a slow configuration keeps every run; a cold (before_each) one never
     drops its first."""
-    calls = []
-
-    def fake_run_once(op, graph, variant, source, args):
-        calls.append(source)
-        return torch.zeros(1), torch.tensor([4, 1])
-
-    monkeypatch.setattr(tp, "run_once", fake_run_once)
-    monkeypatch.setattr(tp, "check", lambda *a: {"match": True})
+    calls = fake_runs(monkeypatch)
     step = {"s": 0.01}
     now = {"t": 0.0}
 
