@@ -39,7 +39,9 @@ Rows:
   pyg-lib distribution and torch-sparse (0.6.18) and torch-scatter (2.1.2) as source only; both
   build for the CPU against the installed torch with ``FORCE_ONLY_CPU=1 pip wheel
   --no-build-isolation`` (torch-scatter first: torch-sparse imports it). The result says when
-  the row was not measured.
+  the row was not measured. On a machine without a GPU every row runs on the CPU (``on_gpu``
+  false in the bars, whose targets are for a GPU machine): ``--name pyg_loader_cpu`` keeps such
+  a run beside the GPU machine's.
 
 Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50): for the
 ``pipeline=True`` rows over their training epochs (sample and gather measured in the producer
@@ -333,12 +335,14 @@ def loader_ms(modes: Dict, name: str) -> Optional[float]:
 
 
 def compute_bars(modes: Dict, pipeline: Dict) -> Dict:
-    """The issue's bars: ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
+    """The issue's bars (its targets are for a GPU machine; ``on_gpu`` says where these were
+    measured): ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
     in-process loader alone over the pipeline's ms per minibatch), ``pyg_train_over_max_stage``
     (the ``pipeline=True`` PyG training epoch over its slowest stage) and
     ``pyg_speedup_over_tuned_cpu_loader``; beside them the same ratios for the other rows."""
     pipe = pipeline.get("ms_per_batch")
-    bars: Dict = {"pipeline_ms_per_minibatch": pipe, "pyg_own_loader_measured": "pyg_own" in modes}
+    bars: Dict = {"on_gpu": torch.cuda.is_available(), "pipeline_ms_per_minibatch": pipe,
+                  "pyg_own_loader_measured": "pyg_own" in modes}
     for name in ("pyg_pipeline", "dgl_pipeline", "pyg", "dgl"):
         bars[f"{name}_loader_ms_per_minibatch"] = loader_ms(modes, name)
         bars[f"{name}_train_ms_per_minibatch"] = train_ms(modes, name)
@@ -462,7 +466,7 @@ def write_markdown(r: Dict, path: str) -> None:
         f"Dataset {d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, features "
         f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; PyG fanouts {r['fanouts']} "
         f"(DGL order {list(DGL_FANOUTS)}), batch {r['batch_size']}, hidden {r['hidden']}, shuffled, every minibatch "
-        f"freshly sampled; tuned CPU loaders with {r['workers']} workers. Epoch = median of timed epochs after a "
+        f"freshly sampled; tuned CPU loaders with {r['workers']} worker process{'es' if r['workers'] != 1 else ''}. Epoch = median of timed epochs after a "
         "warm-up.",
         "",
     ]

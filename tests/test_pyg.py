@@ -875,6 +875,7 @@ def test_benchmark_quick_mode(tmp_path):
     result = json.loads((tmp_path / "pyg_loader.json").read_text())
     bars, modes = result["bars"], result["modes"]
     assert bars["pyg_own_loader_measured"] == PYG_CAN_SAMPLE
+    assert bars["on_gpu"] is torch.cuda.is_available()
     assert set(modes) >= {"pyg", "pyg_pipeline", "dgl", "dgl_pipeline", "cpu_dma", "tuned_cpu"}
     assert not [name for name, m in modes.items() if "error" in m] and "error" not in result["pipeline"]
     for bar in ("pyg_loader_over_pipeline", "dgl_loader_over_pipeline", "pyg_train_over_max_stage",
