@@ -334,14 +334,14 @@ def loader_ms(modes: Dict, name: str) -> Optional[float]:
     return row["loader_only"]["ms_per_batch"] if "loader_only" in row else None
 
 
-def compute_bars(modes: Dict, pipeline: Dict) -> Dict:
-    """The issue's bars (its targets are for a GPU machine; ``on_gpu`` says where these were
-    measured): ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
+def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
+    """The issue's bars (its targets are for a GPU machine; ``on_gpu``, whether the rows ran on
+    one): ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
     in-process loader alone over the pipeline's ms per minibatch), ``pyg_train_over_max_stage``
     (the ``pipeline=True`` PyG training epoch over its slowest stage) and
     ``pyg_speedup_over_tuned_cpu_loader``; beside them the same ratios for the other rows."""
     pipe = pipeline.get("ms_per_batch")
-    bars: Dict = {"on_gpu": torch.cuda.is_available(), "pipeline_ms_per_minibatch": pipe,
+    bars: Dict = {"on_gpu": on_gpu, "pipeline_ms_per_minibatch": pipe,
                   "pyg_own_loader_measured": "pyg_own" in modes}
     for name in ("pyg_pipeline", "dgl_pipeline", "pyg", "dgl"):
         bars[f"{name}_loader_ms_per_minibatch"] = loader_ms(modes, name)
@@ -434,7 +434,7 @@ def main(argv=None) -> int:
             family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
             result["host_profiles"][name] = attempt(f"{name} profile",
                                                     lambda: host_profile(make, family, args.profile))
-    result["bars"] = compute_bars(modes, result["pipeline"])
+    result["bars"] = compute_bars(modes, result["pipeline"], gpu)
     result["wall_s"] = time.perf_counter() - wall0
 
     os.makedirs(args.out, exist_ok=True)
@@ -466,8 +466,8 @@ def write_markdown(r: Dict, path: str) -> None:
         f"Dataset {d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, features "
         f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; PyG fanouts {r['fanouts']} "
         f"(DGL order {list(DGL_FANOUTS)}), batch {r['batch_size']}, hidden {r['hidden']}, shuffled, every minibatch "
-        f"freshly sampled; tuned CPU loaders with {r['workers']} worker process{'es' if r['workers'] != 1 else ''}. Epoch = median of timed epochs after a "
-        "warm-up.",
+        f"freshly sampled; tuned CPU loaders with {r['workers']} worker process{'es' if r['workers'] != 1 else ''}. "
+        "Epoch = median of timed epochs after a warm-up.",
         "",
     ]
     if "pinned_h2d_gbs" in r:
