@@ -646,6 +646,72 @@ def test_gpu_async_variants_report_the_first_offender(case, indptr, indices, mes
     check_gpu_op_matches_cpu("bfs", "async", placement)
 
 
+def hub_graph(rng, index_dtype):
+    """A sparse random graph with hubs whose lists span one to dozens of 4 KB chunks (the
+    top-down variants queue a long list as its chunks), reached at different levels."""
+    n = 30_000
+    src = [rng.integers(0, n, 3 * n)]
+    dst = [rng.integers(0, n, 3 * n)]
+    for hub, deg in zip(rng.choice(n, 6, replace=False), (1_100, 1_500, 3_000, 9_000, 20_000, 29_000)):
+        src.append(np.full(deg, hub))
+        dst.append(rng.choice(n, deg, replace=False))
+    return CSRGraph.from_coo(np.concatenate(src), np.concatenate(dst), n, symmetrize=True, index_dtype=index_dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", ID_DTYPES)
+def test_gpu_top_down_reads_long_lists_in_chunks(placement, index_dtype, seed):
+    """frontier and direction queue a long list as its chunks, read by many warps: exact depths,
+    a valid BFS tree, and (top-down, frontier) every reached list read exactly once, whether the
+    hub sits in a queued level or a scanned one, and whatever the edge array's alignment (a view
+    three ids into its storage)."""
+    rng = np.random.default_rng(seed)
+    g = hub_graph(rng, index_dtype)
+    indptr, indices, _ = np_csr(g)
+    deg = np.diff(indptr)
+    pg = g.to(placement, 0)
+    padded = torch.cat([torch.full((3,), -7, dtype=index_dtype, device=pg.indices.device), pg.indices.to("cuda")])
+    shifted = padded[3:]
+    hubs = np.argsort(deg)[-3:]
+    for s in [int(hubs[-1]), int(hubs[0])] + [int(x) for x in rng.integers(0, g.num_nodes, 2)]:
+        want = bfs_reference(indptr, indices, s)
+        for variant in ("frontier", "direction"):
+            depth, pred, stats = bfs(pg, s, variant=variant, predecessors=True, return_stats=True)
+            np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"{variant} source {s}")
+            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+            if variant == "frontier":
+                assert int(stats[0]) == int(deg[want >= 0].sum())
+        from pytorch_zerocopy.graph import Variant
+        depth = torch.ops.zerocopy.graph_bfs.default(pg.indptr, shifted, s, int(Variant.FRONTIER), False)[0]
+        np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"shifted source {s}")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", ID_DTYPES)
+def test_gpu_top_down_reports_faults_in_long_lists(placement, index_dtype):
+    """A bad id deep in a chunked list, and long lists that overlap (offsets that decrease at a
+    vertex the search never reaches, so more chunks than disjoint lists could hold): a clear
+    ValueError from frontier and direction, and the GPU keeps working."""
+    m = 8192
+    ids = np.tile(np.arange(1, 11), m // 10 + 1)[:m]
+    ids[5000] = 99
+    # 100 vertices, so that a one-vertex frontier is expanded top-down by direction too
+    bad_id = CSRGraph(torch.tensor([0] + [m] * 100), torch.tensor(ids, dtype=index_dtype), validate=False)
+    evens = np.tile(np.arange(2, 12, 2), m // 5 + 1)[:m]
+    overlapping = CSRGraph(torch.tensor([0, m] * 6 + [m] * 89), torch.tensor(evens, dtype=index_dtype),
+                           validate=False)
+    for g, message in ((bad_id, "indices\\[5000\\] = 99 is out of range"),
+                       (overlapping, "indptr is not a valid offset array at node 1:")):
+        pg = g.to(placement, 0)
+        for variant in ("frontier", "direction"):
+            with pytest.raises(ValueError, match=message):
+                raw_calls("bfs", pg.indptr, pg.indices, variant)()
+    check_gpu_op_matches_cpu("bfs", "frontier", placement)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
 def test_gpu_staged_cc_refuses_malformed_graphs_in_every_chunk(placement):

@@ -8,7 +8,13 @@
 // atomic per warp step. Queue order is arbitrary, and random-order reads of short lists from
 // host memory are bound by address translation, so a level holding more than
 // num_nodes / kScanDivisor vertices is expanded in id order instead (a scan of depth == L,
-// decided on the device from the queue length).
+// decided on the device from the queue length). A list longer than one chunk (kChunkBytes from
+// the line it starts in) is not queued as its vertex but as its chunks, each a work item of
+// the next level (chunk items, v << 32 | k for chunk k of v's list), and the scan passes such
+// vertices over: a hub's list is then read by many warps at once, each with kLinesInFlight
+// lines in flight, instead of a line at a time by one warp, which left a power-law level's
+// tail at its longest list. The chunk queue's capacity holds the chunks of disjoint lists;
+// lists that overflow it overlap, so the offsets decrease somewhere, which the op reports.
 //
 // Direction variant (Beamer et al., SC 2012): each level goes top-down as the frontier variant
 // does, or bottom-up: every unvisited vertex reads its in-neighbour list until it meets a
@@ -38,8 +44,9 @@
 // vertices (and becomes the number of levels at the end), followed by the error words of a bad
 // graph (traversal_common.cuh), which come back with stats[1] once per batch of levels; the
 // async variant reads them once, after its persistent kernel. Frontier queues (two of num_nodes
-// ids) and three-slot rings of per-level counters: level L reads slot L%3, adds to slot
-// (L+1)%3 and clears slot (L+2)%3, which no kernel in flight uses.
+// ids, two of chunk_capacity chunk items: level L reads half L&1 and fills the other) and
+// three-slot rings of per-level counters: level L reads slot L%3, adds to slot (L+1)%3 and
+// clears slot (L+2)%3, which no kernel in flight uses.
 
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -56,21 +63,147 @@ constexpr long long kBeta = 24;
 constexpr int kBottomUpStepBytes = 64;  // what one vertex reads per bottom-up step
 constexpr double kListWasteBytes = 32;  // a top-down list read's alignment waste, about one sector
 constexpr double kBytesSlack = 1.5;
+constexpr int kChunkBytes = 4096;  // a top-down work item's share of a long list
+constexpr int kLinesInFlight = 4;  // lines of a list a warp requests before it uses any
+
+template <typename T>
+constexpr int64_t chunk_entries() {
+  return kChunkBytes / static_cast<int64_t>(sizeof(T));
+}
+
+// Chunks of the list [start, end) of `base`, counted from the 128-byte line it starts in (0 for
+// an empty list): more than one makes it a long list, queued as its chunks.
+template <typename T>
+__device__ __forceinline__ int64_t list_chunks(const T* base, int64_t start, int64_t end) {
+  if (end <= start) return 0;
+  return (end - aligned_start(base, start) + chunk_entries<T>() - 1) / chunk_entries<T>();
+}
+
+// Chunk items one level can hold when the lists are disjoint: a long list has more than
+// chunk_entries - (ids per line - 1) ids and at most ids / chunk_entries + 2 chunks.
+template <typename T>
+int64_t chunk_capacity(int64_t m) {
+  const int64_t shortest_long = chunk_entries<T>() - 128 / static_cast<int64_t>(sizeof(T)) + 2;
+  return m / chunk_entries<T>() + 2 * (m / shortest_long) + 2;
+}
+
+// Counters of a top-down frontier, each a three-slot ring (the file comment): the vertices
+// queued, the chunk items queued, and the vertices queued as chunks (the frontier holds
+// queued + chunked vertices).
+struct FrontierCounts {
+  long long queued[3];
+  long long chunks[3];
+  long long chunked[3];
+};
+
+// The queues of two levels (see the file comment) and their counters, in GPU memory.
+template <typename T>
+struct Frontiers {
+  T* queue;                    // 2 x n vertex ids
+  unsigned long long* chunks;  // 2 x capacity chunk items
+  int64_t n;
+  int64_t capacity;
+  FrontierCounts* counts;
+
+  __device__ __forceinline__ const T* queue_in(int64_t level) const { return queue + (level & 1) * n; }
+  __device__ __forceinline__ T* queue_out(int64_t level) const { return queue + ((level + 1) & 1) * n; }
+  __device__ __forceinline__ const unsigned long long* chunks_in(int64_t level) const {
+    return chunks + (level & 1) * capacity;
+  }
+  __device__ __forceinline__ unsigned long long* chunks_out(int64_t level) const {
+    return chunks + ((level + 1) & 1) * capacity;
+  }
+
+  // Clears the slot level L + 2 will fill (no kernel in flight uses it); one thread of the grid.
+  __device__ __forceinline__ void clear_ahead(int64_t level) const {
+    const int s = static_cast<int>((level + 2) % 3);
+    counts->queued[s] = 0;
+    counts->chunks[s] = 0;
+    counts->chunked[s] = 0;
+  }
+
+  // Queues u, which this lane claimed for level `level` + 1 (claimed), warp-collectively: its
+  // chunks when its list [start, end) (as read from indptr) is long (one lane writes them all:
+  // long lists are few), else u itself. A bad list is queued as its vertex and reported when it
+  // is expanded; chunks beyond the capacity are not written and flag overlapping lists.
+  __device__ __forceinline__ void push(bool claimed, T u, int64_t start, int64_t end, const T* __restrict__ indices,
+                                       const GraphGuard& g, int64_t level, int lane) const {
+    const int s = static_cast<int>((level + 1) % 3);
+    bool as_vertex = claimed;
+    if (claimed) {
+      const int64_t k = g.list_ok(start, end) ? list_chunks(indices, start, end) : 0;
+      if (k > 1) {
+        as_vertex = false;
+        const auto base = static_cast<int64_t>(
+            atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunks + s), static_cast<unsigned long long>(k)));
+        atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunked + s), 1ull);
+        if (base + k > capacity) {
+          g.report(kOverlappingLists, 0);
+        } else {
+          unsigned long long* out = chunks_out(level) + base;
+          const unsigned long long id = static_cast<unsigned long long>(u) << 32;
+          for (int64_t j = 0; j < k; ++j) out[j] = id | static_cast<unsigned long long>(j);
+        }
+      }
+    }
+    warp_push(as_vertex, u, queue_out(level), counts->queued + s, lane);
+  }
+};
+
+// Calls visit(e, u, valid) on every lane for the ids u = indices[e] of [lo, hi), in steps of
+// kLinesInFlight lines from `first` (a line boundary at or before lo): each lane loads its
+// kLinesInFlight ids of a step before any visit, so a warp has that many requests in flight.
+// Warp-uniform trip count (visit may use warp collectives); valid is false outside [lo, hi).
+template <typename T, typename Visit>
+__device__ __forceinline__ void warp_read_lines(const T* __restrict__ indices, int64_t first, int64_t lo, int64_t hi,
+                                                int lane, Visit&& visit) {
+  for (int64_t i = first; i < hi; i += kWarp * kLinesInFlight) {
+    __syncwarp();
+    T u[kLinesInFlight];
+    bool valid[kLinesInFlight];
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) {
+      const int64_t e = i + j * kWarp + lane;
+      valid[j] = e >= lo && e < hi;
+      u[j] = valid[j] ? indices[e] : T(0);
+    }
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) visit(i + j * kWarp + lane, u[j], valid[j]);
+  }
+}
 
 __device__ __forceinline__ bool level_has_work(const long long* top, int64_t level) {
   return *reinterpret_cast<const volatile long long*>(top) >= level;
 }
 
 template <typename T>
-__global__ void bfs_init_kernel(int32_t* depth, T* pred, T* queue, long long* counts, int64_t source) {
+__global__ void bfs_init_kernel(int32_t* depth, T* pred, int64_t source) {
   depth[source] = 0;
   if (pred) pred[source] = static_cast<T>(source);
-  if (queue) {
-    queue[0] = static_cast<T>(source);
-    counts[0] = 1;
-    counts[1] = 0;
-    counts[2] = 0;
+}
+
+// Clears every slot of f's counters and queues the source for level 0; one warp.
+template <typename T>
+__device__ __forceinline__ void queue_source(const Frontiers<T>& f, const int64_t* __restrict__ indptr,
+                                             const T* __restrict__ indices, const GraphGuard& g, int64_t source) {
+  const int lane = threadIdx.x % kWarp;
+  if (lane < 3) {
+    f.counts->queued[lane] = 0;
+    f.counts->chunks[lane] = 0;
+    f.counts->chunked[lane] = 0;
   }
+  __syncwarp();
+  f.push(lane == 0, static_cast<T>(source), indptr[source], indptr[source + 1], indices, g, -1, lane);
+}
+
+template <typename T>
+__global__ void bfs_frontier_init_kernel(const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                         int32_t* depth, T* pred, Frontiers<T> f, GraphGuard g, int64_t source) {
+  if (threadIdx.x == 0) {
+    depth[source] = 0;
+    if (pred) pred[source] = static_cast<T>(source);
+  }
+  queue_source(f, indptr, indices, g, source);
 }
 
 template <typename T>
@@ -125,69 +258,89 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
   mark_found(found, stats + 1, level);
 }
 
-// One top-down level: expands the count_in vertices of queue_in, or, when there are more than
-// n / kScanDivisor of them, every vertex with depth == cur in id order (exactly the queued
-// ones), so that the lists are read in address order. Claims each newly reached vertex u with
-// atomicCAS, pushes it onto queue_out and calls reached(u) on the lane that claimed it. Called
-// by every thread of the grid.
+// One top-down level: expands the frontier of level `cur` (queued vertices and chunk items of
+// long lists, Frontiers), or, when it holds more than n / kScanDivisor vertices, the chunk items
+// and every vertex with depth == cur and a short list in id order (exactly the queued ones), so
+// that the lists are read in address order. Claims each newly reached vertex u with atomicCAS,
+// queues it for the next level and calls reached(u) on the lane that claimed it. Called by
+// every thread of the grid.
 template <typename T, typename Reached>
 __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restrict__ indptr,
                                              const T* __restrict__ indices, int32_t* depth, T* pred,
-                                             const T* __restrict__ queue_in, long long count_in, T* queue_out,
-                                             long long* count_out, int32_t cur, const GraphGuard& g,
+                                             const Frontiers<T>& f, int32_t cur, const GraphGuard& g,
                                              unsigned long long& edges, bool& found, Reached&& reached) {
   const int lane = threadIdx.x % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  auto expand = [&](int64_t v) {  // called by all lanes of a warp
-    int64_t start = indptr[v], end = indptr[v + 1];
-    g.list(v, start, end);
-    if (lane == 0) edges += end - start;
-    warp_for_each<true>(indices, start, end, lane, [&](int64_t e, bool valid) {
-      bool push = false;
-      T u = 0;
-      if (valid) {
-        u = indices[e];
-        if (g.id(u, e) && depth[u] == -1 && atomicCAS(depth + u, -1, cur + 1) == -1) {
-          push = true;
+  const int slot = cur % 3;
+  const long long queued = ld_volatile(f.counts->queued + slot);
+  const long long chunks = min(ld_volatile(f.counts->chunks + slot), static_cast<long long>(f.capacity));
+  const long long frontier = queued + ld_volatile(f.counts->chunked + slot);
+  // Reads ids [lo, hi) of v's list from line `first` on, claiming and queueing what they reach.
+  auto read = [&](int64_t v, int64_t first, int64_t lo, int64_t hi) {  // called by all lanes of a warp
+    if (lane == 0) edges += hi - lo;
+    warp_read_lines(indices, first, lo, hi, lane, [&](int64_t e, T u, bool valid) {
+      bool claimed = false;
+      int64_t start = 0, end = 0;
+      if (valid && g.id(u, e) && depth[u] == -1) {
+        start = indptr[u];  // requested beside the claim, so the push waits for neither alone
+        end = indptr[u + 1];
+        if (atomicCAS(depth + u, -1, cur + 1) == -1) {
+          claimed = true;
           if (pred) pred[u] = static_cast<T>(v);
           reached(static_cast<int64_t>(u));
         }
       }
-      warp_push(push, u, queue_out, count_out, lane);
-      found |= push;
+      f.push(claimed, u, start, end, indices, g, cur, lane);
+      found |= claimed;
     });
   };
+  // A vertex's whole list, unless it is long (then its chunk items hold it) and `skip_long`.
+  auto expand = [&](int64_t v, bool skip_long) {
+    int64_t start = indptr[v], end = indptr[v + 1];
+    g.list(v, start, end);
+    if (skip_long && list_chunks(indices, start, end) > 1) return;
+    read(v, aligned_start(indices, start), start, end);
+  };
   const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
-  if (count_in > n / kScanDivisor) {
-    warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, expand);
+  const unsigned long long* items = f.chunks_in(cur);
+  for (int64_t w = first_warp; w < chunks; w += warps) {
+    const unsigned long long item = items[w];
+    const int64_t v = static_cast<int64_t>(item >> 32), k = static_cast<int64_t>(item & 0xffffffffull);
+    if (!g.is_vertex(v)) continue;  // only where the queue overflowed (reported)
+    const int64_t start = indptr[v], end = indptr[v + 1];
+    if (!g.list_ok(start, end) || k >= list_chunks(indices, start, end)) continue;
+    const int64_t first = aligned_start(indices, start) + k * chunk_entries<T>();
+    read(v, first, max(first, start), min(first + chunk_entries<T>(), end));
+  }
+  if (frontier > n / kScanDivisor) {
+    warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, [&](int64_t v) { expand(v, true); });
   } else {
-    for (int64_t w = first_warp; w < count_in; w += warps) expand(queue_in[w]);
+    const T* queue = f.queue_in(cur);
+    for (int64_t w = first_warp; w < queued; w += warps) expand(queue[w], false);
   }
 }
 
 template <typename T>
 __global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                    int32_t* depth, T* pred, const T* __restrict__ queue_in, T* queue_out,
-                                    long long* counts, long long* stats, GraphGuard g, int64_t level) {
+                                    int32_t* depth, T* pred, Frontiers<T> f, long long* stats, GraphGuard g,
+                                    int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
-  const long long count_in = *reinterpret_cast<const volatile long long*>(counts + level % 3);
-  if (blockIdx.x == 0 && threadIdx.x == 0) counts[(level + 2) % 3] = 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) f.clear_ahead(level);
   bool found = false;
   unsigned long long edges = 0;
-  bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, counts + (level + 1) % 3,
-               static_cast<int32_t>(level), g, edges, found, [](int64_t) {});
+  bfs_top_down(n, indptr, indices, depth, pred, f, static_cast<int32_t>(level), g, edges, found, [](int64_t) {});
   add_block_count(edges, stats);
   mark_found(found, stats + 1, level);
 }
 
 // --- direction-optimizing ----------------------------------------------------------------------
 
-// Per-level counters of the direction variant, each a three-slot ring (see the file comment).
-// count / out_edges / in_edges: size, out-degree sum and in-degree sum of frontier L at slot
-// L%3; visited / visited_in: the number and in-degree sum of the vertices reached at levels
-// <= L, written at slot L%3 by level L's kernel (from slot (L-1)%3 and frontier L).
+// Per-level counters of the direction variant beside its frontier's (FrontierCounts), each a
+// three-slot ring (see the file comment). out_edges / in_edges: out-degree and in-degree sums of
+// frontier L at slot L%3; visited / visited_in: the number and in-degree sum of the vertices
+// reached at levels <= L, written at slot L%3 by level L's kernel (from slot (L-1)%3 and
+// frontier L).
 struct DirectionControl {
-  long long count[3];
   long long out_edges[3];
   long long in_edges[3];
   long long visited[3];
@@ -225,22 +378,22 @@ __device__ __forceinline__ int64_t checked_degree(const int64_t* __restrict__ of
 }
 
 template <typename T>
-__global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, const int64_t* __restrict__ in_indptr,
-                                          int32_t* depth, T* pred, T* queue, DirectionControl* ctl, GraphGuard g,
-                                          int64_t source) {
-  depth[source] = 0;
-  if (pred) pred[source] = static_cast<T>(source);
-  queue[0] = static_cast<T>(source);
-  for (int k = 0; k < 3; ++k) {
-    ctl->count[k] = 0;
-    ctl->out_edges[k] = 0;
-    ctl->in_edges[k] = 0;
-    ctl->visited[k] = 0;
-    ctl->visited_in[k] = 0;
+__global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                                          const int64_t* __restrict__ in_indptr, int32_t* depth, T* pred,
+                                          Frontiers<T> f, DirectionControl* ctl, GraphGuard g, int64_t source) {
+  if (threadIdx.x == 0) {
+    depth[source] = 0;
+    if (pred) pred[source] = static_cast<T>(source);
+    for (int k = 0; k < 3; ++k) {
+      ctl->out_edges[k] = 0;
+      ctl->in_edges[k] = 0;
+      ctl->visited[k] = 0;
+      ctl->visited_in[k] = 0;
+    }
+    ctl->out_edges[0] = checked_degree(indptr, source, g, kBadOffsets);
+    ctl->in_edges[0] = checked_degree(in_indptr, source, g, kBadInOffsets);
   }
-  ctl->count[0] = 1;
-  ctl->out_edges[0] = checked_degree(indptr, source, g, kBadOffsets);
-  ctl->in_edges[0] = checked_degree(in_indptr, source, g, kBadInOffsets);
+  queue_source(f, indptr, indices, g, source);
 }
 
 // Bottom-up level: every unvisited vertex (tiles of 32 consecutive ids per warp, one group of
@@ -250,9 +403,9 @@ __global__ void bfs_direction_init_kernel(const int64_t* __restrict__ indptr, co
 // depth[v], so no atomics are needed.
 template <typename T>
 __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restrict__ indptr,
-                                              const int64_t* __restrict__ in_indptr,
+                                              const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
                                               const T* __restrict__ in_indices, int32_t* depth, T* pred,
-                                              T* queue_out, long long* count_out, int32_t cur, const GraphGuard& g,
+                                              const Frontiers<T>& f, int32_t cur, const GraphGuard& g,
                                               unsigned long long& edges, bool& found, unsigned long long& out_sum,
                                               unsigned long long& in_sum) {
   constexpr int kGroup = kBottomUpStepBytes / static_cast<int>(sizeof(T));
@@ -304,13 +457,16 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         }
       }
       const bool push = sub == 0 && hit_found;
+      int64_t start = 0, end = 0;
       if (push) {
         depth[v] = cur + 1;
         if (pred) pred[v] = parent;
+        start = indptr[v];
+        end = indptr[v + 1];
         out_sum += static_cast<unsigned long long>(checked_degree(indptr, v, g, kBadOffsets));
         in_sum += static_cast<unsigned long long>(hi - lo);
       }
-      warp_push(push, static_cast<T>(push ? v : 0), queue_out, count_out, lane);
+      f.push(push, static_cast<T>(push ? v : 0), start, end, indices, g, cur, lane);
       found |= push;
     }
   }
@@ -319,20 +475,20 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
 template <typename T>
 __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __restrict__ indptr,
                                      const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
-                                     const T* __restrict__ in_indices, int32_t* depth, T* pred,
-                                     const T* __restrict__ queue_in, T* queue_out, DirectionControl* ctl,
-                                     long long* stats, GraphGuard g, int64_t level, bool host_lists) {
+                                     const T* __restrict__ in_indices, int32_t* depth, T* pred, Frontiers<T> f,
+                                     DirectionControl* ctl, long long* stats, GraphGuard g, int64_t level,
+                                     bool host_lists) {
   if (!level_has_work(stats + 1, level)) return;
   const int slot = static_cast<int>(level % 3), next = static_cast<int>((level + 1) % 3),
             prev = static_cast<int>((level + 2) % 3);
-  const long long count_in = ctl->count[slot];
+  const long long count_in = ld_volatile(f.counts->queued + slot) + ld_volatile(f.counts->chunked + slot);
   const long long frontier_out = ctl->out_edges[slot];
   const long long visited = ctl->visited[prev] + count_in;
   const long long visited_in = ctl->visited_in[prev] + ctl->in_edges[slot];
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     ctl->visited[slot] = visited;
     ctl->visited_in[slot] = visited_in;
-    ctl->count[prev] = 0;
+    f.clear_ahead(level);
     ctl->out_edges[prev] = 0;
     ctl->in_edges[prev] = 0;
   }
@@ -344,14 +500,13 @@ __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __rest
   bool found = false;
   unsigned long long edges = 0, out_sum = 0, in_sum = 0;
   if (bottom_up) {
-    bfs_bottom_up(n, indptr, in_indptr, in_indices, depth, pred, queue_out, ctl->count + next, cur, g, edges, found,
+    bfs_bottom_up(n, indptr, indices, in_indptr, in_indices, depth, pred, f, cur, g, edges, found,
                   out_sum, in_sum);
   } else {
-    bfs_top_down(n, indptr, indices, depth, pred, queue_in, count_in, queue_out, ctl->count + next, cur, g, edges,
-                 found, [&](int64_t u) {
-                   out_sum += static_cast<unsigned long long>(checked_degree(indptr, u, g, kBadOffsets));
-                   in_sum += static_cast<unsigned long long>(checked_degree(in_indptr, u, g, kBadInOffsets));
-                 });
+    bfs_top_down(n, indptr, indices, depth, pred, f, cur, g, edges, found, [&](int64_t u) {
+      out_sum += static_cast<unsigned long long>(checked_degree(indptr, u, g, kBadOffsets));
+      in_sum += static_cast<unsigned long long>(checked_degree(in_indptr, u, g, kBadInOffsets));
+    });
   }
   add_block_count(edges, stats);
   add_block_count(out_sum, ctl->out_edges + next);
@@ -444,29 +599,33 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
   int32_t* d = depth.data_ptr<int32_t>();
   T* p = pred.numel() ? pred.data_ptr<T>() : nullptr;
   auto* st = reinterpret_cast<long long*>(stats.data_ptr<int64_t>());
-  at::Tensor queues, counts, control;
-  T* q = nullptr;
-  long long* cnt = nullptr;
+  const int64_t m = indices.numel();
+  at::Tensor queues, chunks, counts, control;
+  Frontiers<T> f{};
   DirectionControl* ctl = nullptr;
   const bool host_lists =
       variant == kDirection && in_indices->numel() > 0 && !in_device_memory(in_indices->data_ptr());
   if (variant == kFrontier || variant == kDirection) {
+    f.n = n;
+    f.capacity = chunk_capacity<T>(m);
     queues = at::empty({2, n}, indptr.options().dtype(indices.scalar_type()));
-    q = queues.data_ptr<T>();
+    chunks = at::empty({2, f.capacity}, stats.options());
+    counts = at::empty({static_cast<int64_t>(sizeof(FrontierCounts) / sizeof(int64_t))}, stats.options());
+    f.queue = queues.data_ptr<T>();
+    f.chunks = reinterpret_cast<unsigned long long*>(chunks.data_ptr<int64_t>());
+    f.counts = reinterpret_cast<FrontierCounts*>(counts.data_ptr<int64_t>());
   }
   if (variant == kFrontier) {
-    counts = at::empty({3}, stats.options());
-    cnt = reinterpret_cast<long long*>(counts.data_ptr<int64_t>());
-    bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, q, cnt, source);
+    bfs_frontier_init_kernel<T><<<1, kWarp, 0, stream>>>(off, col, d, p, f, g, source);
   } else if (variant == kDirection) {
     control = at::empty({static_cast<int64_t>(sizeof(DirectionControl) / sizeof(int64_t))}, stats.options());
     ctl = reinterpret_cast<DirectionControl*>(control.data_ptr<int64_t>());
-    bfs_direction_init_kernel<T><<<1, 1, 0, stream>>>(off, in_indptr->data_ptr<int64_t>(), d, p, q, ctl, g, source);
+    bfs_direction_init_kernel<T><<<1, kWarp, 0, stream>>>(off, col, in_indptr->data_ptr<int64_t>(), d, p, f, ctl, g,
+                                                          source);
   } else {
-    bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, static_cast<T*>(nullptr), nullptr, source);
+    bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, source);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t m = indices.numel();
   auto launch = [&](int64_t level) {
     switch (variant) {
       case kNaive:
@@ -480,12 +639,11 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
         break;
       case kDirection:
         bfs_direction_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
-            n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p,
-            q + (level & 1) * n, q + ((level + 1) & 1) * n, ctl, st, g, level, host_lists);
+            n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p, f, ctl, st, g, level,
+            host_lists);
         break;
       default:
-        bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
-            n, off, col, d, p, q + (level & 1) * n, q + ((level + 1) & 1) * n, cnt, st, g, level);
+        bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, f, st, g, level);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

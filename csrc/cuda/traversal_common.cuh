@@ -55,8 +55,17 @@ constexpr int64_t kScanDivisor = 128;
 // The error words of a traversal: one int64 each, the smallest offender of its kind recorded so
 // far, -1 (all ones) for none. kBadOffsets / kBadInOffsets: vertex v whose offsets in indptr /
 // in_indptr do not bound a list of the edge array; kBadId / kBadInId: position e of indices /
-// in_indices whose id is not a vertex.
-enum GraphErrorWord : int { kBadOffsets = 0, kBadId = 1, kBadInOffsets = 2, kBadInId = 3, kGraphErrorWords = 4 };
+// in_indices whose id is not a vertex. kOverlappingLists: a kernel found the lists it read to
+// hold more entries than the edge array (any value: the host then names the first decreasing
+// offset, which such lists imply, since in-bounds lists of non-decreasing offsets are disjoint).
+enum GraphErrorWord : int {
+  kBadOffsets = 0,
+  kBadId = 1,
+  kBadInOffsets = 2,
+  kBadInId = 3,
+  kOverlappingLists = 4,
+  kGraphErrorWords = 5
+};
 
 // What a kernel checks its reads of the graph against, and where it records a violation. Passed
 // by value; `errors` points at kGraphErrorWords words in GPU memory.
@@ -159,6 +168,11 @@ inline void check_graph_errors(const char* op, const GraphErrors& errors, const 
   const int64_t* w = errors.words;
   if (w[kBadOffsets] >= 0) raise_bad_offsets(op, w[kBadOffsets], indptr, m);
   if (w[kBadId] >= 0) raise_bad_neighbor(op, w[kBadId], indices, n);
+  if (w[kOverlappingLists] >= 0) {
+    const at::Tensor falls = at::nonzero(indptr.slice(0, 1).lt(indptr.slice(0, 0, n))).flatten();
+    TORCH_CHECK(falls.numel() > 0, op, ": internal error: lists overlap, yet indptr never decreases");
+    raise_bad_offsets(op, falls.select(0, 0).item<int64_t>(), indptr, m);
+  }
   TORCH_CHECK(in_indptr != nullptr && in_indices != nullptr, op, ": internal error: an error in the in-neighbour "
               "lists, which this op does not read");
   if (w[kBadInOffsets] >= 0) raise_bad_offsets(op, w[kBadInOffsets], *in_indptr, m, "in_indptr", "in_indices");
