@@ -15,8 +15,8 @@ from pytorch_zerocopy.placement import Placement
 from graph_reference import (bfs_reference, components_reference, dijkstra_reference, np_csr, pagerank_exact,
                              pagerank_reference, poison_cuda_cache, shapes)
 
-from pytorch_zerocopy.graph import (OP_VARIANTS, CSRGraph, GraphTraits, bfs, choose_variant, connected_components,
-                                    pagerank, sssp)
+from pytorch_zerocopy.graph import (OP_VARIANTS, CSRGraph, GraphTraits, Variant, bfs, choose_variant,
+                                    connected_components, pagerank, sssp)
 
 ID_DTYPES = [torch.int32, torch.int64]
 HOST_PLACEMENTS = ["cpu", "unified"]
@@ -682,7 +682,6 @@ def test_gpu_top_down_reads_long_lists_in_chunks(placement, index_dtype, seed):
             check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
             if variant == "frontier":
                 assert int(stats[0]) == int(deg[want >= 0].sum())
-        from pytorch_zerocopy.graph import Variant
         depth = torch.ops.zerocopy.graph_bfs.default(pg.indptr, shifted, s, int(Variant.FRONTIER), False)[0]
         np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"shifted source {s}")
     torch.cuda.synchronize()
