@@ -285,7 +285,11 @@ def traits(placement="unified", on_gpu=True, symmetric=True, has_in_lists=None, 
     (traits(symmetric=False), "bfs", "frontier"),
     (traits(symmetric=False, has_in_lists=True), "bfs", "direction"),
     (traits(placement="cuda", symmetric=False), "bfs", "merged"),
-    (traits(placement="cuda"), "bfs", "merged"),
+    (traits(placement="cuda"), "bfs", "merged"),  # even degrees
+    (traits(placement="cuda", spread=1.0), "bfs", "merged"),
+    (traits(placement="cuda", spread=6.5), "bfs", "direction"),  # a Kronecker graph's spread
+    (traits(placement="cuda", symmetric=False, spread=6.5), "bfs", "merged"),
+    (traits(placement="cuda", symmetric=False, has_in_lists=True, spread=6.5), "bfs", "direction"),
     (traits(placement="cpu", on_gpu=False, symmetric=False), "bfs", "aligned"),
     (traits(placement="managed"), "bfs", "direction"),
     (traits(m=4000), "bfs", "async"),
@@ -696,13 +700,13 @@ def test_gpu_top_down_reports_faults_in_long_lists(placement, index_dtype):
     ValueError from frontier and direction, and the GPU keeps working."""
     m = 8192
     ids = np.tile(np.arange(1, 11), m // 10 + 1)[:m]
-    ids[5000] = 99
+    ids[5000] = 1000  # not one of the 100 vertices
     # 100 vertices, so that a one-vertex frontier is expanded top-down by direction too
     bad_id = CSRGraph(torch.tensor([0] + [m] * 100), torch.tensor(ids, dtype=index_dtype), validate=False)
     evens = np.tile(np.arange(2, 12, 2), m // 5 + 1)[:m]
     overlapping = CSRGraph(torch.tensor([0, m] * 6 + [m] * 89), torch.tensor(evens, dtype=index_dtype),
                            validate=False)
-    for g, message in ((bad_id, "indices\\[5000\\] = 99 is out of range"),
+    for g, message in ((bad_id, "indices\\[5000\\] = 1000 is out of range"),
                        (overlapping, "indptr is not a valid offset array at node 1:")):
         pg = g.to(placement, 0)
         for variant in ("frontier", "direction"):

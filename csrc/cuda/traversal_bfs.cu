@@ -123,30 +123,36 @@ struct Frontiers {
   }
 
   // Queues u, which this lane claimed for level `level` + 1 (claimed), warp-collectively: its
-  // chunks when its list [start, end) (as read from indptr) is long (one lane writes them all:
-  // long lists are few), else u itself. A bad list is queued as its vertex and reported when it
-  // is expanded; chunks beyond the capacity are not written and flag overlapping lists.
+  // chunks when its list [start, end) (as read from indptr) is long, else u itself. A bad list
+  // is queued as its vertex and reported when it is expanded.
   __device__ __forceinline__ void push(bool claimed, T u, int64_t start, int64_t end, const T* __restrict__ indices,
                                        const GraphGuard& g, int64_t level, int lane) const {
-    const int s = static_cast<int>((level + 1) % 3);
     bool as_vertex = claimed;
     if (claimed) {
       const int64_t k = g.list_ok(start, end) ? list_chunks(indices, start, end) : 0;
       if (k > 1) {
         as_vertex = false;
-        const auto base = static_cast<int64_t>(
-            atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunks + s), static_cast<unsigned long long>(k)));
-        atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunked + s), 1ull);
-        if (base + k > capacity) {
-          g.report(kOverlappingLists, 0);
-        } else {
-          unsigned long long* out = chunks_out(level) + base;
-          const unsigned long long id = static_cast<unsigned long long>(u) << 32;
-          for (int64_t j = 0; j < k; ++j) out[j] = id | static_cast<unsigned long long>(j);
-        }
+        push_chunks(u, k, g, level);
       }
     }
-    warp_push(as_vertex, u, queue_out(level), counts->queued + s, lane);
+    warp_push(as_vertex, u, queue_out(level), counts->queued + static_cast<int>((level + 1) % 3), lane);
+  }
+
+  // Queues the k chunk items of u's long list, one lane for all of them (long lists are few,
+  // and this path is kept out of line so the per-id code stays small). Items beyond the
+  // capacity are not written and flag overlapping lists.
+  __device__ __forceinline__ void push_chunks(T u, int64_t k, const GraphGuard& g, int64_t level) const {
+    const int s = static_cast<int>((level + 1) % 3);
+    const auto base = static_cast<int64_t>(
+        atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunks + s), static_cast<unsigned long long>(k)));
+    atomicAdd(reinterpret_cast<unsigned long long*>(counts->chunked + s), 1ull);
+    if (base + k > capacity) {
+      g.report(kOverlappingLists, 0);
+      return;
+    }
+    unsigned long long* out = chunks_out(level) + base;
+    const unsigned long long id = static_cast<unsigned long long>(u) << 32;
+    for (int64_t j = 0; j < k; ++j) out[j] = id | static_cast<unsigned long long>(j);
   }
 };
 
@@ -294,29 +300,48 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
       found |= claimed;
     });
   };
-  // A vertex's whole list, unless it is long (then its chunk items hold it) and `skip_long`.
-  auto expand = [&](int64_t v, bool skip_long) {
-    int64_t start = indptr[v], end = indptr[v + 1];
-    g.list(v, start, end);
-    if (skip_long && list_chunks(indices, start, end) > 1) return;
-    read(v, aligned_start(indices, start), start, end);
+  // Piece k of v's list (its chunk item), or the whole list for k < 0, unless it is long and
+  // `skip_long` (then its chunk items hold it).
+  auto piece = [&](int64_t v, int64_t k, bool skip_long) {
+    int64_t start = indptr[v], end = indptr[v + 1], first = 0;
+    if (k < 0) {
+      g.list(v, start, end);
+      if (skip_long && list_chunks(indices, start, end) > 1) return;
+      first = aligned_start(indices, start);
+    } else {
+      if (!g.list_ok(start, end) || k >= list_chunks(indices, start, end)) return;
+      first = aligned_start(indices, start) + k * chunk_entries<T>();
+      start = max(first, start);
+      end = min(first + chunk_entries<T>(), end);
+    }
+    read(v, first, start, end);
   };
-  const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  // One warp-strided loop over the level's items, so that piece (and the per-id code) is
+  // compiled once: the chunk items, then the queued vertices, or the scan's tiles of kWarp ids.
+  const bool scan = frontier > n / kScanDivisor;
+  const int64_t vertex_items = scan ? (n + kWarp - 1) / kWarp : queued;
   const unsigned long long* items = f.chunks_in(cur);
-  for (int64_t w = first_warp; w < chunks; w += warps) {
-    const unsigned long long item = items[w];
-    const int64_t v = static_cast<int64_t>(item >> 32), k = static_cast<int64_t>(item & 0xffffffffull);
-    if (!g.is_vertex(v)) continue;  // only where the queue overflowed (reported)
-    const int64_t start = indptr[v], end = indptr[v + 1];
-    if (!g.list_ok(start, end) || k >= list_chunks(indices, start, end)) continue;
-    const int64_t first = aligned_start(indices, start) + k * chunk_entries<T>();
-    read(v, first, max(first, start), min(first + chunk_entries<T>(), end));
-  }
-  if (frontier > n / kScanDivisor) {
-    warp_for_each_active(n, lane, [&](int64_t v) { return depth[v] == cur; }, [&](int64_t v) { expand(v, true); });
-  } else {
-    const T* queue = f.queue_in(cur);
-    for (int64_t w = first_warp; w < queued; w += warps) expand(queue[w], false);
+  const T* queue = f.queue_in(cur);
+  const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
+  for (int64_t w = first_warp; w < chunks + vertex_items; w += warps) {
+    int64_t base = 0, k = -1;
+    unsigned todo = 1;  // the vertices base + bit of the item
+    if (w < chunks) {
+      const unsigned long long item = items[w];
+      base = static_cast<int64_t>(item >> 32);
+      k = static_cast<int64_t>(item & 0xffffffffull);
+      if (!g.is_vertex(base)) continue;  // only where the queue overflowed (reported)
+    } else if (scan) {
+      base = (w - chunks) * kWarp;
+      todo = __ballot_sync(0xffffffffu, base + lane < n && depth[base + lane] == cur);
+    } else {
+      base = static_cast<int64_t>(queue[w - chunks]);
+    }
+    while (todo) {
+      const int bit = __ffs(todo) - 1;
+      todo &= todo - 1;
+      piece(base + bit, k, scan);
+    }
   }
 }
 
@@ -626,6 +651,16 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
     bfs_init_kernel<T><<<1, 1, 0, stream>>>(d, p, source);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // The frontier and direction kernels use more registers than fit a full SM of kBlock-thread
+  // blocks: their grid is what is resident at once (at most what the level needs), so a small
+  // level costs one wave of blocks, not two.
+  // (kWarp: more blocks per SM than any GPU holds.)
+  int64_t level_blocks = grid_blocks(kWarp, n);
+  if (variant == kFrontier) {
+    level_blocks = std::min(level_blocks, resident_blocks(bfs_frontier_kernel<T>, kBlock, kWarp));
+  } else if (variant == kDirection) {
+    level_blocks = std::min(level_blocks, resident_blocks(bfs_direction_kernel<T>, kBlock, kWarp));
+  }
   auto launch = [&](int64_t level) {
     switch (variant) {
       case kNaive:
@@ -638,12 +673,12 @@ void bfs_run(const at::Tensor& indptr, const at::Tensor& indices, const at::Tens
         bfs_warp_kernel<true, T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, st, g, level);
         break;
       case kDirection:
-        bfs_direction_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(
+        bfs_direction_kernel<T><<<level_blocks, kBlock, 0, stream>>>(
             n, m, off, col, in_indptr->data_ptr<int64_t>(), in_indices->data_ptr<T>(), d, p, f, ctl, st, g, level,
             host_lists);
         break;
       default:
-        bfs_frontier_kernel<T><<<grid_blocks(kWarp, n), kBlock, 0, stream>>>(n, off, col, d, p, f, st, g, level);
+        bfs_frontier_kernel<T><<<level_blocks, kBlock, 0, stream>>>(n, off, col, d, p, f, st, g, level);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };

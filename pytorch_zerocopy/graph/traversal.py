@@ -100,6 +100,12 @@ ASYNC_MAX_NODES = 1 << 30
 # seldom a shortest one and the search re-visits lists over and over.
 MESH_MAX_DEGREE_SPREAD = 0.1
 DEGREE_SAMPLE = 4096
+# A BFS over lists in GPU memory takes the direction-optimizing variant only on a graph whose
+# degree spread (as above) is above this: a few vertices hold much of the edge list, so the
+# bottom-up levels skip most ids, and the top-down ones read the hubs' lists in chunks. Where
+# degrees are even (a uniform random graph), one merged pass per level reads the ids in order
+# at no more cost.
+SKEWED_DEGREE_SPREAD = 1.0
 # Mean degree at or above which connected components read from host memory take Afforest's
 # sampling (``frontier``) rather than the staged copy of the whole edge list: see choose_variant.
 CC_SAMPLING_MIN_DEGREE = 24.0
@@ -132,7 +138,7 @@ class GraphTraits:
     has_in_lists: bool  # in-neighbour lists at hand: symmetric, or CSRGraph.csc() already computed
     num_nodes: int
     num_edges: int
-    degree_spread: float = 0.0  # see degree_spread(); measured only for a mesh-like graph
+    degree_spread: float = 0.0  # see degree_spread(); measured only where it decides (GraphTraits.of)
 
     @property
     def mesh_like(self) -> bool:
@@ -144,11 +150,13 @@ class GraphTraits:
     def of(cls, graph: CSRGraph, op: str = "bfs") -> "GraphTraits":
         """The traits of ``graph`` that :func:`choose_variant` reads for ``op``: the degree
         spread (a GPU op and a host synchronisation) only where it decides, a BFS on a GPU over
-        a mesh-like graph; the rest come from the graph's sizes without touching its arrays."""
+        a mesh-like graph or over lists in GPU memory with in-neighbour lists at hand; the rest
+        come from the graph's sizes without touching its arrays."""
         t = cls(placement=graph.placement, on_gpu=graph.device.type == "cuda", symmetric=graph.symmetric,
                 has_in_lists=graph.symmetric or graph._csc is not None, num_nodes=graph.num_nodes,
                 num_edges=graph.num_edges)
-        if op == "bfs" and t.mesh_like and t.on_gpu:
+        spread_decides = t.mesh_like or (t.placement is Placement.GPU and t.has_in_lists)
+        if op == "bfs" and t.on_gpu and spread_decides:
             t = dataclasses.replace(t, degree_spread=degree_spread(graph.indptr))
         return t
 
@@ -167,6 +175,8 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
       one that expands a queue (frontier) or a worklist (async) pays for the frontier alone.
       Above it, levels are few and large (power-law and uniform random graphs: under 30), and
       a scan of a level costs little beside reading its lists.
+    * degree spread > SKEWED_DEGREE_SPREAD, for a BFS over lists in GPU memory: a power-law
+      graph, where the direction-optimizing BFS skips most of the hubs' ids.
     * degree spread <= MESH_MAX_DEGREE_SPREAD (a lattice): every vertex has the same few edges.
       The async label-correcting BFS then mostly finds shortest paths first; where links are
       missing at random it re-visits lists many times over. A thread per vertex (naive) is also
@@ -182,11 +192,12 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
 
     The rules:
 
-    * bfs on a GPU, mesh-like: ``"async"`` on a lattice, else ``"frontier"``. Otherwise
-      ``"merged"`` in GPU memory (reading fewer bytes, the point of ``"direction"``, saves
-      little there); over the link ``"direction"`` where the in-neighbour lists are at hand (a
-      symmetric graph, or one whose :meth:`CSRGraph.csc` was already computed), else
-      ``"frontier"``; ``"aligned"`` elsewhere.
+    * bfs on a GPU, mesh-like: ``"async"`` on a lattice, else ``"frontier"``. Otherwise, where
+      the in-neighbour lists are at hand (a symmetric graph, or one whose :meth:`CSRGraph.csc`
+      was already computed), ``"direction"``, except in GPU memory on a graph of even degrees,
+      which takes ``"merged"`` (reading fewer bytes, the point of ``"direction"``, saves little
+      there); without them, ``"merged"`` in GPU memory, ``"frontier"`` over the link and
+      ``"aligned"`` elsewhere.
     * sssp: ``"frontier"`` on a mesh-like graph (its near-far worklist expands few vertices
       per step; the async search re-relaxes weighted paths many times over), else
       ``"merged"`` in GPU memory and ``"aligned"`` elsewhere.
@@ -210,10 +221,10 @@ def choose_variant(op: str, traits: GraphTraits) -> str:
     if op == "bfs":
         if mesh_like and traits.on_gpu:
             return "async" if lattice else "frontier"
+        if traits.has_in_lists and not (in_gpu and traits.degree_spread <= SKEWED_DEGREE_SPREAD):
+            return "direction"
         if in_gpu:
             return "merged"
-        if traits.has_in_lists:
-            return "direction"
         return "frontier" if over_link else "aligned"
     if op == "sssp":
         if mesh_like:
