@@ -25,9 +25,11 @@ matrix-vector products to 1e-10), on the others the package's CPU implementation
 variant also runs with the edge list in CUDA managed memory, cold before every run (``managed``),
 where the copy fits in free GPU memory. A configuration stops taking sources or repetitions after
 ``--config-seconds``; ``--budget`` skips what is left. A configuration whose first run is under
-``--warmup-ms`` (50) drops that run as a warm-up, and takes ``--quick-reps`` (20) repetitions
-of cc or pagerank: a short op's one-time costs and spread are a large share of its time (``auto``
-runs first of its row group, so without the warm-up it alone would pay them).
+``--warmup-ms`` (50) is warmed up, untimed, for that long (at most ``--quick-reps`` runs), and
+takes ``--quick-reps`` (20) repetitions of cc or pagerank: a short op's one-time costs, a GPU
+ramping up from idle and its spread are a large share of its time (``auto`` runs first of its
+row group, so without the warm-up it alone would pay them). The references an op's results are
+checked against are computed before its first configuration, not between timed runs.
 
 Hopeless variants (``--hopeless``, default 10). A variant whose run took over that many times the
 fastest variant measured so far for the same graph, op and placement is not run again there; and
@@ -317,6 +319,20 @@ class References:
         self._cc: Optional[torch.Tensor] = None
         self._pr: Optional[torch.Tensor] = None
 
+    def prepare(self, op: str, sources: Sequence[Optional[int]]) -> None:
+        """Computes the references ``check`` will read for ``op`` and ``sources`` now, before
+        any of the op's configurations is timed, so that the GPU does not idle through a
+        reference's computation in the middle of one."""
+        for s in sources:
+            if op == "bfs":
+                self.bfs(s)
+            elif op == "sssp":
+                self.sssp(s)
+        if op == "connected_components":
+            self.cc()
+        elif op == "pagerank":
+            self.pagerank()
+
     def bfs(self, s: int) -> torch.Tensor:
         if s not in self._bfs:
             self._bfs[s] = (torch_bfs(self.dev.indptr, self.dev.indices, s).cpu()
@@ -394,13 +410,16 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
     configuration's time is spent, or after a run slower than ``hopeless_ms``. Each run: its key
     (the source, or the repetition's index), milliseconds, the op's stats, bytes read and whether
     the result matched the reference. A configuration whose first run takes under
-    ``args.warmup_ms`` drops that run as a warm-up (one-time costs, such as the first allocation
-    of its scratch, are then a large share of it) and, for repetitions, runs ``args.quick_reps``
-    of them (a short op's spread is a larger share of its time)."""
+    ``args.warmup_ms`` is warmed up first: its first run and further untimed runs of the first
+    source until ``args.warmup_ms`` have passed (at most ``args.quick_reps`` runs), so that
+    one-time costs, such as the first allocation of its scratch, and a GPU still at idle clocks
+    after the host's reference computation are not in its times; for repetitions it then runs
+    ``args.quick_reps`` of them (a short op's spread is a larger share of its time)."""
     runs = []
     spent = 0.0
     todo = list(sources)
     warmed = before_each is not None  # cold runs are the point there
+    warm_ms, warm_runs = 0.0, 0
     i = 0
     while i < len(todo):
         s = todo[i]
@@ -417,10 +436,13 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
         dt = time.perf_counter() - t0
         spent += dt
         if not warmed:
-            warmed = True
-            if dt * 1e3 < args.warmup_ms:
-                if s is None:
+            warm_ms, warm_runs = warm_ms + dt * 1e3, warm_runs + 1
+            if warm_runs == 1 and warm_ms >= args.warmup_ms:
+                warmed = True  # a slow configuration: its first run counts
+            else:
+                if warm_runs == 1 and s is None:
                     todo = [None] * max(len(todo), args.quick_reps)
+                warmed = warm_ms >= args.warmup_ms or warm_runs >= args.quick_reps
                 continue
         stats = stats.cpu()
         run = {"source": s, "key": s if s is not None else i, "ms": dt * 1e3, "edges_read": int(stats[0]),
@@ -524,6 +546,7 @@ def bench_graph(spec: GraphSpec, args, clock: Clock, ceiling: Optional[float], b
     for op in OPS:
         op_sources = sources if op in ("bfs", "sssp") else [None] * args.reps
         hopeless: Dict[str, str] = {}  # variant -> why it is not run in the placements still to come
+        refs.prepare(op, op_sources)
         for placement, g in placements:
             placed: List[dict] = []
             for variant in variants_for(op):

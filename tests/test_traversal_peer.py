@@ -121,33 +121,52 @@ def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
     assert len(tp.measure("bfs", g, "naive", [0, 1, 2], None, args, clock)) == 3
 
 
-def test_a_quick_configuration_drops_its_first_run_and_repeats_more(monkeypatch):
-    """Under --warmup-ms, the first run is a warm-up (not reported) and repetition ops take
-    --quick-reps runs; a slow configuration keeps every run; a cold (before_each) one never
-    drops its first."""
+def test_a_quick_configuration_is_warmed_up_and_repeats_more(monkeypatch):
+    """Under --warmup-ms, untimed runs of the first source (not reported) until that much time
+    has passed, at most --quick-reps of them, and repetition ops take --quick-reps runs; a slow
+    configuration keeps every run; a cold (before_each) one is never warmed up."""
     calls = fake_runs(monkeypatch)
-    step = {"s": 0.01}
+    step = {"s": 0.01}  # each run takes this long
     now = {"t": 0.0}
 
     def clock_tick():
-        now["t"] += step["s"] / 2  # two reads a run
+        now["t"] += step["s"]  # the clock moves by a run between the two reads around it
         return now["t"]
 
     monkeypatch.setattr(tp.time, "perf_counter", clock_tick)
-    args = tp.parse_args(["--quick", "--quick-reps", "7"])
+    args = tp.parse_args(["--quick", "--quick-reps", "7", "--warmup-ms", "50"])
     g = CSRGraph.from_coo([0], [1], 2)
     clock = tp.Clock(1e9)
     runs = tp.measure("pagerank", g, "naive", [None] * 3, None, args, clock)
-    assert len(runs) == 7 and len(calls) == 8
+    assert len(runs) == 7 and len(calls) == 5 + 7  # 5 runs of 10 ms warm it up
     assert [r["key"] for r in runs] == list(range(7))
     calls.clear()
-    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0, 0, 1]
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 5 + [0, 1]
     calls.clear()
+    step["s"] = 0.001  # 1 ms runs: the warm-up stops at --quick-reps runs
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 7 + [0, 1]
+    calls.clear()
+    step["s"] = 0.01
     assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock, before_each=lambda: None)) == 2
     assert calls == [0, 1]
     step["s"] = 0.2
     calls.clear()
     assert len(tp.measure("pagerank", g, "naive", [None] * 3, None, args, clock)) == 3 and len(calls) == 3
+
+
+def test_references_are_computed_before_the_configurations():
+    """prepare() fills every reference check() reads for the op, so none is computed between
+    timed runs."""
+    spec = tp.GraphSpec("tiny", tp.Family.URAND, scale=2)
+    g = CSRGraph.from_coo([0, 1, 2], [1, 2, 0], 4, symmetrize=True)
+    refs = tp.References(spec, g, None, 0.85)
+    refs.prepare("bfs", [0, 2])
+    assert sorted(refs._bfs) == [0, 2] and refs._cc is None
+    refs.prepare("sssp", [1])
+    assert sorted(refs._sssp) == [1]
+    refs.prepare("connected_components", [None])
+    refs.prepare("pagerank", [None])
+    assert refs._cc is not None and refs._pr is not None
 
 
 def test_link_share_is_bytes_over_time_over_the_ceiling():
