@@ -46,6 +46,8 @@ vertices by the default path), and the ``*_ok`` checks of the targets (insert an
     python benchmarks/dynamic_graph.py            # GPU, both graphs, ~4-5 min on one H100
     python benchmarks/dynamic_graph.py --scale 20 # GPU, medium graphs, ~40 s
     python benchmarks/dynamic_graph.py --quick    # CPU, seconds
+    python benchmarks/dynamic_graph.py --profile  # and, after the timed runs, torch.profiler tables
+                                                  # of one batch of each update (a diagnostic)
 
 Writes dynamic_graph.json (top-level "bars") and dynamic_graph.md under --out.
 """
@@ -316,6 +318,40 @@ def vertex_updates(dg: DynamicGraph, count: int, clock: Clock, gen: torch.Genera
             "reinsert_reused_ids_ms": t_reuse, "count": count}
 
 
+PROFILE_ROWS = 25  # lines of each --profile table
+
+
+def profile_updates(dg: DynamicGraph, batch: int, vertex_batch: int, gen: torch.Generator) -> Dict[str, str]:
+    """Where one update's time goes (``--profile``, a diagnostic pass after the timed ones):
+    torch.profiler's tables, ops by self CPU time (the host's work and synchronisations), and
+    on a GPU by self CUDA time, for one insertion of ``batch`` absent edges, their deletion and
+    the deletion of ``vertex_batch`` live vertices."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = dg.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    alive = torch.nonzero(dg.is_alive()).flatten()  # earlier workloads deleted vertices
+    pick = [alive[torch.randint(0, alive.numel(), (batch,), device=dg.device, generator=gen)] for _ in range(2)]
+    src, dst = absent_batch(dg, *pick)
+    victims = alive[torch.randperm(alive.numel(), device=dg.device, generator=gen)[:vertex_batch]]
+    steps = {"insert_edges": lambda: dg.insert_edges(src, dst), "delete_edges": lambda: dg.delete_edges(src, dst),
+             "delete_vertices": lambda: dg.delete_vertices(victims)}
+    tables = {}
+    for name, step in steps.items():
+        if on_gpu:
+            torch.cuda.synchronize()
+        with profile(activities=activities) as prof:
+            step()
+            if on_gpu:
+                torch.cuda.synchronize()
+        ops = prof.key_averages()
+        text = ops.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
+        if on_gpu:
+            text += "\n" + ops.table(sort_by="self_cuda_time_total", row_limit=PROFILE_ROWS)
+        tables[name] = text
+    return tables
+
+
 def sampling_compare(dg: DynamicGraph, snap, clock: Clock, batches: int, gen: torch.Generator) -> Dict:
     """sample_layers on the DynamicGraph and on its CSR snapshot, same seeds and seed."""
     dyn_ms, csr_ms, edges = [], [], []
@@ -409,6 +445,8 @@ def run_placement(g: CSRGraph, placement: str, device: torch.device, args, rebui
     r["bfs"] = bfs_compare(dg, snap, clock)
     del snap
     r["vertices"] = vertex_updates(dg, args.vertex_batch, clock, gen)
+    if args.profile and placement != "unified":
+        r["profile"] = profile_updates(dg, args.batch, args.vertex_batch, gen)
     print(f"  [{placement}] sampling dyn/csr {r['sampling']['dynamic_over_csr']:.2f} "
           f"({r['sampling']['dynamic_ms']:.2f} vs {r['sampling']['csr_ms']:.2f} ms); bfs dyn/csr "
           f"{r['bfs']['dynamic_over_csr']:.2f}; vertices {r['vertices']}", flush=True)
@@ -480,6 +518,9 @@ def main() -> int:
     ap.add_argument("--no-in-index", action="store_true",
                     help="build without the in-edge index (vertex deletion then sweeps the pool)")
     ap.add_argument("--graphs", default="kronecker,uniform")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the timed workloads, a torch.profiler table of one insertion, one edge deletion and "
+                         "one vertex deletion (a diagnostic, in the JSON and the Markdown)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = ap.parse_args()
 
@@ -573,6 +614,15 @@ def write_markdown(r: Dict, path: str) -> None:
     lines += ["", "| bar | value |", "|---|---|"]
     for k, v in r["bars"].items():
         lines.append(f"| {k} | {'-' if v is None else v if isinstance(v, bool) else f'{v:.3g}'} |")
+    for run in r["runs"]:
+        for pl, p in run["placements"].items():
+            if "profile" not in p:
+                continue
+            lines += ["", f"Diagnostic (`--profile`): {run['graph']} {run['scale']}, {pl} pool, one batch of each "
+                      "update after the timed ones (torch.profiler; ops by self CPU time, then by self CUDA time on "
+                      "a GPU).", ""]
+            for step, table in p["profile"].items():
+                lines += [f"`{step}`:", "", "```", table, "```", ""]
     lines += ["", f"Wall time {r['wall_s']:.0f} s (graph generation included)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

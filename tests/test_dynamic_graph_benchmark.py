@@ -122,3 +122,18 @@ def test_bars_take_the_worst_update_against_the_rebuild():
     assert bars["deletions_match_reference"] is True and "update_vs_rebuild" not in bars
     runs[1]["placements"]["unified"] = placement_result(50, 80, 1, counts_ok=False)
     assert bench.bars_of(runs, "cuda")["deletions_match_reference"] is False
+
+
+def test_the_profile_pass_times_each_update_and_leaves_the_graph_valid(rng):
+    """--profile's diagnostic: a table per step, and its updates really happen (the batch comes
+    and goes, the victims are deleted), on a graph whose earlier workloads deleted vertices."""
+    base = random_base(rng, n=200, m=1500)
+    dg = DynamicGraph.from_csr(base, placement="cpu", symmetric=False)
+    dg.delete_vertices(torch.arange(0, 200, 7))
+    edges, alive = dg.num_edges, int(dg.is_alive().sum())
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
+    tables = bench.profile_updates(dg, batch=50, vertex_batch=10, gen=gen)
+    assert set(tables) == {"insert_edges", "delete_edges", "delete_vertices"}
+    assert all("Self CPU" in t for t in tables.values())
+    assert "zerocopy::dynamic_graph" in "".join(tables.values())
+    assert int(dg.is_alive().sum()) == alive - 10 and dg.num_edges <= edges
