@@ -969,7 +969,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=None, help="skip what is left after this many seconds "
                                                               "(default 540; first look 110; quick 120)")
     p.add_argument("--warmup-ms", type=float, default=50.0,
-                   help="a configuration whose first run is quicker drops it as a warm-up (default 50)")
+                   help="a configuration whose first run is quicker is warmed up, untimed, for this long (default 50)")
     p.add_argument("--quick-reps", type=int, default=20,
                    help="runs of cc / pagerank per variant where the first run was under --warmup-ms (default 20)")
     p.add_argument("--hopeless", type=float, default=10.0,

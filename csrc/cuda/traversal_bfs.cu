@@ -138,9 +138,8 @@ struct Frontiers {
     warp_push(as_vertex, u, queue_out(level), counts->queued + static_cast<int>((level + 1) % 3), lane);
   }
 
-  // Queues the k chunk items of u's long list, one lane for all of them (long lists are few,
-  // and this path is kept out of line so the per-id code stays small). Items beyond the
-  // capacity are not written and flag overlapping lists.
+  // Queues the k chunk items of u's long list, one lane for all of them (long lists are few).
+  // Items beyond the capacity are not written and flag overlapping lists.
   __device__ __forceinline__ void push_chunks(T u, int64_t k, const GraphGuard& g, int64_t level) const {
     const int s = static_cast<int>((level + 1) % 3);
     const auto base = static_cast<int64_t>(
