@@ -58,8 +58,8 @@ fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
 where the host time of N loader-only minibatches goes (after a warm-up): ``cProfile``'s
-functions by own time and ``torch.profiler``'s ops by self CPU time (``host_profiles`` in the
-JSON, one section each in the report). It times nothing that a bar reads.
+functions by own time and ``torch.profiler``'s ops by self CPU time, and on a GPU by self CUDA
+time (``host_profiles`` in the JSON, one section each in the report). It times nothing that a bar reads.
 
     python benchmarks/pyg_loader.py            # a few minutes on a 16-core host + one H100/H200
     python benchmarks/pyg_loader.py --quick    # a tiny graph; runs without a GPU
@@ -236,7 +236,8 @@ PROFILE_ROWS = 25  # lines of each profile table
 
 def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
     """Where the host time of ``batches`` loader-only minibatches goes (diagnostic, see the
-    module docstring): cProfile's functions by own time, torch.profiler's ops by self CPU time."""
+    module docstring): cProfile's functions by own time, torch.profiler's ops by self CPU time
+    (and by self CUDA time on a GPU)."""
     import cProfile
     import io
     import pstats
@@ -252,9 +253,13 @@ def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
     calls.disable()
     text = io.StringIO()
     pstats.Stats(calls, stream=text).strip_dirs().sort_stats("tottime").print_stats(PROFILE_ROWS)
-    with profile(activities=[ProfilerActivity.CPU]) as ops:
+    on_gpu = torch.cuda.is_available()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as ops:
         run_epoch(loader, family, False, batches)
-    table = ops.key_averages().table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
+    averages = ops.key_averages()
+    table = averages.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
+    if on_gpu:  # the GPU's side of the same minibatches: kernels and copies by their own time
+        table += "\n" + averages.table(sort_by="self_cuda_time_total", row_limit=PROFILE_ROWS)
     if hasattr(loader, "close"):
         loader.close()
     del loader

@@ -156,6 +156,22 @@ inline void check_marked_vertices(const at::Tensor& pool, const at::Tensor& vert
   check_same_device(pool, "pool", vertices, "vertices");
 }
 
+// The arguments of pages_needed: per-vertex degrees and a batch of runs (vertices and their
+// offsets, int64, one dimension, on the degrees' device; contents are not checked).
+inline void check_growth(const at::Tensor& degree, const at::Tensor& vertices, const at::Tensor& offsets,
+                         const char* op) {
+  check_dim(degree, 1, "degree");
+  check_dtype(degree, at::kLong, "degree");
+  check_dim(vertices, 1, "vertices");
+  check_dtype(vertices, at::kLong, "vertices");
+  check_dim(offsets, 1, "run_offsets");
+  check_dtype(offsets, at::kLong, "run_offsets");
+  TORCH_CHECK_VALUE(offsets.numel() == vertices.numel() + 1, op,
+                    ": run_offsets must have one more entry than vertices (", vertices.numel() + 1, "), got ",
+                    offsets.numel());
+  check_all_on(degree, "degree", {{&vertices, "vertices"}, {&offsets, "run_offsets"}});
+}
+
 inline void check_seeds(const at::Tensor& seeds, const at::Tensor& pool, int64_t fanout, const char* op) {
   check_dim(seeds, 1, "seeds");
   check_dtype(seeds, at::kLong, "seeds");

@@ -173,6 +173,16 @@ TORCH_LIBRARY(zerocopy, m) {
   // removes from the lists named by its in-edges, without a sweep.
   m.def("dynamic_graph_find_marked(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
         "Tensor mask, int page_size) -> (Tensor pos_offsets, Tensor positions)");
+  // The pages (data and index) that appending run_offsets[r+1] - run_offsets[r] entries to the
+  // list of each vertices[r] takes, summed (int64, 0-dim, on degree's device): what an append
+  // of that batch needs free. A run whose vertex is out of range or whose count is negative
+  // counts 0 (append's content check reports it).
+  m.def("dynamic_graph_pages_needed(Tensor degree, Tensor vertices, Tensor run_offsets, int page_size) -> Tensor");
+  // Bool per vertex id: whether the id is an entry of the list of any of `vertices` (strictly
+  // ascending). The lists that hold an edge into a deleted vertex, read from its own list (a
+  // symmetric graph) or from its in-edge index list.
+  m.def("dynamic_graph_mark_neighbours(Tensor pool, Tensor root, Tensor height, Tensor degree, Tensor vertices, "
+        "int page_size) -> Tensor");
   // Deletes the list positions positions[pos_offsets[r]:pos_offsets[r+1]] (distinct,
   // ascending) of vertices[r] (strictly ascending), moving the list's tail into the holes, and
   // returns pages left empty to the free-page queue.

@@ -511,6 +511,83 @@ def test_find_marked_checks_vertices(seed):
                                                      torch.tensor([1]), mask[:5], 4)
 
 
+@pytest.mark.parametrize("placement", ["cpu", "unified", pytest.param("cuda", marks=cuda)])
+@pytest.mark.parametrize("page_size", [4, 32])
+def test_mark_neighbours_matches_snapshot(seed, placement, page_size):
+    rng = np.random.default_rng(seed)
+    dg = updated_graph(rng, placement=placement, page_size=page_size)
+    dg.insert_edges(torch.full((70,), 7), torch.arange(70))  # a list of several pages
+    vertices = torch.from_numpy(np.sort(rng.choice(dg.num_nodes, 25, replace=False))).to(dg.device)
+    vertices = torch.cat([vertices, torch.tensor([7], device=dg.device)]).unique()
+    marks = torch.ops.zerocopy.dynamic_graph_mark_neighbours(dg.pool, dg.root, dg.height, dg.degree, vertices,
+                                                             dg.page_size)
+    snap = dg.to_csr()
+    want = torch.zeros(dg.root.numel(), dtype=torch.bool)
+    for v in vertices.tolist():
+        want[snap.indices[snap.indptr[v]:snap.indptr[v + 1]].long().cpu()] = True
+    assert marks.dtype == torch.bool and marks.device == dg.device
+    assert torch.equal(marks.cpu(), want)
+    assert int(want.sum()) > 0
+    empty = torch.ops.zerocopy.dynamic_graph_mark_neighbours(dg.pool, dg.root, dg.height, dg.degree,
+                                                             vertices[:0], dg.page_size)
+    assert not bool(empty.any()) and empty.numel() == dg.root.numel()
+
+
+def test_mark_neighbours_checks_vertices(seed):
+    rng = np.random.default_rng(seed)
+    dg = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4)
+    mark = lambda v, **kw: torch.ops.zerocopy.dynamic_graph_mark_neighbours(  # noqa: E731
+        dg.pool, dg.root, dg.height, dg.degree, torch.tensor(v, **kw), 4)
+    with pytest.raises(ValueError, match="strictly ascending"):
+        mark([4, 2])
+    with pytest.raises(IndexError, match="vertices\\[1\\] = 20 is out of range"):
+        mark([0, 20])
+    with pytest.raises(IndexError, match="vertices\\[0\\] = -1 is out of range"):
+        mark([-1])
+    with pytest.raises(TypeError, match="vertices"):
+        mark([1, 2], dtype=torch.int32)
+
+
+def _pages_needed_reference(degree, vertices, offsets, page_size):
+    total = 0
+    for r, v in enumerate(vertices):
+        add = offsets[r + 1] - offsets[r]
+        if 0 <= v < len(degree) and add >= 0:
+            d = torch.tensor([degree[v], degree[v] + add])
+            pages = tree_pages(d, page_size)
+            total += int(pages[1] - pages[0])
+    return total
+
+
+@pytest.mark.parametrize("where", ["cpu", pytest.param("cuda", marks=cuda)])
+@pytest.mark.parametrize("page_size", [4, 32])
+def test_pages_needed_matches_tree_pages(seed, where, page_size):
+    rng = np.random.default_rng(seed)
+    n = 200
+    degree = torch.from_numpy(rng.integers(0, 5000, n)).to(where)
+    degree[:5] = 0
+    vertices = torch.from_numpy(rng.integers(-3, n + 3, 60)).to(where)  # bad ids count 0
+    counts = torch.from_numpy(rng.integers(-2, 3000, 60)).to(where)  # so do negative counts
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=where), torch.cumsum(counts, 0)])
+    got = torch.ops.zerocopy.dynamic_graph_pages_needed(degree, vertices, offsets, page_size)
+    assert got.dim() == 0 and got.dtype == torch.int64 and got.device.type == where
+    want = _pages_needed_reference(degree.tolist(), vertices.tolist(), offsets.tolist(), page_size)
+    assert int(got) == want
+    none = torch.ops.zerocopy.dynamic_graph_pages_needed(degree, vertices[:0], offsets[:1], page_size)
+    assert int(none) == 0
+
+
+def test_pages_needed_checks_arguments():
+    degree, v = torch.zeros(10, dtype=torch.int64), torch.tensor([1, 2])
+    need = torch.ops.zerocopy.dynamic_graph_pages_needed
+    with pytest.raises(ValueError, match="one more entry than vertices"):
+        need(degree, v, torch.tensor([0, 1]), 4)
+    with pytest.raises(TypeError, match="degree"):
+        need(degree.int(), v, torch.tensor([0, 1, 2]), 4)
+    with pytest.raises(ValueError, match="page_size"):
+        need(degree, v, torch.tensor([0, 1, 2]), 3)
+
+
 def test_contains_marks_first_copy_of_repeated_destination(seed):
     rng = np.random.default_rng(seed)
     dg = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4)
@@ -549,6 +626,9 @@ def test_opcheck(seed):
                           test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_find_marked.default,
                           (*lists, L([1, 7]), dg.alive & (dg.degree > 3), 4), test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_mark_neighbours.default, (*lists, L([1, 7]), 4), test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_pages_needed.default, (dg.degree, L([1, 7]), L([0, 2, 40]), 4),
+                          test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_append.default,
                           (*_state_args(dg), L([1, 7]), L([0, 2, 3]), L([3, 5, 9]), None, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_remove.default,
@@ -691,6 +771,23 @@ def test_cuda_updates_match_cpu_exactly(seed, placement, page_size, symmetrize, 
     gpu = DynamicGraph.from_csr(g, placement=placement, page_size=page_size, headroom=0.1)
     assert gpu.device.type == "cuda"
     run_script(rng, g, "cpu", page_size, steps=30, others=[gpu])
+
+
+@cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("page_size", [4, 32])
+def test_cuda_append_of_mixed_runs_matches_cpu(seed, placement, page_size):
+    """One batch of runs of every length: single entries, a run filling many pages of a hub,
+    runs that start mid-page; the pools, page tables and queues equal the CPU's."""
+    rng = np.random.default_rng(seed)
+    g = random_csr(rng, n=1000, m=3000)
+    cpu = DynamicGraph.from_csr(g, page_size=page_size, headroom=0.1)
+    gpu = DynamicGraph.from_csr(g, placement=placement, page_size=page_size, headroom=0.1)
+    src = np.concatenate([rng.integers(0, 1000, 900), np.full(700, 11), np.repeat(rng.integers(0, 1000, 20), 9)])
+    dst = rng.integers(0, 1000, src.size)
+    for dg in (cpu, gpu):
+        assert dg.insert_edges(torch.from_numpy(src), torch.from_numpy(dst)) > 700
+    assert_same_state(gpu, cpu)
 
 
 @cuda

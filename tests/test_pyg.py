@@ -287,6 +287,29 @@ def test_graph_store_layouts_and_edge_ids(gen):
         GraphStore().csc_graph
 
 
+def test_edges_in_csc_order_need_no_edge_ids(gen):
+    """An edge_index already sorted by target is CSC order: no id table, the position is the
+    edge's column, and minibatches name the same edges as through a shuffled copy."""
+    n = 40
+    ei = torch.randint(0, n, (2, 300), generator=gen)
+    ei = ei[:, torch.sort(ei[1], stable=True).indices]
+    store = GraphStore()
+    store.put_edge_index((ei[0], ei[1]), edge_type=None, layout="coo", size=(n, n))
+    assert store.edge_ids() is None
+    row, colptr = store.get_edge_index(None, "csc", size=(n, n))
+    col = torch.repeat_interleave(torch.arange(n), colptr[1:] - colptr[:-1])
+    assert torch.equal(torch.stack([row.long(), col]), ei)
+    shuffle = torch.randperm(ei.shape[1], generator=gen)
+    x = torch.randn(n, 4, generator=gen)
+    for edge_index in (ei, ei[:, shuffle]):
+        data = Data(x=x, edge_index=edge_index, num_nodes=n)
+        loader = NeighborLoader(data, num_neighbors=[5, 3], batch_size=8, input_nodes=torch.arange(n))
+        for batch in loader:
+            # e_id names each sampled edge's column in the edge_index the data was built from
+            got = batch.n_id[batch.edge_index.cpu()].cpu()
+            assert torch.equal(got, edge_index[:, batch.e_id.cpu()])
+
+
 # --- the sampler ---------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
+#include <functional>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -269,6 +270,55 @@ std::tuple<at::Tensor, at::Tensor> find_cpu(const at::Tensor& pool_in, const at:
     });
   });
   return {pos_offsets, positions};
+}
+
+at::Tensor pages_needed_cpu(const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& offsets_in,
+                            int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_pages_needed";
+  const int s = page_shift(page_size, op);
+  check_growth(degree_in, vertices_in, offsets_in, op);
+  const at::Tensor degree = degree_in.contiguous(), vtx = vertices_in.contiguous(), off = offsets_in.contiguous();
+  const int64_t runs = vtx.numel(), num_ids = degree.numel();
+  const int64_t *d = degree.data_ptr<int64_t>(), *vv = vtx.data_ptr<int64_t>(), *o = off.data_ptr<int64_t>();
+  const int64_t need = at::parallel_reduce(0, runs, 4096, int64_t(0), [&](int64_t b, int64_t e, int64_t acc) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t v = vv[r], add = o[r + 1] - o[r];
+      if (v >= 0 && v < num_ids && add >= 0) acc += tree_pages(d[v] + add, s) - tree_pages(d[v], s);
+    }
+    return acc;
+  }, std::plus<int64_t>());
+  return at::scalar_tensor(need, degree.options());
+}
+
+at::Tensor mark_neighbours_cpu(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
+                               const at::Tensor& degree_in, const at::Tensor& vertices_in, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_mark_neighbours";
+  const int s = page_shift(page_size, op);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCpu, op);
+  check_marked_vertices(pool_in, vertices_in);
+  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
+                   degree = degree_in.contiguous(), vtx = vertices_in.contiguous();
+  const int64_t runs = vtx.numel(), n = root.numel();
+  const int64_t* vv = vtx.data_ptr<int64_t>();
+  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
+  for (int64_t r = 0; r < runs && first[kBadVertex] < 0; ++r)
+    if (!vertex_ok(vv, r, n, true)) first[kBadVertex] = r;
+  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", n, true, op);
+  at::Tensor marks = at::zeros({n}, root.options().dtype(at::kBool));
+  bool* out = marks.data_ptr<bool>();
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    const Lists<index_t> g(pool, root, height, degree, s);
+    at::parallel_for(0, runs, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        g.each(vv[r], [&](int64_t, int64_t slot) {
+          const int64_t x = g.pool[slot];
+          // Threads may mark one id together: relaxed atomic stores of the same value.
+          if (x >= 0 && x < n) __atomic_store_n(out + x, true, __ATOMIC_RELAXED);
+        });
+      }
+    });
+  });
+  return marks;
 }
 
 std::tuple<at::Tensor, at::Tensor> find_marked_cpu(const at::Tensor& pool_in, const at::Tensor& root_in,
@@ -616,6 +666,8 @@ TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("dynamic_graph_find", find_cpu);
   m.impl("dynamic_graph_find_touching", find_touching_cpu);
   m.impl("dynamic_graph_find_marked", find_marked_cpu);
+  m.impl("dynamic_graph_mark_neighbours", mark_neighbours_cpu);
+  m.impl("dynamic_graph_pages_needed", pages_needed_cpu);
   m.impl("dynamic_graph_remove", remove_cpu);
   m.impl("dynamic_graph_to_csr", to_csr_cpu);
   m.impl("dynamic_graph_sample", sample_cpu);

@@ -4,7 +4,7 @@
 //   append   per-run page counts -> prefix sums -> content check and pool check (the one
 //            synchronisation: nothing has been written yet) -> one thread per new page (take
 //            a ticket, link into the tree) -> one thread per run (root, height, degree) -> one
-//            warp per touched data page (copy the run's ids, coalesced).
+//            lane per touched data page, kWarp pages a warp (copy the run's ids, coalesced).
 //   remove   content check -> one thread per hole (move a tail entry into it) -> one thread
 //            per freed page (push it on the ring) -> one thread per run.
 //   contains / find: a Bloom filter per long run -> one warp per (run, data page): each entry
@@ -13,6 +13,7 @@
 //            writes positions from the masks, so positions come out sorted.
 //   sampling: the kernels of zerocopy::sample_layers over the paged lists (sample_layers.cu).
 //   find_marked: find's items with a mask of vertex ids as the test (vertex deletion).
+//   mark_neighbours: find_marked's items, every entry's id marked (the lists a deletion reads).
 //   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
 //            warp then walks the active pages one by one (whole pages: balanced by design).
 //
@@ -73,6 +74,9 @@ int blocks_for(int64_t threads) {
   }
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((threads + kBlock - 1) / kBlock, full)));
 }
+
+// Threads for one warp per kWarp items.
+int64_t chunk_threads(int64_t items) { return (items + kWarp - 1) / kWarp * kWarp; }
 
 // Host copy of small int64 device tensors, concatenated: the ops' one synchronisation.
 std::vector<int64_t> read_back(const std::vector<at::Tensor>& parts) {
@@ -175,6 +179,24 @@ __global__ void set_meta_kernel(int64_t* meta, int64_t head, int64_t tail, int64
   meta[kFresh] = fresh;
 }
 
+at::Tensor pages_needed_cuda(const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& offsets_in,
+                             int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_pages_needed";
+  const int s = page_shift(page_size, op);
+  check_growth(degree_in, vertices_in, offsets_in, op);
+  const c10::cuda::OptionalCUDAGuard guard(degree_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor degree = degree_in.contiguous(), vertices = vertices_in.contiguous(), off = offsets_in.contiguous();
+  const int64_t runs = vertices.numel();
+  if (runs == 0) return at::zeros({}, degree.options());
+  at::Tensor pages = at::empty({runs}, vertices.options()), chunks = at::empty({runs}, vertices.options());
+  grow_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
+                                                              runs, degree.data_ptr<int64_t>(), degree.numel(), s,
+                                                              pages.data_ptr<int64_t>(), chunks.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return pages.sum();
+}
+
 // ---------------------------------------------------------------------------------------------
 // append
 
@@ -206,7 +228,10 @@ __global__ void grown_roots_kernel(idx_t* __restrict__ root, int8_t* __restrict_
   }
 }
 
-// One warp per touched data page: copies the run's entries that fall on it.
+// Touched data pages kWarp at a time per warp: lane l describes page first + l (its run, its
+// pool page, the slots and batch entries it takes), then the warp copies the pages' entries as
+// one flat range, lane by lane, so a batch of short runs (one new entry per list) keeps every
+// lane busy and the pages' lookups in flight together. Writes of one page are coalesced.
 template <typename idx_t, typename dst_t>
 __global__ void fill_kernel(idx_t* pool, int32_t* __restrict__ weights, const idx_t* __restrict__ root,
                             const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
@@ -214,19 +239,43 @@ __global__ void fill_kernel(idx_t* pool, int32_t* __restrict__ weights, const id
                             const int64_t* __restrict__ chunk_off, int64_t runs, int64_t total,
                             const dst_t* __restrict__ dst, const int32_t* __restrict__ run_w, int s) {
   const int lane = lane_id();
-  const int64_t size = int64_t(1) << s;
-  for (int64_t c = warp_index(); c < total; c += warp_count()) {
-    const int64_t r = group_of(chunk_off, runs, c);
-    const int64_t v = vtx[r];
-    const int64_t d1 = degree[v], d0 = d1 - (off[r + 1] - off[r]);
-    const int64_t i = (d0 >> s) + (c - chunk_off[r]);
-    const int64_t page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, i, s);
-    for (int64_t k = lane; k < size; k += kWarp) {
-      const int64_t pos = (i << s) + k;
-      if (pos < d0 || pos >= d1) continue;
-      const int64_t from = off[r] + pos - d0;
-      pool[(page << s) + k] = static_cast<idx_t>(dst[from]);
-      if (weights) weights[(page << s) + k] = run_w[from];
+  for (int64_t first = warp_index() * kWarp; first < total; first += warp_count() * kWarp) {
+    const int64_t c = first + lane;
+    int64_t count = 0, slot = 0, from = 0;  // this lane's page: `count` entries, to slot.., from dst[from..]
+    if (c < total) {
+      const int64_t r = group_of(chunk_off, runs, c);
+      const int64_t v = vtx[r];
+      const int64_t d1 = degree[v], d0 = d1 - (off[r + 1] - off[r]);
+      const int64_t i = (d0 >> s) + (c - chunk_off[r]);
+      const int64_t page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, i, s);
+      const int64_t lo = (i << s) > d0 ? (i << s) : d0;
+      const int64_t hi = ((i + 1) << s) < d1 ? ((i + 1) << s) : d1;
+      count = hi > lo ? hi - lo : 0;
+      slot = (page << s) + (lo - (i << s));
+      from = off[r] + (lo - d0);
+    }
+    int64_t end = count;  // inclusive scan: lane l's entries are [end - count, end) of the warp's
+#pragma unroll
+    for (int d = 1; d < kWarp; d <<= 1) {
+      const int64_t up = __shfl_up_sync(kFull, end, d);
+      if (lane >= d) end += up;
+    }
+    const int64_t begin = end - count;
+    const int64_t entries = __shfl_sync(kFull, end, kWarp - 1);
+    for (int64_t base = 0; base < entries; base += kWarp) {
+      const int64_t e = base + lane;
+      int u = 0;  // the last lane whose range begins at or before e (its range holds e)
+#pragma unroll
+      for (int b = kWarp / 2; b > 0; b >>= 1) {
+        const int64_t b_begin = __shfl_sync(kFull, begin, u + b);
+        if (b_begin <= e) u += b;
+      }
+      const int64_t k = e - __shfl_sync(kFull, begin, u);
+      const int64_t to = __shfl_sync(kFull, slot, u) + k, at = __shfl_sync(kFull, from, u) + k;
+      if (e < entries) {
+        pool[to] = static_cast<idx_t>(dst[at]);
+        if (weights) weights[to] = run_w[at];
+      }
     }
   }
 }
@@ -284,7 +333,7 @@ void append_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
     if (total_chunks > 0) {
       auto fill = [&](auto* dst_ptr) {
         using dst_t = std::remove_const_t<std::remove_pointer_t<decltype(dst_ptr)>>;
-        fill_kernel<idx_t, dst_t><<<blocks_for(total_chunks * kWarp), kBlock, 0, stream>>>(
+        fill_kernel<idx_t, dst_t><<<blocks_for(chunk_threads(total_chunks)), kBlock, 0, stream>>>(
             pool.data_ptr<idx_t>(), weight_words(weights), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(),
             degree.data_ptr<int64_t>(), vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(),
             chunk_off.data_ptr<int64_t>(), runs, total_chunks, dst_ptr, rw, s);
@@ -503,7 +552,10 @@ __global__ void find_mask_kernel(const QueryArgs<idx_t> a, unsigned* __restrict_
 }
 
 // find's second pass: the list positions of the masked entries, item by item, ascending
-// (out[item_pos[item] ...]).
+// (out[item_pos[item] ...]). Items kWarp at a time: each lane tells whether its item has hits
+// (item_pos: item_count's exclusive sums, items + 1 of them) and finds its page index in its
+// list, then the warp writes the items with hits one by one, so items without any cost one
+// load (a vertex deletion tests long lists that hold few of the deleted ids).
 __global__ void find_write_kernel(const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
                                   const unsigned* __restrict__ masks, const int64_t* __restrict__ item_pos,
                                   int64_t* __restrict__ out, int s) {
@@ -511,9 +563,12 @@ __global__ void find_write_kernel(const int64_t* __restrict__ item_off, int64_t 
   const int64_t steps = page_steps(s);
   for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
     const int64_t t = first + lane;
-    const int64_t mine = t < items ? t - item_off[group_of(item_off, runs, t)] : 0;  // page index in the list
-    const int count = static_cast<int>(imin(kWarp, items - first));
-    for (int u = 0; u < count; ++u) {
+    const bool hits = t < items && item_pos[t + 1] > item_pos[t];
+    const int64_t mine = hits ? t - item_off[group_of(item_off, runs, t)] : 0;  // page index in the list
+    unsigned active = __ballot_sync(kFull, hits);
+    while (active) {
+      const int u = __ffs(active) - 1;
+      active &= active - 1;
       const int64_t item = first + u;
       const int64_t i = __shfl_sync(kFull, mine, u);
       int64_t written = item_pos[item];
@@ -577,8 +632,6 @@ QueryArgs<idx_t> query_args(const Query& q, int s) {
                           s};
 }
 
-// Threads for one warp per kWarp items.
-int64_t chunk_threads(int64_t items) { return (items + kWarp - 1) / kWarp * kWarp; }
 
 at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
                          const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& run_offsets_in,
@@ -750,6 +803,84 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {item_pos.index_select(0, item_off), positions};
+}
+
+// ---------------------------------------------------------------------------------------------
+// mark_neighbours: the items of find_marked (one per (run, data page)); every entry's id is
+// marked. Items kWarp at a time: lane l describes item first + l, then the warp reads the
+// items' pages kItemGroup at a time, their loads in flight together.
+
+template <typename idx_t>
+__global__ void mark_neighbours_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
+                                       const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
+                                       const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
+                                       int64_t runs, int64_t items, int64_t num_ids, bool* __restrict__ marks, int s) {
+  const int lane = lane_id();
+  const int64_t size = int64_t(1) << s;
+  for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
+    int64_t my_page = 0, my_len = 0;  // this lane's item: its pool page and the entries on it
+    const int64_t t = first + lane;
+    if (t < items) {
+      const int64_t r = group_of(item_off, runs, t);
+      const int64_t v = vtx[r];
+      const int64_t i = t - item_off[r];
+      my_len = imin(size, degree[v] - (i << s));
+      my_page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, i, s);
+    }
+    const int count = static_cast<int>(imin(kWarp, items - first));
+    for (int j0 = 0; j0 < count; j0 += kItemGroup) {
+      for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+        int64_t x[kItemGroup];
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u) {
+          const int src = (j0 + u) & (kWarp - 1);
+          const int64_t page = __shfl_sync(kFull, my_page, src), len = __shfl_sync(kFull, my_len, src);
+          const int64_t k = k0 + lane;
+          x[u] = j0 + u < count && k < len ? static_cast<int64_t>(pool[(page << s) + k]) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < kItemGroup; ++u)
+          if (x[u] >= 0 && x[u] < num_ids) marks[x[u]] = true;
+      }
+    }
+  }
+}
+
+at::Tensor mark_neighbours_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
+                                const at::Tensor& degree_in, const at::Tensor& vertices_in, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_mark_neighbours";
+  const int s = page_shift(page_size, op);
+  check_reader(pool_in, root_in, height_in, degree_in, s, kCuda, op);
+  check_marked_vertices(pool_in, vertices_in);
+  const c10::cuda::OptionalCUDAGuard guard(pool_in.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
+                   degree = degree_in.contiguous(), vertices = vertices_in.contiguous();
+  const int64_t runs = vertices.numel(), num_ids = root.numel();
+  const auto opts = vertices.options();
+  at::Tensor leaves = at::zeros({runs}, opts);
+  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
+  if (runs > 0) {
+    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
+        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor item_off = offsets_of(leaves);
+  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
+  int64_t f[kNumBatchErrors];
+  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
+  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  at::Tensor marks = at::zeros({num_ids}, root.options().dtype(at::kBool));
+  const int64_t items = h[kNumBatchErrors];
+  if (items == 0) return marks;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    mark_neighbours_kernel<index_t><<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
+        pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, num_ids, marks.data_ptr<bool>(), s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return marks;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1102,6 +1233,8 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("dynamic_graph_find", find_cuda);
   m.impl("dynamic_graph_find_touching", find_touching_cuda);
   m.impl("dynamic_graph_find_marked", find_marked_cuda);
+  m.impl("dynamic_graph_mark_neighbours", mark_neighbours_cuda);
+  m.impl("dynamic_graph_pages_needed", pages_needed_cuda);
   m.impl("dynamic_graph_remove", remove_cuda);
   m.impl("dynamic_graph_to_csr", to_csr_cuda);
   m.impl("dynamic_graph_bfs", bfs_cuda);

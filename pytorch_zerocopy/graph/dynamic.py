@@ -58,9 +58,9 @@ In-edges. Deleting a vertex edits every list holding an edge into it. Which list
 
 The index is opt-in because it doubles the pages and adds to every insertion, which a graph
 whose vertices are never deleted should not pay. With a list to read, deleting a batch of
-vertices reads their lists (or index lists), reads the lists those name testing each entry
-against the batch's mask (``dynamic_graph_find_marked``) and removes the hits: work in
-proportion to the lists touched.
+vertices marks the ids in their lists (or index lists; ``dynamic_graph_mark_neighbours``),
+reads the lists of the marked vertices testing each entry against the batch's mask
+(``dynamic_graph_find_marked``) and removes the hits: work in proportion to the lists touched.
 
 Reading while updating: :meth:`sample_neighbors`, :meth:`sample_layers` and :meth:`bfs` run on
 the paged lists and give the same results as the package's ops on the :meth:`to_csr`
@@ -188,6 +188,16 @@ def _find_fake(pool, root, height, degree, vertices, run_offsets, run_dst, page_
 def _find_marked_fake(pool, root, height, degree, vertices, mask, page_size):
     total = torch.library.get_ctx().new_dynamic_size()
     return vertices.new_empty((vertices.shape[0] + 1,)), vertices.new_empty((total,))
+
+
+@register_fake("zerocopy::dynamic_graph_pages_needed")
+def _pages_needed_fake(degree, vertices, run_offsets, page_size):
+    return degree.new_empty(())
+
+
+@register_fake("zerocopy::dynamic_graph_mark_neighbours")
+def _mark_neighbours_fake(pool, root, height, degree, vertices, page_size):
+    return root.new_empty(root.shape, dtype=torch.bool)
 
 
 @register_fake("zerocopy::dynamic_graph_find_touching")
@@ -530,9 +540,7 @@ class DynamicGraph:
                      weights: Optional[torch.Tensor], op: str) -> None:
         """Appends dst[offsets[r] .. offsets[r + 1]) to the list of vertices[r] (ascending,
         distinct), after reserving the pages."""
-        counts = offsets[1:] - offsets[:-1]
-        old = self.degree[vertices]
-        need = (tree_pages(old + counts, self.page_size) - tree_pages(old, self.page_size)).sum()
+        need = _ops().dynamic_graph_pages_needed.default(self.degree, vertices, offsets, self.page_size)
         self._reserve_pages(need, op)
         _ops().dynamic_graph_append.default(
             self.pool, self.weights, self.root, self.height, self.degree, self.page_owner, self.page_rank,
@@ -658,9 +666,10 @@ class DynamicGraph:
         else:
             # The lists that may hold an edge into a dying vertex (its out-list on a symmetric
             # graph, its index list otherwise), with the dying lists themselves, ascending.
-            named = (self if self.symmetric else self._in)._read_lists(v, self._num_nodes)
-            touched = dying.clone()
-            touched[named] = True
+            lists = self if self.symmetric else self._in
+            touched = _ops().dynamic_graph_mark_neighbours.default(lists.pool, lists.root, lists.height,
+                                                                   lists.degree, v, self.page_size)
+            touched |= dying
             vertices = torch.nonzero(touched).flatten()
             pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
                 self.pool, self.root, self.height, self.degree, vertices, dying, self.page_size)
@@ -677,13 +686,6 @@ class DynamicGraph:
         self.vertex_ring[slots] = v
         self._vertex_tail += v.numel()
         return removed
-
-    def _read_lists(self, v: torch.Tensor, num_nodes: int) -> torch.Tensor:
-        """Every entry of the lists of the vertices ``v`` (int64, list after list)."""
-        n = num_nodes
-        _, entries, _, _ = _ops().dynamic_graph_sample.default(
-            self.pool, self.root[:n], self.height[:n], self.degree[:n], v, -1, False, 0, self.page_size)
-        return entries.to(torch.int64)
 
     # --- capacity --------------------------------------------------------------------------
 

@@ -52,7 +52,8 @@ def _ids(t, name: str) -> torch.Tensor:
 
 def csc_from_coo(row: torch.Tensor, col: torch.Tensor, num_nodes: int) -> CSRGraph:
     """In-neighbour lists of the edges ``row[i] -> col[i]`` (a CPU ``CSRGraph``): each list
-    in edge order (a stable sort by target), ``eids`` the edge's column ``i``."""
+    in edge order (a stable sort by target), ``eids`` the edge's column ``i``; None when the
+    edges are already sorted by target (CSC order), where an edge's position is its column."""
     row, col = _ids(row, "edge_index[0]"), _ids(col, "edge_index[1]")
     if row.numel() != col.numel():
         raise ValueError(f"edge_index rows must have one length, got {row.numel()} and {col.numel()}")
@@ -60,11 +61,13 @@ def csc_from_coo(row: torch.Tensor, col: torch.Tensor, num_nodes: int) -> CSRGra
         lo, hi = int(torch.minimum(row.min(), col.min())), int(torch.maximum(row.max(), col.max()))
         if lo < 0 or hi >= num_nodes:
             raise ValueError(f"edge_index holds node id {lo if lo < 0 else hi}, outside [0, {num_nodes})")
-    order = torch.sort(col, stable=True).indices
+    in_order = row.numel() < 2 or bool((col[1:] >= col[:-1]).all())
+    order = None if in_order else torch.sort(col, stable=True).indices
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(col.long(), minlength=num_nodes), 0, out=indptr[1:])
     index_dtype = torch.int32 if num_nodes <= 2**31 - 1 else torch.int64
-    return CSRGraph(indptr, row[order].to(index_dtype).contiguous(), placement="cpu", validate=False, eids=order)
+    rows = row if order is None else row[order]
+    return CSRGraph(indptr, rows.to(index_dtype).contiguous(), placement="cpu", validate=False, eids=order)
 
 
 class GraphStore(_PygGraphStore):
