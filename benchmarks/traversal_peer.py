@@ -65,7 +65,9 @@ EMOGI (``--emogi DIR``, a local checkout of its public code, never fetched by th
 script builds it (``make`` with the GPU's arch), writes each graph as ``.bel`` files
 (:func:`~pytorch_zerocopy.graph.save_bel`, into ``--bel-dir`` or a temporary folder removed after
 the graph), and runs every EMOGI kernel with the edge list in GPU memory and in zero-copy host
-memory on the same sources, parsing the times it prints (see ``benchmarks/emogi.py``). Without a
+memory (``--emogi-placements``: one of them only) on the same sources, parsing the times it
+prints (see ``benchmarks/emogi.py``). Each EMOGI run loads its ``.bel`` file from disk again
+(seconds per run on the Kronecker graph): the bars read the zero-copy runs only. Without a
 checkout, the figures of an earlier run of EMOGI's code on EMOGI's graph stay in the report,
 labelled as quoted, with their source.
 
@@ -626,7 +628,7 @@ def emogi_section(spec: GraphSpec, bel: Optional[str], sources: List[int], num_n
     results = []
     for op in OPS:
         program = emogi.PROGRAM_OF[op]
-        for placement in PLACEMENTS:
+        for placement in args.emogi_placements:
             for kernel in sorted(emogi.KERNELS[program], reverse=True):  # EMOGI's best first
                 if clock.left() <= 0:
                     r = emogi.EmogiResult(op, kernel, emogi.MEMORY_OF[placement], error="skipped (time budget)")
@@ -955,6 +957,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                               "kron, 2 on grid and road)")
     p.add_argument("--emogi", default=None, metavar="DIR",
                    help="a local checkout of EMOGI's code: build it and run it beside the package (never fetched)")
+    p.add_argument("--emogi-placements", default=",".join(PLACEMENTS),
+                   help="where EMOGI's edge list goes, comma-separated among unified (its zero-copy mode, what "
+                        "the *_over_emogi bars read) and cuda (default: both)")
     p.add_argument("--bel-dir", default=None, help="where the .bel files for EMOGI go and stay (default: a "
                                                    "temporary folder, removed after each graph)")
     p.add_argument("--merge", action="store_true", help="keep the graphs of the existing result set (same device) "
@@ -988,6 +993,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if bad:
         p.error(f"--graphs: unknown families {bad}; choose among {known}")
     args.families = [Family(f) for f in names]
+    args.emogi_placements = [x.strip() for x in args.emogi_placements.split(",") if x.strip()]
+    if not args.emogi_placements or any(x not in PLACEMENTS for x in args.emogi_placements):
+        p.error(f"--emogi-placements: choose among {list(PLACEMENTS)}, got {args.emogi_placements}")
     args.reps = args.reps or (1 if args.quick else 2 if args.first_look else 3)
     args.config_seconds = args.config_seconds or 6.0
     args.budget = args.budget or {"quick": 120.0, "first-look": 110.0, "full": 540.0}[args.mode]
@@ -1040,7 +1048,8 @@ def main(argv=None) -> int:
         emogi.build(args.emogi, emogi.cuda_arch())
         log(f"EMOGI built in {args.emogi}")
     warm_up(args)
-    saved_args = {k: (v if not isinstance(v, list) else [x.value for x in v]) for k, v in vars(args).items()}
+    saved_args = {k: (v if not isinstance(v, list) else [getattr(x, "value", x) for x in v])
+                  for k, v in vars(args).items()}
     result = {"environment": env, "args": saved_args, "mode": args.mode, "graphs": []}
     if args.first_look:
         if not gpu():

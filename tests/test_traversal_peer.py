@@ -241,6 +241,18 @@ def test_a_quick_run_beside_emogi_writes_bars_and_measured_peer_rows(tmp_path):
     assert "measured in this run" in md and "auto against the fastest variant" in md
 
 
+def test_emogi_placements_choose_where_its_edge_list_goes(tmp_path):
+    checkout = fake_emogi(str(tmp_path / "EMOGI"))
+    out = tmp_path / "out"
+    assert tp.main(["--quick", "--graphs", "kron", "--kron-scale", "6", "--emogi", checkout, "--emogi-placements",
+                    "unified", "--out", str(out)]) == 0
+    result = json.loads((out / "traversal_peer_quick.json").read_text())
+    (g,) = result["graphs"]
+    assert {r["placement"] for r in g["emogi"]["results"]} == {"unified"}
+    with pytest.raises(SystemExit):
+        tp.parse_args(["--quick", "--emogi-placements", "managed"])
+
+
 def test_without_a_checkout_the_quoted_figures_are_labelled(tmp_path):
     spec = tp.GraphSpec("urand26", tp.Family.URAND, scale=26, edge_factor=8)
     section = tp.emogi_section(spec, None, [0], 1, 1, None, None)
