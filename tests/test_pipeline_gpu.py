@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -96,8 +97,11 @@ def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "12.5" and env["CUDA_MPS_PIPE_DIRECTORY"].startswith(root)
     with pytest.raises(ValueError, match="share"):
         daemon.client_env(0)
+    reaper = daemon._reaper
+    assert reaper is not None and reaper.poll() is None  # waiting for the owner's word or its death
     daemon.stop()
     daemon.stop()  # idempotent
+    assert reaper.poll() is not None  # told, it ended
     psutil.wait_procs([psutil.Process(pid)] if psutil.pid_exists(pid) else [], timeout=5)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not os.path.exists(root)
@@ -105,6 +109,33 @@ def test_mps_daemon_lifecycle_with_a_stand_in(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_MPS_FAIL", "no GPU here")
     with pytest.raises(MpsError, match="no GPU here"):
         MpsDaemon(binary=str(fake)).start()
+
+
+def test_a_killed_owner_leaves_no_mps_daemon(tmp_path):
+    """A process killed without running its cleanup (SIGKILL) leaves its daemon to the reaper,
+    which stops it and removes its directories."""
+    import psutil
+
+    fake = tmp_path / "fake-mps-control"
+    fake.write_text(FAKE_MPS_CONTROL)
+    fake.chmod(0o755)
+    code = ("import time\nfrom pytorch_zerocopy.pipeline.partition import MpsDaemon\n"
+            f"d = MpsDaemon(binary={str(fake)!r}).start()\nprint(d.root, flush=True)\ntime.sleep(300)\n")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        root = owner.stdout.readline().strip()
+        pid = int(open(os.path.join(root, "pipe", "fake.pid")).read())
+        assert psutil.pid_exists(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdout.close()
+    deadline = time.monotonic() + 60
+    while os.path.exists(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(root)
+    gone = not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert gone, "the daemon outlived its killed owner"
 
 
 def test_mps_client_files_of_ended_processes_are_removed(tmp_path):

@@ -12,14 +12,16 @@ flight, and the rest train undisturbed.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import re
 import select
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -106,6 +108,62 @@ def _wait_exit(pid: int, timeout: float) -> bool:
         os.close(fd)
 
 
+def _daemon_env(root: str) -> Dict[str, str]:
+    return {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(root, "pipe"), "CUDA_MPS_LOG_DIRECTORY": os.path.join(root, "log")}
+
+
+def _stop_daemon(binary: str, root: str, pids: Iterable[int], shm_before: Optional[FrozenSet[str]]) -> None:
+    """Stops the daemon whose directories are under ``root``: ``quit`` on its control pipe, then
+    waits for its processes (``pids`` and those naming its pipe; SIGKILL after
+    ``STOP_TIMEOUT_SECONDS``), removes ``root`` and, given the /dev/shm listing from when it
+    started, the files of its clients that have ended. Safe on a daemon already stopped."""
+    env = _daemon_env(root)
+    try:
+        subprocess.run([binary], input="quit\n", capture_output=True, text=True, env={**os.environ, **env},
+                       timeout=STOP_TIMEOUT_SECONDS)
+    except (subprocess.TimeoutExpired, OSError):
+        pass
+    for pid in set(pids) | set(_pids_with_pipe_dir(env["CUDA_MPS_PIPE_DIRECTORY"])):
+        if not _wait_exit(pid, STOP_TIMEOUT_SECONDS):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    shutil.rmtree(root, ignore_errors=True)
+    if shm_before is not None:
+        remove_ended_client_files(shm_before)
+
+
+_REAPER_STATE = "reaper.json"  # in a daemon's root: what its reaper needs to stop it
+# The reaper: a process of its own session, started with each daemon, holding the read end of a
+# pipe whose write end only the daemon's owner holds. One byte means the owner stopped the
+# daemon; end of file means the owner died without stopping it (SIGKILL, a SIGTERM without a
+# handler), and the reaper stops it. It imports nothing heavy until then.
+_REAPER = """
+import os, sys
+fd, binary, root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    told = os.read(fd, 1)
+except OSError:
+    told = b""
+if not told and os.path.isdir(root):
+    from pytorch_zerocopy.pipeline.partition import reap_daemon
+    reap_daemon(binary, root)
+"""
+
+
+def reap_daemon(binary: str, root: str) -> None:
+    """What a daemon's reaper does once its owner has died: stops the daemon at ``root`` with
+    the processes and /dev/shm listing its owner recorded there."""
+    try:
+        with open(os.path.join(root, _REAPER_STATE)) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        state = {}
+    before = state.get("shm_before")
+    _stop_daemon(binary, root, state.get("pids", []), None if before is None else frozenset(before))
+
+
 class MpsDaemon:
     """A private MPS control daemon, started on ``__enter__``/:meth:`start`, stopped on exit.
 
@@ -115,7 +173,9 @@ class MpsDaemon:
     every 20 ms, until it answers (at most ``READY_TIMEOUT_SECONDS``). Stopping sends ``quit``
     and then blocks on the daemon's exit with a pidfd. :meth:`stop` runs from ``__exit__``, from
     an ``atexit`` hook (normal interpreter exit) and is idempotent; the supervising runner turns
-    SIGTERM and Ctrl-C into exceptions so the ``finally`` path runs.
+    SIGTERM and Ctrl-C into exceptions so the ``finally`` path runs. A process that dies without
+    running either (SIGKILL, a SIGTERM nobody handles) leaves the daemon to its reaper (see
+    ``_REAPER``), which stops it the same way.
     """
 
     def __init__(self, binary: str = MPS_CONTROL):
@@ -129,6 +189,8 @@ class MpsDaemon:
         self.pids: List[int] = []
         self.owned = True  # False for a handle on a daemon another process started
         self.shm_before: FrozenSet[str] = frozenset()  # /dev/shm when it started
+        self._reaper: Optional[subprocess.Popen] = None
+        self._reaper_fd: Optional[int] = None  # the write end of the reaper's pipe
 
     @classmethod
     def attach(cls, root: str) -> "MpsDaemon":
@@ -143,6 +205,7 @@ class MpsDaemon:
         daemon.pids = []
         daemon.owned = False
         daemon.shm_before = frozenset()
+        daemon._reaper = daemon._reaper_fd = None
         return daemon
 
     def shared_env(self) -> Dict[str, str]:
@@ -153,8 +216,7 @@ class MpsDaemon:
     @property
     def env(self) -> Dict[str, str]:
         assert self.root is not None, "MpsDaemon not started"
-        return {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(self.root, "pipe"),
-                "CUDA_MPS_LOG_DIRECTORY": os.path.join(self.root, "log")}
+        return _daemon_env(self.root)
 
     def client_env(self, share_percent: float) -> Dict[str, str]:
         """Environment for a client process limited to ``share_percent`` of the GPU's threads."""
@@ -175,6 +237,8 @@ class MpsDaemon:
         os.makedirs(self.env["CUDA_MPS_LOG_DIRECTORY"])
         atexit.register(self.stop)
         try:
+            self._record_state()
+            self._start_reaper()
             # Output goes to a file, not a pipe: a daemon that kept an inherited pipe open
             # would make waiting for this command's output wait for the daemon's exit.
             start_log = os.path.join(self.root, "start.log")
@@ -194,6 +258,7 @@ class MpsDaemon:
                                    f"{answer.stderr.strip()}; log: {self._log_tail()}")
                 time.sleep(0.02)
             self.pids = _pids_with_pipe_dir(self.env["CUDA_MPS_PIPE_DIRECTORY"])
+            self._record_state()
         except BaseException:
             self.stop()
             raise
@@ -206,6 +271,43 @@ class MpsDaemon:
         except OSError:
             return "(no control.log)"
 
+    def _record_state(self) -> None:
+        """Writes what the reaper needs to stop the daemon (its processes, /dev/shm before it)."""
+        path = os.path.join(self.root, _REAPER_STATE)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"pids": self.pids, "shm_before": sorted(self.shm_before)}, f)
+        os.replace(path + ".tmp", path)
+
+    def _start_reaper(self) -> None:
+        read_fd, self._reaper_fd = os.pipe()
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)}
+        try:
+            self._reaper = subprocess.Popen(
+                [sys.executable, "-c", _REAPER, str(read_fd), self.binary, self.root], pass_fds=(read_fd,),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, env=env)
+        finally:
+            os.close(read_fd)
+
+    def _release_reaper(self) -> None:
+        """Tells the reaper that the daemon was stopped here, and waits for it to end."""
+        if self._reaper_fd is not None:
+            try:
+                os.write(self._reaper_fd, b"x")
+            except OSError:
+                pass
+            os.close(self._reaper_fd)
+            self._reaper_fd = None
+        if self._reaper is not None:
+            try:
+                self._reaper.wait(timeout=STOP_TIMEOUT_SECONDS)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+                self._reaper.wait()
+            self._reaper = None
+
     def stop(self) -> None:
         """Stops the daemon (and its server) and removes its directories and the driver's files
         of its clients that have ended (:func:`remove_ended_client_files`, for files made while
@@ -215,19 +317,8 @@ class MpsDaemon:
         if not self.owned:
             self.root = None
             return
-        pipe_dir = self.env["CUDA_MPS_PIPE_DIRECTORY"]
-        try:
-            self._control("quit", timeout=STOP_TIMEOUT_SECONDS)
-        except (subprocess.TimeoutExpired, OSError):
-            pass
-        for pid in set(self.pids) | set(_pids_with_pipe_dir(pipe_dir)):
-            if not _wait_exit(pid, STOP_TIMEOUT_SECONDS):
-                try:
-                    os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
-        shutil.rmtree(self.root, ignore_errors=True)
-        remove_ended_client_files(self.shm_before)
+        _stop_daemon(self.binary, self.root, self.pids, self.shm_before)
+        self._release_reaper()
         self.root = None
         atexit.unregister(self.stop)
 
