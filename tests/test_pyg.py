@@ -765,8 +765,11 @@ def train_and_test(loader_for, data, epochs=4, seed=0):
         model.train()
         for batch in loader_for(data.train_mask, True):
             opt.zero_grad()
-            out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                        num_sampled_edges_per_hop=batch.num_sampled_edges)[:batch.batch_size]
+            # Trimmed per layer where the loader gives per-hop counts (PyG's own loader over
+            # torch-sparse alone gives none).
+            hops = dict(num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                        num_sampled_edges_per_hop=batch.num_sampled_edges) if "num_sampled_nodes" in batch else {}
+            out = model(batch.x, batch.edge_index, **hops)[:batch.batch_size]
             F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
             opt.step()
     model.eval()
