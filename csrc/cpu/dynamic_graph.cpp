@@ -272,6 +272,16 @@ std::tuple<at::Tensor, at::Tensor> find_cpu(const at::Tensor& pool_in, const at:
   return {pos_offsets, positions};
 }
 
+// Raises for the first of the listed vertices (a marked-vertex batch) out of range or not
+// above the one before.
+void check_marked_runs(const at::Tensor& vtx, int64_t num_ids, const char* op) {
+  const int64_t* vv = vtx.data_ptr<int64_t>();
+  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
+  for (int64_t r = 0; r < vtx.numel() && first[kBadVertex] < 0; ++r)
+    if (!vertex_ok(vv, r, num_ids, true)) first[kBadVertex] = r;
+  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", num_ids, true, op);
+}
+
 at::Tensor pages_needed_cpu(const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& offsets_in,
                             int64_t page_size) {
   constexpr const char* op = "dynamic_graph_pages_needed";
@@ -300,10 +310,7 @@ at::Tensor mark_neighbours_cpu(const at::Tensor& pool_in, const at::Tensor& root
                    degree = degree_in.contiguous(), vtx = vertices_in.contiguous();
   const int64_t runs = vtx.numel(), n = root.numel();
   const int64_t* vv = vtx.data_ptr<int64_t>();
-  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
-  for (int64_t r = 0; r < runs && first[kBadVertex] < 0; ++r)
-    if (!vertex_ok(vv, r, n, true)) first[kBadVertex] = r;
-  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", n, true, op);
+  check_marked_runs(vtx, n, op);
   at::Tensor marks = at::zeros({n}, root.options().dtype(at::kBool));
   bool* out = marks.data_ptr<bool>();
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
@@ -334,10 +341,7 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cpu(const at::Tensor& pool_in, co
                    degree = degree_in.contiguous(), vtx = vertices_in.contiguous(), mask_t = mask_in.contiguous();
   const int64_t runs = vtx.numel(), n = root.numel();
   const int64_t* vv = vtx.data_ptr<int64_t>();
-  int64_t first[kNumBatchErrors] = {-1, -1, -1, -1};
-  for (int64_t r = 0; r < runs && first[kBadVertex] < 0; ++r)
-    if (!vertex_ok(vv, r, n, true)) first[kBadVertex] = r;
-  raise_batch_error(first, vtx, vtx, vtx, "pos_offsets", "positions", n, true, op);
+  check_marked_runs(vtx, n, op);
   const bool* mask = mask_t.data_ptr<bool>();
   at::Tensor pos_offsets = at::zeros({runs + 1}, vtx.options());
   at::Tensor positions;

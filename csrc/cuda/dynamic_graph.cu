@@ -702,6 +702,34 @@ __global__ void marked_counts_kernel(const int64_t* __restrict__ vtx, int64_t ru
   }
 }
 
+// The items of a marked-vertex batch (one per (vertex, data page of its list)): item_off (runs
+// + 1) and their number, read back with the check of the vertices (ascending, in range),
+// which raises for the first bad one. The op's one synchronisation.
+struct MarkedItems {
+  at::Tensor item_off;
+  int64_t items;
+};
+
+MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, int64_t num_ids, int s,
+                         cudaStream_t stream, const char* op) {
+  const int64_t runs = vertices.numel();
+  const auto opts = vertices.options();
+  at::Tensor leaves = at::zeros({runs}, opts);
+  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
+  if (runs > 0) {
+    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+        vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
+        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  at::Tensor item_off = offsets_of(leaves);
+  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
+  int64_t f[kNumBatchErrors];
+  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
+  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  return {item_off, h[kNumBatchErrors]};
+}
+
 // masks[item * steps + step] = the entries of the step that are marked (all of them when the
 // item's vertex is); item_count[item] = their number. Items kWarp at a time, as find_mask_kernel.
 template <typename idx_t>
@@ -770,20 +798,9 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
                    degree = degree_in.contiguous(), vertices = vertices_in.contiguous(), mask = mask_in.contiguous();
   const int64_t runs = vertices.numel(), num_ids = root.numel();
   const auto opts = vertices.options();
-  at::Tensor leaves = at::zeros({runs}, opts);
-  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
-  if (runs > 0) {
-    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
-        vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
-        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor item_off = offsets_of(leaves);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
-  int64_t f[kNumBatchErrors];
-  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
-  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
-  const int64_t items = h[kNumBatchErrors];
+  const MarkedItems marked = marked_items(vertices, degree, num_ids, s, stream, op);
+  const at::Tensor& item_off = marked.item_off;
+  const int64_t items = marked.items;
   if (items == 0) return {at::zeros({runs + 1}, opts), at::empty({0}, opts)};
   at::Tensor item_count = at::empty({items}, opts);
   at::Tensor masks = at::empty({items * page_steps(s)}, opts.dtype(at::kInt));
@@ -858,21 +875,10 @@ at::Tensor mark_neighbours_cuda(const at::Tensor& pool_in, const at::Tensor& roo
                    degree = degree_in.contiguous(), vertices = vertices_in.contiguous();
   const int64_t runs = vertices.numel(), num_ids = root.numel();
   const auto opts = vertices.options();
-  at::Tensor leaves = at::zeros({runs}, opts);
-  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
-  if (runs > 0) {
-    marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
-        vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
-        reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  const at::Tensor item_off = offsets_of(leaves);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
-  int64_t f[kNumBatchErrors];
-  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
-  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  const MarkedItems marked = marked_items(vertices, degree, num_ids, s, stream, op);
+  const at::Tensor& item_off = marked.item_off;
+  const int64_t items = marked.items;
   at::Tensor marks = at::zeros({num_ids}, root.options().dtype(at::kBool));
-  const int64_t items = h[kNumBatchErrors];
   if (items == 0) return marks;
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     mark_neighbours_kernel<index_t><<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
