@@ -15,7 +15,7 @@ from graph_reference import fresh_seed
 
 import pytorch_zerocopy.sampling as S
 from pytorch_zerocopy.graph import CSRGraph, DynamicGraph, PoolFullError, bfs, kronecker_graph
-from pytorch_zerocopy.graph.dynamic import csr_bytes, tree_pages
+from pytorch_zerocopy.graph.dynamic import csr_bytes
 
 cuda = pytest.mark.cuda
 
@@ -119,6 +119,18 @@ def assert_matches(dg: DynamicGraph, model: Model):
         assert snap.weights.cpu().tolist() == pytest.approx(weights)
     assert dg.is_alive().cpu().tolist() == model.alive
     check_invariants(dg)
+
+
+def tree_pages(degree: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Pages (data and index) of lists of the given degrees (int64, elementwise), as
+    ``tree_pages`` in csrc/dynamic_graph.h: ``L = ceil(d / C)`` data pages plus, for every
+    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages (the reference)."""
+    s = page_size.bit_length() - 1
+    leaves = (degree + page_size - 1) >> s
+    shifts = s * torch.arange(1, 62 // s + 1, device=degree.device, dtype=torch.int64)
+    per_level = (leaves[..., None] + (1 << shifts) - 1) >> shifts
+    needed = leaves[..., None] > (1 << (shifts - s))
+    return leaves + (per_level * needed).sum(-1)
 
 
 def check_invariants(dg: DynamicGraph):

@@ -632,7 +632,6 @@ QueryArgs<idx_t> query_args(const Query& q, int s) {
                           s};
 }
 
-
 at::Tensor contains_cuda(const at::Tensor& pool_in, const at::Tensor& root_in, const at::Tensor& height_in,
                          const at::Tensor& degree_in, const at::Tensor& vertices_in, const at::Tensor& run_offsets_in,
                          const at::Tensor& run_dst_in, int64_t page_size) {
@@ -874,7 +873,6 @@ at::Tensor mark_neighbours_cuda(const at::Tensor& pool_in, const at::Tensor& roo
   const at::Tensor pool = pool_in.contiguous(), root = root_in.contiguous(), height = height_in.contiguous(),
                    degree = degree_in.contiguous(), vertices = vertices_in.contiguous();
   const int64_t runs = vertices.numel(), num_ids = root.numel();
-  const auto opts = vertices.options();
   const MarkedItems marked = marked_items(vertices, degree, num_ids, s, stream, op);
   const at::Tensor& item_off = marked.item_off;
   const int64_t items = marked.items;

@@ -133,16 +133,17 @@ def csr_bytes(graph: CSRGraph) -> int:
     return graph.indptr.numel() * graph.indptr.element_size() + graph.edge_list_bytes
 
 
-def tree_pages(degree: torch.Tensor, page_size: int) -> torch.Tensor:
-    """Pages (data and index) of lists of the given degrees (int64, elementwise), as
-    ``tree_pages`` in csrc/dynamic_graph.h: ``L = ceil(d / C)`` data pages plus, for every
-    level ``l >= 1`` with ``L > C**(l-1)``, ``ceil(L / C**l)`` index pages."""
-    s = _page_shift(page_size)
-    leaves = (degree + page_size - 1) >> s
-    shifts = s * torch.arange(1, 62 // s + 1, device=degree.device, dtype=torch.int64)
-    per_level = (leaves[..., None] + (1 << shifts) - 1) >> shifts
-    needed = leaves[..., None] > (1 << (shifts - s))
-    return leaves + (per_level * needed).sum(-1)
+def _pages_of(offsets: torch.Tensor, page_size: int) -> int:
+    """Pages (data and index) of the lists delimited by ``offsets`` (``n + 1`` ascending
+    offsets): what ``dynamic_graph_pages_needed`` counts for them appended to empty lists (one
+    synchronisation)."""
+    n = offsets.numel() - 1
+    if n <= 0:
+        return 0
+    dev = offsets.device
+    need = _ops().dynamic_graph_pages_needed.default(torch.zeros(n, dtype=torch.int64, device=dev),
+                                                      torch.arange(n, device=dev), offsets.to(torch.int64), page_size)
+    return int(need)
 
 
 def _page_shift(page_size: int) -> int:
@@ -316,8 +317,7 @@ class DynamicGraph:
         dtype = graph.indices.dtype
         n = graph.num_nodes
         indptr = graph.indptr.to(dev)
-        degree = indptr[1:] - indptr[:-1]
-        need = int(tree_pages(degree, page_size).sum()) if n else 0
+        need = _pages_of(indptr, page_size)
         num_pages = max(_MIN_PAGES, math.ceil(need * (1.0 + headroom)))
         _check_id_range(dtype, num_pages, max(n, 1))
         wdtype = None if graph.weights is None else graph.weights.dtype
@@ -342,13 +342,12 @@ class DynamicGraph:
         dst = snap.indices.to(torch.int64)
         key, _ = torch.sort(dst * self._key_base() + src)
         indegree = torch.bincount(dst, minlength=n) if dst.numel() else torch.zeros(n, dtype=torch.int64, device=dev)
-        need = int(tree_pages(indegree, self.page_size).sum()) if n else 0
-        num_pages = max(_MIN_PAGES, math.ceil(need * (1.0 + 0.5)))
+        offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
+        torch.cumsum(indegree, 0, out=offsets[1:])
+        num_pages = max(_MIN_PAGES, math.ceil(_pages_of(offsets, self.page_size) * (1.0 + 0.5)))
         index = DynamicGraph._empty(self.placement, dev, self.pool.dtype, None, num_pages, self.root.numel(), n,
                                     self.page_size, False, True)
         if key.numel():
-            offsets = torch.zeros(n + 1, dtype=torch.int64, device=dev)
-            torch.cumsum(indegree, 0, out=offsets[1:])
             index._append_runs(torch.arange(n, device=dev), offsets, key % self._key_base(), None,
                                "in-edge index")
         self._in = index
