@@ -73,6 +73,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -94,6 +95,7 @@ from pytorch_zerocopy.dgl import DataLoader, NeighborSampler as DglNeighborSampl
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
 from pytorch_zerocopy.nn import GraphSAGE  # noqa: E402
 from pytorch_zerocopy.pipeline import make_plan  # noqa: E402
+from pytorch_zerocopy.pipeline.partition import MPS_CONTROL, run_as_client, this_process_client_env  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import available_cores  # noqa: E402
 from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
 from pytorch_zerocopy.pyg import NeighborLoader, NeighborSampler, data_from_dataset, stores_from_data  # noqa: E402
@@ -221,8 +223,11 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
         loader.stage_times = None
     if "stages_ms" in result:
         print(f"{name:>13} stages (ms p50): {result['stages_ms']}", flush=True)
+    if processes:
+        result["plan"] = loader.processes.plan.describe()
     if name == "pyg_pipeline":
         result["step_alone_ms"] = step_alone_ms(loader, family)
+        print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms", flush=True)
     if hasattr(loader, "close"):
         loader.close()
     del loader
@@ -392,14 +397,23 @@ def main(argv=None) -> int:
                    help="diagnostic: profile the host work of N loader-only minibatches of the pyg and dgl rows")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="pyg_loader", help="output file name stem")
+    p.add_argument("--mps", choices=("auto", "off"), default="auto",
+                   help="auto: on a GPU, run as a client of a private MPS daemon (as 'zerocopy mps -- python "
+                        "...' runs a user's script), so the pipeline=True rows share the GPU with their producer; "
+                        "off: run as started")
     args = p.parse_args(argv)
+    if args.mps == "auto" and torch.cuda.is_available() and this_process_client_env(100.0) is None \
+            and shutil.which(MPS_CONTROL):
+        print("running under a private MPS daemon (zerocopy mps)", flush=True)
+        return run_as_client([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
     if args.quick:
         args.nodes, args.epochs, args.max_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
     args.workers = args.workers or max(1, min(8, available_cores() - 2))
     wall0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
-    result: Dict = {"environment": environment(), "fanouts": FANOUTS, "batch_size": args.batch_size, "hidden": args.hidden,
+    result: Dict = {"environment": environment(), "mps_client": this_process_client_env(100.0) is not None,
+                    "fanouts": FANOUTS, "batch_size": args.batch_size, "hidden": args.hidden,
                     "workers": args.workers, "quick": args.quick}
     if gpu:
         result["pinned_h2d_gbs"] = pinned_memcpy_gbs()
@@ -456,6 +470,11 @@ def _fmt(v) -> str:
     return str(v) if isinstance(v, (bool, str)) else f"{v:.3f}"
 
 
+def _range_ms(kind: Dict) -> str:
+    per = [e / kind["batches"] * 1e3 for e in kind["epoch_s_all"]]
+    return f"{min(per):.2f}–{max(per):.2f}"
+
+
 def write_markdown(r: Dict, path: str) -> None:
     env, d, pipe = r["environment"], r["dataset"], r["pipeline"]
     lines = [
@@ -483,16 +502,26 @@ def write_markdown(r: Dict, path: str) -> None:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in pipe["stages_ms"].items())
         lines += [f"Pipeline (`zerocopy train`'s default plan, same dataset): {pipe['ms_per_batch']:.2f} ms per "
                   f"minibatch, ms p50: {stages or 'no trace'} ({pipe['plan']}).", ""]
-    lines += ["| loader | minibatches | loader-only ms/minibatch | x GB/s | training ms/minibatch | setup s | "
-              "stages ms p50 (sample, gather, build, deliver) |", "|---|---|---|---|---|---|---|"]
+    if r["bars"].get("on_gpu"):
+        lines += [f"The training process {'was' if r.get('mps_client') else 'was not'} an MPS client "
+                  "(`zerocopy mps`): the `pipeline=True` rows' producers "
+                  f"{'shared the GPU with it through MPS' if r.get('mps_client') else 'took turns with it on the GPU'}.",
+                  ""]
+    lines += ["| loader | minibatches | loader-only ms/minibatch (epochs' range) | x GB/s | training ms/minibatch "
+              "(epochs' range) | setup s | stages ms p50 (sample, gather, build, deliver) |",
+              "|---|---|---|---|---|---|---|"]
     for name, m in r["modes"].items():
         if "error" in m:
             lines.append(f"| {name} | failed: {m['error']} |" + " |" * 5)
             continue
         lo, tr, st = m["loader_only"], m["train"], m.get("stages_ms", {})
         stages = ", ".join(f"{st[s]:.2f}" if s in st else "-" for s in ("sample", "gather", "build", "deliver"))
-        lines.append(f"| {name} | {lo['batches']} | {lo['ms_per_batch']:.2f} | {lo['feature_gbs']:.2f} | "
-                     f"{tr['ms_per_batch']:.2f} | {m['setup_s']:.1f} | {stages if st else '-'} |")
+        lines.append(f"| {name} | {lo['batches']} | {lo['ms_per_batch']:.2f} ({_range_ms(lo)}) | "
+                     f"{lo['feature_gbs']:.2f} | {tr['ms_per_batch']:.2f} ({_range_ms(tr)}) | {m['setup_s']:.1f} | "
+                     f"{stages if st else '-'} |")
+    for name, m in r["modes"].items():
+        if m.get("plan"):
+            lines += ["", f"`{name}`'s processes: {m['plan']}."]
     if r.get("pyg_not_measured"):
         lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
     lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]

@@ -1,4 +1,4 @@
-"""The ``zerocopy`` command: ``train``, ``doctor`` (see :data:`DESCRIPTION`).
+"""The ``zerocopy`` command: ``train``, ``doctor``, ``mps`` (see :data:`DESCRIPTION`).
 
 This module imports only the standard library: a command's module (and torch with it) is
 imported when that command runs or its own ``--help`` is shown, so ``zerocopy``, ``zerocopy
@@ -8,6 +8,7 @@ imported when that command runs or its own ``--help`` is shown, so ``zerocopy``,
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from typing import Callable, Dict, List, Optional
 
@@ -20,6 +21,7 @@ GPUs reading graph data straight out of host memory.
 COMMANDS: Dict[str, str] = {
     "train": "train GraphSAGE through the zero-copy pipeline (embedded dataset by default)",
     "doctor": "check this machine for zero-copy use; every line says OK or what to do",
+    "mps": "run a command as a client of a private CUDA MPS daemon (a loader's pipeline=True shares the GPU)",
 }
 
 
@@ -61,6 +63,32 @@ def _doctor_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of the H2D bandwidth check")
 
 
+def _mps_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--share", type=float, default=100.0,
+                        help="percent of the GPU's threads the command's own CUDA work may use")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                        help="the command and its arguments, e.g. -- python train.py")
+
+
+def _mps(args: argparse.Namespace) -> int:
+    from .pipeline.partition import MPS_CONTROL, MpsError, run_as_client
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        print("zerocopy mps: give the command to run after --, e.g. zerocopy mps -- python train.py",
+              file=sys.stderr)
+        return 2
+    if shutil.which(MPS_CONTROL) is None:
+        print(f"zerocopy mps: needs CUDA MPS, but {MPS_CONTROL!r} is not on PATH (it comes with the NVIDIA "
+              "driver's utilities)", file=sys.stderr)
+        return 1
+    try:
+        return run_as_client(cmd, args.share)
+    except (MpsError, ValueError) as e:
+        print(f"zerocopy mps: {e}", file=sys.stderr)
+        return 1
+
+
 def _train(args: argparse.Namespace) -> int:
     from .train import run_from_args
 
@@ -84,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                    formatter_class=argparse.RawDescriptionHelpFormatter).set_defaults(run=_train)
     sub.add_parser("doctor", help=COMMANDS["doctor"], add_options=_doctor_options,
                    formatter_class=argparse.ArgumentDefaultsHelpFormatter).set_defaults(run=_doctor)
+    sub.add_parser("mps", help=COMMANDS["mps"], add_options=_mps_options,
+                   description="Run COMMAND as a client of a private CUDA MPS daemon, started here and\n"
+                               "stopped when COMMAND ends. A PyG NeighborLoader or DGL DataLoader with\n"
+                               "pipeline=True in COMMAND then shares the GPU with its producer process\n"
+                               "through MPS instead of taking turns with it; 'zerocopy train' in it\n"
+                               "uses the same daemon.",
+                   formatter_class=argparse.RawDescriptionHelpFormatter).set_defaults(run=_mps)
     return parser
 
 

@@ -16,9 +16,17 @@ def test_without_a_command_it_lists_the_commands_one_line_each(capsys):
     assert out == ""
     lines = err.splitlines()
     assert lines[0].startswith("usage: zerocopy") and lines[1] == "zerocopy: choose a command:"
-    assert [line.split()[0] for line in lines[2:4]] == ["train", "doctor"] == list(COMMANDS)
-    assert "train GraphSAGE" in lines[2] and "check this machine" in lines[3]
-    assert "the following arguments are required" not in err and "--help" in lines[4]
+    assert [line.split()[0] for line in lines[2:5]] == ["train", "doctor", "mps"] == list(COMMANDS)
+    assert "train GraphSAGE" in lines[2] and "check this machine" in lines[3] and "MPS daemon" in lines[4]
+    assert "the following arguments are required" not in err and "--help" in lines[5]
+
+
+def test_mps_without_a_command_or_mps_says_what_to_do(capsys, monkeypatch):
+    assert main(["mps"]) == 2
+    assert "give the command to run after --" in capsys.readouterr().err
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["mps", "--", "true"]) == 1
+    assert "needs CUDA MPS" in capsys.readouterr().err
 
 
 HELP_IMPORTS = textwrap.dedent("""

@@ -508,6 +508,32 @@ def test_find_marked_matches_snapshot(seed, placement, page_size):
     assert positions.numel() > 0
 
 
+@pytest.mark.parametrize("placement", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_find_marked_with_a_coarse_mask(seed, placement):
+    """Over ~1.6 M vertex ids a bit of the mask kernel's coarse mask (shared memory) covers
+    several ids, so set bits are confirmed in the mask itself: the same positions as the
+    reference, for marked ids and for unmarked ids that share a bit with one."""
+    rng = np.random.default_rng(seed)
+    n = 3_000_000
+    dg = DynamicGraph.from_csr(random_csr(rng, n=n, m=30000), placement=placement, page_size=8)
+    mask = torch.from_numpy(rng.random(n) < 0.002)
+    snap = dg.to_csr()
+    indptr, ids = snap.indptr.cpu(), snap.indices.cpu().long()
+    mask[ids[torch.from_numpy(rng.random(ids.numel()) < 0.3)]] = True  # hits in the lists read
+    partner = (ids ^ 1).clamp(max=n - 1)  # shares a coarse bit with the listed id (shift 1 here)
+    mask[partner[torch.from_numpy(rng.random(ids.numel()) < 0.3)]] = True
+    assert bool((~mask[ids] & mask[partner]).any())  # unmarked entries under a set bit
+    with_edges = torch.nonzero(indptr[1:] > indptr[:-1]).flatten()
+    pick = torch.from_numpy(np.sort(rng.choice(with_edges.numel(), 400, replace=False)))
+    vertices = torch.cat([with_edges[pick], torch.tensor([7])]).unique()
+    pos_offsets, positions = torch.ops.zerocopy.dynamic_graph_find_marked(
+        dg.pool, dg.root, dg.height, dg.degree, vertices.to(dg.device), mask.to(dg.device), dg.page_size)
+    want_offsets, want_positions = _marked_reference(dg, vertices.tolist(), mask.tolist())
+    assert pos_offsets.tolist() == want_offsets
+    assert positions.tolist() == want_positions
+    assert positions.numel() > 0
+
+
 def test_find_marked_checks_vertices(seed):
     rng = np.random.default_rng(seed)
     dg = DynamicGraph.from_csr(random_csr(rng, n=20, m=60), page_size=4)

@@ -138,6 +138,36 @@ def test_a_killed_owner_leaves_no_mps_daemon(tmp_path):
     assert gone, "the daemon outlived its killed owner"
 
 
+def test_run_as_client_runs_the_command_under_a_private_daemon(tmp_path):
+    """``zerocopy mps -- CMD``'s core: CMD sees the daemon's pipe, its share and the shared
+    daemon's root (so its pipelines attach), its exit status comes back, and the daemon and
+    its directories are gone after it ends."""
+    import psutil
+
+    from pytorch_zerocopy.pipeline.partition import SHARED_DAEMON_ENV, run_as_client
+
+    fake = tmp_path / "fake-mps-control"
+    fake.write_text(FAKE_MPS_CONTROL)
+    fake.chmod(0o755)
+    seen = tmp_path / "seen.txt"
+    script = ("import os, sys\n"
+              "pid = open(os.path.join(os.environ['CUDA_MPS_PIPE_DIRECTORY'], 'fake.pid')).read().strip()\n"
+              f"open({str(seen)!r}, 'w').write('\\n'.join([os.environ.get(k, '') for k in "
+              f"('CUDA_MPS_PIPE_DIRECTORY', 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE', {SHARED_DAEMON_ENV!r})] + [pid]))\n"
+              "sys.exit(int(pid) % 7 + 3)\n")
+    rc = run_as_client([sys.executable, "-c", script], 40, binary=str(fake))
+    pipe, share, root, pid = seen.read_text().split("\n")
+    assert pipe.startswith(root) and os.path.basename(pipe) == "pipe" and share == "40"
+    assert rc == int(pid) % 7 + 3  # the command's own status
+    assert not os.path.exists(root)
+    gone = not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    assert gone, "the daemon outlived the command"
+    with pytest.raises(ValueError, match="needs a command"):
+        run_as_client([], binary=str(fake))
+    with pytest.raises(MpsError, match="cannot run"):
+        run_as_client([str(tmp_path / "no-such-command")], binary=str(fake))
+
+
 def test_mps_client_files_of_ended_processes_are_removed(tmp_path):
     """The CUDA driver leaves a file in /dev/shm per MPS client process; stopping a daemon
     removes those made while it ran whose process has ended, and nothing else."""

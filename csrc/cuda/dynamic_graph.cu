@@ -12,7 +12,8 @@
 //            sorted destinations; find keeps a hit mask per 32 entries, scans the counts and
 //            writes positions from the masks, so positions come out sorted.
 //   sampling: the kernels of zerocopy::sample_layers over the paged lists (sample_layers.cu).
-//   find_marked: find's items with a mask of vertex ids as the test (vertex deletion).
+//   find_marked: find's items with a mask of vertex ids as the test (vertex deletion), behind a
+//            coarse copy of the mask in each block's shared memory.
 //   mark_neighbours: find_marked's items, every entry's id marked (the lists a deletion reads).
 //   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
 //            warp then walks the active pages one by one (whole pages: balanced by design).
@@ -729,14 +730,61 @@ MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, i
   return {item_off, h[kNumBatchErrors]};
 }
 
+// find_marked's coarse mask: bit b is set when an id in [b << shift, (b + 1) << shift) is
+// marked. The mask kernel holds it in shared memory, so an entry costs a global mask load only
+// when its bit is set; the shift is the smallest that fits the block's shared memory (0, exact,
+// up to kCoarseBytesMax * 8 ids).
+constexpr int kMarkedBlock = 1024;
+constexpr int kMarkedGroup = 8;  // items whose page loads a warp keeps in flight together
+constexpr int64_t kCoarseBytesMax = 192 * 1024;
+
+struct CoarseMask {
+  at::Tensor words;  // int32 bit words, (num_ids >> shift) bits rounded up
+  int shift;
+  int64_t bytes;
+};
+
+__global__ void coarse_mask_kernel(const bool* __restrict__ mask, int64_t num_ids, int shift,
+                                   unsigned* __restrict__ words) {
+  for (int64_t id = thread_index(); id < num_ids; id += thread_count()) {
+    if (mask[id]) {
+      const int64_t b = id >> shift;
+      atomicOr(&words[b >> 5], 1u << (b & 31));
+    }
+  }
+}
+
+CoarseMask coarse_mask(const at::Tensor& mask, int64_t num_ids, cudaStream_t stream) {
+  int device = 0, optin = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int64_t cap = std::min<int64_t>(kCoarseBytesMax, optin);
+  int shift = 0;
+  auto bytes_at = [&](int sh) { return std::max<int64_t>(1, ((num_ids >> sh) + 32) / 32) * 4; };
+  while (bytes_at(shift) > cap) ++shift;
+  CoarseMask c{at::zeros({bytes_at(shift) / 4}, mask.options().dtype(at::kInt)), shift, bytes_at(shift)};
+  if (num_ids > 0) {
+    coarse_mask_kernel<<<blocks_for(num_ids), kBlock, 0, stream>>>(
+        mask.data_ptr<bool>(), num_ids, shift, reinterpret_cast<unsigned*>(c.words.data_ptr<int32_t>()));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  return c;
+}
+
 // masks[item * steps + step] = the entries of the step that are marked (all of them when the
-// item's vertex is); item_count[item] = their number. Items kWarp at a time, as find_mask_kernel.
+// item's vertex is); item_count[item] = their number. Items kWarp at a time, as
+// find_mask_kernel, kMarkedGroup pages in flight; an entry is looked up in `mask` only when
+// its coarse bit (shared memory) is set.
 template <typename idx_t>
-__global__ void find_marked_mask_kernel(const idx_t* __restrict__ pool, const idx_t* __restrict__ root,
-                                        const int8_t* __restrict__ height, const int64_t* __restrict__ degree,
-                                        const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
-                                        int64_t runs, int64_t items, const bool* __restrict__ mask, int64_t num_ids,
-                                        unsigned* __restrict__ masks, int64_t* __restrict__ item_count, int s) {
+__global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
+    const idx_t* __restrict__ pool, const idx_t* __restrict__ root, const int8_t* __restrict__ height,
+    const int64_t* __restrict__ degree, const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
+    int64_t runs, int64_t items, const bool* __restrict__ mask, const unsigned* __restrict__ coarse,
+    int64_t coarse_words, int coarse_shift, int64_t num_ids, unsigned* __restrict__ masks,
+    int64_t* __restrict__ item_count, int s) {
+  extern __shared__ unsigned shared_coarse[];
+  for (int64_t w = threadIdx.x; w < coarse_words; w += blockDim.x) shared_coarse[w] = coarse[w];
+  __syncthreads();
   const int lane = lane_id();
   const int64_t size = int64_t(1) << s, steps = page_steps(s);
   for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
@@ -752,34 +800,47 @@ __global__ void find_marked_mask_kernel(const idx_t* __restrict__ pool, const id
       my_page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, my_i, s);
     }
     const int count = static_cast<int>(imin(kWarp, items - first));
-    for (int j0 = 0; j0 < count; j0 += kItemGroup) {
-      int64_t hits[kItemGroup] = {};
+    for (int j0 = 0; j0 < count; j0 += kMarkedGroup) {
+      int hits[kMarkedGroup] = {};
       for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
-        int64_t x[kItemGroup];
-        bool valid[kItemGroup], whole[kItemGroup];
+        idx_t x[kMarkedGroup];
+        bool valid[kMarkedGroup], whole[kMarkedGroup];
 #pragma unroll
-        for (int u = 0; u < kItemGroup; ++u) {
+        for (int u = 0; u < kMarkedGroup; ++u) {
           const int src = (j0 + u) & (kWarp - 1);
           const int64_t i = __shfl_sync(kFull, my_i, src), page = __shfl_sync(kFull, my_page, src);
           const int64_t deg = __shfl_sync(kFull, my_deg, src);
           whole[u] = __shfl_sync(kFull, my_whole, src) != 0;
           const int64_t k = k0 + lane;
           valid[u] = j0 + u < count && k < size && (i << s) + k < deg;
-          x[u] = valid[u] && !whole[u] ? static_cast<int64_t>(pool[(page << s) + k]) : -1;
+          x[u] = valid[u] && !whole[u] ? pool[(page << s) + k] : idx_t(-1);
         }
 #pragma unroll
-        for (int u = 0; u < kItemGroup; ++u) {
-          const bool hit = valid[u] && (whole[u] || (x[u] >= 0 && x[u] < num_ids && mask[x[u]]));
+        for (int u = 0; u < kMarkedGroup; ++u) {
+          bool hit = valid[u] && whole[u];
+          if (valid[u] && !whole[u] && x[u] >= 0 && x[u] < num_ids) {
+            const int64_t b = static_cast<int64_t>(x[u]) >> coarse_shift;
+            hit = ((shared_coarse[b >> 5] >> (b & 31)) & 1u) != 0 && mask[x[u]];
+          }
           const unsigned m = __ballot_sync(kFull, hit);
           if (lane == 0 && j0 + u < count) masks[(first + j0 + u) * steps + k0 / kWarp] = m;
           hits[u] += __popc(m);
         }
       }
 #pragma unroll
-      for (int u = 0; u < kItemGroup; ++u)
+      for (int u = 0; u < kMarkedGroup; ++u)
         if (lane == 0 && j0 + u < count) item_count[first + j0 + u] = hits[u];
     }
   }
+}
+
+// Blocks of the mask kernel: one per SM (each holds the coarse mask), fewer for few items.
+int marked_blocks(int64_t items) {
+  int device = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t wanted = (chunk_threads(items) + kMarkedBlock - 1) / kMarkedBlock;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, sms)));
 }
 
 std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, const at::Tensor& root_in,
@@ -804,11 +865,16 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
   at::Tensor item_count = at::empty({items}, opts);
   at::Tensor masks = at::empty({items * page_steps(s)}, opts.dtype(at::kInt));
   auto* m = reinterpret_cast<unsigned*>(masks.data_ptr<int32_t>());
+  const CoarseMask coarse = coarse_mask(mask, num_ids, stream);
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    find_marked_mask_kernel<index_t><<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
+    auto kernel = find_marked_mask_kernel<index_t>;
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(coarse.bytes)));
+    kernel<<<marked_blocks(items), kMarkedBlock, coarse.bytes, stream>>>(
         pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, mask.data_ptr<bool>(), num_ids, m,
-        item_count.data_ptr<int64_t>(), s);
+        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, mask.data_ptr<bool>(),
+        reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()), coarse.bytes / 4, coarse.shift, num_ids,
+        m, item_count.data_ptr<int64_t>(), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   const at::Tensor item_pos = offsets_of(item_count);

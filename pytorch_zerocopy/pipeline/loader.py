@@ -83,8 +83,9 @@ def loader_plan(fanouts: Sequence[int], batch_size: int, row_bytes: int, table_b
     """The plan of a loader's process way: :func:`~.plan.make_plan` of mode ``zerocopy`` for
     the loader's ``fanouts`` (input side first; a fanout of 0 sizes slots as 1) and
     ``batch_size`` on this machine. The GPU is partitioned with MPS only where this process is
-    itself an MPS client (:func:`~.partition.this_process_client_env`). ``cache``: the plan's
-    cache of the gathered table (None: the plan's default)."""
+    itself an MPS client (:func:`~.partition.this_process_client_env`; ``zerocopy mps`` runs a
+    script as one); elsewhere the producer's process and this one take turns on the GPU.
+    ``cache``: the plan's cache of the gathered table (None: the plan's default)."""
     partition = "mps" if this_process_client_env(100.0) is not None else "none"
     settings = {} if cache is None else {"cache": cache}
     return make_plan("zerocopy", partition, row_bytes=row_bytes, table_bytes=table_bytes,

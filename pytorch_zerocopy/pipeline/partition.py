@@ -3,6 +3,8 @@
 * :class:`MpsDaemon`: a private CUDA MPS control daemon (its own pipe and log directories in a
   temporary directory, so it neither sees nor disturbs any other MPS on the machine). Clients
   started with :meth:`MpsDaemon.client_env` connect to it with a share of the GPU's threads.
+* :func:`run_as_client`: a command run as a client of a private daemon (``zerocopy mps``), so
+  that the processes it starts can share the GPU with it through MPS.
 * :func:`green_streams`: two streams on two disjoint SM sets of one process (green contexts).
 
 The paper (§3.2.2) gives the producer ~10% of the GPU: a few SMs keep enough PCIe reads in
@@ -17,6 +19,7 @@ import os
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -342,6 +345,32 @@ def this_process_client_env(share_percent: float) -> Optional[Dict[str, str]]:
     if os.environ.get("CUDA_MPS_LOG_DIRECTORY"):
         env["CUDA_MPS_LOG_DIRECTORY"] = os.environ["CUDA_MPS_LOG_DIRECTORY"]
     return env
+
+
+def run_as_client(argv: List[str], share_percent: float = 100.0, binary: str = MPS_CONTROL) -> int:
+    """Runs the command ``argv`` as a client of a private MPS daemon started here (with
+    ``share_percent`` of the GPU's threads) and stopped when it ends; returns its exit status.
+    The command's own pipelines attach to the same daemon (:data:`SHARED_DAEMON_ENV`), and a
+    loader's process way in it shares the GPU with it through MPS
+    (:func:`this_process_client_env`). SIGINT and SIGTERM reach the command; the daemon is
+    stopped after it exits, or by its reaper if this process dies first."""
+    if not argv:
+        raise ValueError("run_as_client needs a command to run")
+    with MpsDaemon(binary) as daemon:
+        env = {**os.environ, **daemon.client_env(share_percent), **daemon.shared_env()}
+        try:
+            child = subprocess.Popen(list(argv), env=env)
+        except OSError as e:
+            raise MpsError(f"cannot run {argv[0]!r}: {e}") from None
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+        try:
+            while True:
+                try:
+                    return child.wait()
+                except KeyboardInterrupt:  # the terminal sent SIGINT to the command too
+                    continue
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def shared_daemon() -> Optional[MpsDaemon]:
