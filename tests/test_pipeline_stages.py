@@ -180,3 +180,21 @@ def test_stage_timer_of_none_records_nothing():
     with times.timed(Stage.SAMPLE):
         pass
     assert len(times.values[Stage.SAMPLE]) == 1
+
+
+def test_seed_batches_travel_by_value():
+    """A seed batch put on a queue carries its seeds inline, not as a shared-memory handle
+    (whose receiver would connect back to the sender for each batch), and arrives equal."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers torch's tensor reductions, as the queues do
+
+    seeds = torch.randperm(5000)[:1024]
+    data = bytes(ForkingPickler.dumps(SeedBatch(Phase.TRAIN, 3, 7, seeds[::1], 11)))
+    assert len(data) >= seeds.numel() * seeds.element_size()
+    got = pickle.loads(data)
+    assert (got.phase, got.epoch, got.index, got.sample_seed) == (Phase.TRAIN, 3, 7, 11)
+    assert torch.equal(got.seeds, seeds) and got.seeds.dtype == torch.int64
+    strided = pickle.loads(bytes(ForkingPickler.dumps(SeedBatch(Phase.VAL, 0, 0, seeds[::3]))))
+    assert torch.equal(strided.seeds, seeds[::3])

@@ -43,6 +43,16 @@ class SeedBatch:
     seeds: torch.Tensor
     sample_seed: Optional[int] = None
 
+    def __reduce__(self):
+        # Pickled by value (the seeds are a few KB of host memory): a tensor put on a
+        # multiprocessing queue travels as a shared-memory handle, whose receiver opens a
+        # connection to the sender's process for every tensor, on the sampling role's path.
+        return (_seed_batch, (self.phase, self.epoch, self.index, self.seeds.numpy(), self.sample_seed))
+
+
+def _seed_batch(phase: Phase, epoch: int, index: int, seeds, sample_seed: Optional[int]) -> SeedBatch:
+    return SeedBatch(phase, epoch, index, torch.from_numpy(seeds), sample_seed)
+
 
 def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
     """The seed batches of one epoch's phase: a shuffled training split, or the validation
