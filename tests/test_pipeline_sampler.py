@@ -237,7 +237,7 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     import queue
 
     from pytorch_zerocopy.graph import CSRGraph
-    from pytorch_zerocopy.pipeline.loader import FedStage
+    from pytorch_zerocopy.pipeline.loader import FedStage, SeedSpan, _SeedRows
 
     host_to = CSRGraph.to
     monkeypatch.setattr(CSRGraph, "to", lambda self, placement, device=None: host_to(self, "cpu"))
@@ -254,13 +254,43 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     stage = FedStage()
     stage.queues = [seeds]
     plan = Plan(fanouts=(3, 3), batch_size=8)
+    rows = _SeedRows(4, 8)
+
+    def send(epoch, i, batch):  # as the loader's process sends a batch
+        seeds.put(SeedSpan(epoch, i, rows.put(batch, [seeds]), batch.numel(), None))
+
     for i, batch in enumerate(directed.train_idx[:24].split(8)):
-        seeds.put(SeedBatch(Phase.TRAIN, 0, i, batch))
+        send(0, i, batch)
     seeds.put(EpochMark(0, Phase.TRAIN))
     items = iter(GpuSampler(plan, directed, torch.device("cpu"), ahead=3, stage=stage))
     first = [next(items) for _ in range(4)]
     assert [x.batch.step for x in first[:3]] == [0, 1, 2] and first[3] == EpochMark(0, Phase.TRAIN)
     assert all(x.batch.labels.numel() == 0 for x in first[:3])  # a loader's stage packs no labels
-    seeds.put(SeedBatch(Phase.TRAIN, 1, 0, directed.train_idx[:8]))
+    send(1, 0, directed.train_idx[:8])
     seeds.put(None)
     assert [x.batch.epoch for x in items] == [1]
+
+
+def test_loader_seed_rows_are_reused_and_grow():
+    """The process way's seed slots: a row per batch in flight, given back on delivery; a batch
+    wider than the rows makes new, wider rows, announced to every role before its span, while
+    the batches already sent keep the rows they were written to."""
+    from pytorch_zerocopy.pipeline.loader import SeedSlots, _SeedRows
+
+    class Q(list):
+        put = list.append
+
+    queues = [Q(), Q()]
+    rows = _SeedRows(2, 4)
+    a = rows.put(torch.tensor([5, 6, 7]), queues)
+    first = rows.rows
+    assert [type(m) for m in queues[0]] == [SeedSlots] and queues[0][0].rows is first and first.is_shared()
+    b = rows.put(torch.tensor([1, 2, 3, 4]), queues)
+    assert {a, b} == {0, 1} and rows.free == []
+    assert first[a, :3].tolist() == [5, 6, 7] and first[b].tolist() == [1, 2, 3, 4]
+    rows.release(a)
+    c = rows.put(torch.arange(9), queues)  # wider: new rows, sent to both roles
+    assert c == a and rows.rows is not first and rows.rows.shape == (2, 9)
+    assert len(queues[0]) == len(queues[1]) == 2 and queues[1][1].rows is rows.rows
+    assert first[b].tolist() == [1, 2, 3, 4]  # the batch in flight still reads its old row
+    assert rows.rows[c].tolist() == list(range(9))

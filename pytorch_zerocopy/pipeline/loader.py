@@ -10,8 +10,12 @@ them out, builds the loader's minibatch and hands it to the training loop while 
 minibatches are sampled and gathered, so loading overlaps the loop's step.
 
 Seeds: the calling process decides them, in the loader's own order (shuffling draws from
-torch's generator there, as in-process), and sends each seed batch to a sampling role, keeping
-``Plan.num_slots + Plan.queue_depth`` batches in flight; an epoch ends with an
+torch's generator there, as in-process), and keeps ``Plan.num_slots + Plan.queue_depth``
+batches in flight. A batch's seeds go into a row of the seed slots, a buffer in shared memory
+made once (:class:`SeedSlots`), and the sampling role is sent only which row (a
+:class:`SeedSpan` of ints): per minibatch no tensor and no array crosses a queue, whose
+feeder thread would need the calling process's GIL (held by a training step written in
+Python) for every one. A row is reused once its minibatch is delivered; an epoch ends with an
 :class:`~.messages.EpochMark` from every sampling role.
 
 Lifetime: the processes start with the first epoch and serve every later one. :meth:`close`
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import queue
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -57,6 +61,53 @@ CLOSE_TIMEOUT_SECONDS = 60.0
 _PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
 
 
+@dataclass(frozen=True)
+class SeedSlots:
+    """Calling process -> sampling roles, when the seed slots are made (and remade, larger,
+    for a batch that does not fit): ``rows``, ``[slots, capacity]`` int64 in shared memory."""
+
+    rows: torch.Tensor
+
+
+@dataclass(frozen=True)
+class SeedSpan:
+    """Calling process -> a sampling role, per minibatch: minibatch ``index`` of ``epoch`` has
+    the first ``count`` seeds of row ``row`` of the seed slots; ``sample_seed`` as in
+    :class:`~.minibatches.SeedBatch`."""
+
+    epoch: int
+    index: int
+    row: int
+    count: int
+    sample_seed: Optional[int]
+
+
+class _SeedRows:
+    """The calling process's side of the seed slots: the shared rows and the free ones. A row
+    is taken when a batch is sent and given back when its minibatch is delivered (or, for an
+    epoch ended early, once the roles' marks show they read every batch sent)."""
+
+    def __init__(self, slots: int, capacity: int):
+        self.slots, self.capacity = slots, max(1, capacity)
+        self.rows: Optional[torch.Tensor] = None
+        self.free = list(range(slots))
+
+    def put(self, seeds: torch.Tensor, queues: list) -> int:
+        """Writes ``seeds`` into a free row (the rows made, or remade larger, first, and sent to
+        every role in ``queues``); returns the row."""
+        if self.rows is None or seeds.numel() > self.rows.shape[1]:
+            wider = self.capacity if self.rows is None else 2 * self.rows.shape[1]
+            self.rows = shared_host_tensor((self.slots, max(wider, seeds.numel())), torch.int64)
+            for q in queues:
+                q.put(SeedSlots(self.rows))
+        row = self.free.pop()
+        self.rows[row, :seeds.numel()].copy_(seeds.reshape(-1))
+        return row
+
+    def release(self, row: int) -> None:
+        self.free.append(row)
+
+
 class FedStage(SampleStage):
     """A loader's sample stage, whose seeds come from the loader's process: sampling role ``w``
     reads :class:`~.minibatches.SeedBatch` es and marks from ``queues[w]`` until None
@@ -68,11 +119,20 @@ class FedStage(SampleStage):
 
     def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int):
         q = self.queues[worker]
+        rows: Optional[torch.Tensor] = None
         while True:
             item = q.get()
             if item is None:
                 return
-            yield item
+            if isinstance(item, SeedSlots):
+                rows = item.rows
+            elif isinstance(item, SeedSpan):
+                # A view of the row: read before the minibatch is delivered, then reused.
+                yield SeedBatch(Phase.TRAIN, item.epoch, item.index, rows[item.row, :item.count], item.sample_seed)
+            elif isinstance(item, EpochMark):
+                yield item
+            else:
+                raise TypeError(f"a loader's sampling role got {type(item).__name__} on its seed queue")
 
     def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
         return seeds.new_empty(0)
@@ -150,9 +210,10 @@ class _Epoch:
     """One epoch's seed batches, sent ``limit`` ahead of delivery; the keys the loader gave
     them, by step; the marks received."""
 
-    def __init__(self, queues: list, epoch: int, todo: Iterator[Tuple[Any, torch.Tensor, int]], limit: int):
-        self.queues, self.epoch, self.todo, self.limit = queues, epoch, todo, limit
-        self.keys: Dict[int, Any] = {}
+    def __init__(self, queues: list, epoch: int, todo: Iterator[Tuple[Any, torch.Tensor, int]], rows: _SeedRows):
+        self.queues, self.epoch, self.todo, self.rows = queues, epoch, todo, rows
+        self.limit = rows.slots
+        self.keys: Dict[int, Tuple[Any, int]] = {}  # step -> (the loader's key, its seed row)
         self.sent = self.in_flight = self.marks = 0
         self.ended = False
 
@@ -163,9 +224,10 @@ class _Epoch:
                 self.end()
                 return
             key, seeds, sample_seed = nxt
-            self.keys[self.sent] = key
-            batch = SeedBatch(Phase.TRAIN, self.epoch, self.sent, seeds, sample_seed)
-            self.queues[self.sent % len(self.queues)].put(batch)
+            row = self.rows.put(seeds, self.queues)
+            self.keys[self.sent] = (key, row)
+            span = SeedSpan(self.epoch, self.sent, row, seeds.numel(), sample_seed)
+            self.queues[self.sent % len(self.queues)].put(span)
             self.sent += 1
             self.in_flight += 1
 
@@ -181,7 +243,15 @@ class _Epoch:
 
     def delivered(self, step: int) -> Any:
         self.in_flight -= 1
-        return self.keys.pop(step)
+        key, row = self.keys.pop(step)
+        self.rows.release(row)
+        return key
+
+    def drained(self) -> None:
+        """After every role's mark: the rows of the batches never delivered go back."""
+        for _, row in self.keys.values():
+            self.rows.release(row)
+        self.keys.clear()
 
 
 class LoaderProcesses:
@@ -197,6 +267,7 @@ class LoaderProcesses:
         self.incoming: Optional[Iterator] = None
         self.queues: List = []
         self.open: Optional[_Epoch] = None
+        self.seed_rows = _SeedRows(self.plan.num_slots + self.plan.queue_depth, self.plan.batch_size)
         self.epochs = 0
         self.closed = False
 
@@ -289,7 +360,7 @@ class LoaderProcesses:
         if self.open is not None:
             raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
                                "iterator before starting another")
-        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.plan.num_slots + self.plan.queue_depth)
+        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows)
         self.epochs += 1
         take = self._next if times is None else _timed_delivery(self._next, times)
         try:
@@ -351,6 +422,7 @@ class LoaderProcesses:
                 run.marks += 1
             else:
                 self.reader.release(item)
+        run.drained()
         self.open = None
 
 
