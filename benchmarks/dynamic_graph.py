@@ -13,7 +13,9 @@ uniform random sources and destinations, then deletion of the same edges (the gr
 its edge set, so 10 rounds measure reuse of freed pages), and the same with sources focused on
 a window of 1000 vertices that sweeps over the graph; deletion of 1 M existing edges; 100 K
 vertex insertions and deletions (the deletion of 100 K existing vertices by the graph's default
-path, and of another 100 K by the page sweep, ``delete_100K_existing_sweep_ms``). Every time is a CUDA-event interval around the user's call
+path, ``--vertex-rounds`` batches of them drawn from the vertices still alive, and of another
+100 K by the page sweep, ``delete_100K_existing_sweep_ms``). Every time is a CUDA-event
+interval around the user's call
 (checks, sorting, duplicate removal and the host synchronisations included), the median over
 the rounds after one warm-up round.
 
@@ -299,23 +301,39 @@ def delete_existing(dg: DynamicGraph, batch: int, clock: Clock, gen: torch.Gener
             "deletions": [dataclasses.asdict(c) for c in counts]}
 
 
-def vertex_updates(dg: DynamicGraph, count: int, clock: Clock, gen: torch.Generator) -> Dict:
-    n0 = dg.num_nodes
+def _live_sample(dg: DynamicGraph, count: int, gen: torch.Generator) -> torch.Tensor:
+    alive = torch.nonzero(dg.is_alive()).flatten()
+    if alive.numel() < count:
+        raise ValueError(f"--vertex-batch {count} x (--vertex-rounds + 2) batches need more vertices than the "
+                         f"{alive.numel()} still alive")
+    return alive[torch.randperm(alive.numel(), device=dg.device, generator=gen)[:count]]
+
+
+def vertex_updates(dg: DynamicGraph, count: int, rounds: int, clock: Clock, gen: torch.Generator) -> Dict:
+    """Vertex insertions and deletions of ``count`` vertices: new ones inserted and deleted;
+    existing ones deleted by the default path, a warm-up and ``rounds`` timed batches (each
+    drawn from the vertices still alive, its removals checked against the snapshot before it;
+    the bar reads their median), then once by the page sweep; then ``count`` deleted ids reused."""
     new, t_ins = clock(lambda: dg.insert_vertices(count))
     _, t_del_new = clock(lambda: dg.delete_vertices(new))
-    victims = torch.randperm(n0, device=dg.device, generator=gen)[:count]
-    expected = expected_vertex_removals(dg.to_csr(), victims)
-    deletion, t_del = counted_deletion(dg, lambda: dg.delete_vertices(victims), expected, count, clock)
-    alive = torch.nonzero(dg.is_alive()).flatten()
-    swept = alive[torch.randperm(alive.numel(), device=dg.device, generator=gen)[:count]]
+    deletions, times = [], []
+    for r in range(rounds + 1):
+        victims = _live_sample(dg, count, gen)
+        expected = expected_vertex_removals(dg.to_csr(), victims)
+        deletion, t_del = counted_deletion(dg, lambda: dg.delete_vertices(victims), expected, count, clock)
+        deletions.append(deletion)
+        if r:
+            times.append(t_del)
+    swept = _live_sample(dg, count, gen)
     expected = expected_vertex_removals(dg.to_csr(), swept)
     sweep, t_sweep = counted_deletion(dg, lambda: dg._delete_vertices(swept, sweep=True), expected, count, clock)
     _, t_reuse = clock(lambda: dg.insert_vertices(count))
-    return {"insert_100K_ms": t_ins, "delete_100K_new_ms": t_del_new, "delete_100K_existing_ms": t_del,
-            "in_edge_lookup": dg.in_edge_lookup, "delete_100K_existing_sweep_ms": t_sweep,
-            "edges_removed": deletion.removed, "edges_before": deletion.edges_before,
-            "deletion": dataclasses.asdict(deletion), "sweep_deletion": dataclasses.asdict(sweep),
-            "reinsert_reused_ids_ms": t_reuse, "count": count}
+    last = deletions[-1]
+    return {"insert_100K_ms": t_ins, "delete_100K_new_ms": t_del_new, "delete_100K_existing_ms": median(times),
+            "delete_100K_existing_ms_all": times, "in_edge_lookup": dg.in_edge_lookup,
+            "delete_100K_existing_sweep_ms": t_sweep, "edges_removed": last.removed, "edges_before": last.edges_before,
+            "deletion": dataclasses.asdict(last), "deletions": [dataclasses.asdict(d) for d in deletions],
+            "sweep_deletion": dataclasses.asdict(sweep), "reinsert_reused_ids_ms": t_reuse, "count": count}
 
 
 PROFILE_ROWS = 25  # lines of each --profile table
@@ -444,7 +462,7 @@ def run_placement(g: CSRGraph, placement: str, device: torch.device, args, rebui
     r["sampling"] = sampling_compare(dg, snap, clock, args.sample_batches, gen)
     r["bfs"] = bfs_compare(dg, snap, clock)
     del snap
-    r["vertices"] = vertex_updates(dg, args.vertex_batch, clock, gen)
+    r["vertices"] = vertex_updates(dg, args.vertex_batch, args.vertex_rounds, clock, gen)
     if args.profile and placement != "unified":
         r["profile"] = profile_updates(dg, args.batch, args.vertex_batch, gen)
     print(f"  [{placement}] sampling dyn/csr {r['sampling']['dynamic_over_csr']:.2f} "
@@ -456,13 +474,18 @@ def run_placement(g: CSRGraph, placement: str, device: torch.device, args, rebui
     return r
 
 
+def _spread(values: Optional[List[float]]) -> str:
+    """`` (lo–hi)`` of repeated times, or nothing for one."""
+    return f" ({min(values):.1f}–{max(values):.1f})" if values and len(values) > 1 else ""
+
+
 def deletion_counts(p: Dict) -> List[Dict]:
     """Every deletion batch's counts in one placement's results."""
     out = []
     for mode in ("uniform", "focused", "delete_existing"):
         out += p[mode]["deletions"]
-    return out + [p["vertices"]["deletion"]] + ([p["vertices"]["sweep_deletion"]]
-                                                if "sweep_deletion" in p["vertices"] else [])
+    v = p["vertices"]
+    return out + v.get("deletions", [v["deletion"]]) + ([v["sweep_deletion"]] if "sweep_deletion" in v else [])
 
 
 def bars_of(runs: List[Dict], primary: str) -> Dict:
@@ -511,6 +534,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=None, help="edges per update batch (default 1 M)")
     ap.add_argument("--vertex-batch", type=int, default=None, help="vertices per vertex batch (default 100 K)")
     ap.add_argument("--rounds", type=int, default=10, help="timed insert + delete rounds")
+    ap.add_argument("--vertex-rounds", type=int, default=3, help="timed batches deleting existing vertices (median)")
     ap.add_argument("--sample-batches", type=int, default=None, help="timed sampling batches")
     ap.add_argument("--page-size", type=int, default=32)
     ap.add_argument("--headroom", type=float, default=0.25)
@@ -530,7 +554,7 @@ def main() -> int:
     placement = "cuda" if has_gpu else "cpu"
     scale = args.scale or (11 if quick else 24)
     args.batch = args.batch or (10_000 if quick else 1_000_000)
-    args.vertex_batch = args.vertex_batch or (1_000 if quick else 100_000)
+    args.vertex_batch = args.vertex_batch or (200 if quick else 100_000)
     args.sample_batches = args.sample_batches or (5 if quick else 30)
     if quick:
         args.rounds = min(args.rounds, 3)
@@ -538,7 +562,8 @@ def main() -> int:
 
     wall0 = time.perf_counter()
     result: Dict = {"environment": environment(), "pytorch_zerocopy": zc.build_info(), "device": str(device),
-                    "batch": args.batch, "vertex_batch": args.vertex_batch, "rounds": args.rounds, "in_index": not args.no_in_index}
+                    "batch": args.batch, "vertex_batch": args.vertex_batch, "rounds": args.rounds, "vertex_rounds": args.vertex_rounds,
+                    "in_index": not args.no_in_index}
     if has_gpu:
         result["pinned_h2d_GB_per_s"] = pinned_memcpy_gbs(1 << 30)
         result["gpu_memory_peak_bytes"] = 0
@@ -573,7 +598,7 @@ def write_markdown(r: Dict, path: str) -> None:
         lines += [f"Pinned cudaMemcpy H2D ceiling (same run): {r['pinned_h2d_GB_per_s']:.1f} GB/s", ""]
     lines += ["| graph | pool | insert ms (uniform / focused) | delete ms (uniform / focused / existing) | "
               "sampling dyn / CSR ms | BFS dyn / CSR ms | memory / CSR (before → after) | "
-              "vertex ins / del ms (del by sweep) |",
+              "vertex ins / del ms, median (range) (del by sweep) |",
               "|---|---|---|---|---|---|---|---|"]
     rebuilds, deletions = [], []
     for run in r["runs"]:
@@ -588,7 +613,8 @@ def write_markdown(r: Dict, path: str) -> None:
                 f"{p['bfs']['dynamic_ms']:.1f} / {p['bfs']['csr_ms']:.1f} | "
                 f"{p['memory_before']['allocated_over_csr']:.2f} → {p['memory_after']['allocated_over_csr']:.2f} "
                 f"(used {p['memory_after']['used_over_csr']:.2f}) | "
-                f"{p['vertices']['insert_100K_ms']:.2f} / {p['vertices']['delete_100K_existing_ms']:.1f} "
+                f"{p['vertices']['insert_100K_ms']:.2f} / {p['vertices']['delete_100K_existing_ms']:.1f}"
+                f"{_spread(p['vertices'].get('delete_100K_existing_ms_all'))} "
                 f"({p['vertices']['in_edge_lookup']}; sweep {p['vertices']['delete_100K_existing_sweep_ms']:.1f}) |")
             for mode in ("uniform", "focused"):
                 w = p[mode]
