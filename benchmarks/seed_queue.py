@@ -16,7 +16,9 @@ receiver that cannot keep up: a sampling role starved of seeds). Ways:
   a :class:`~pytorch_zerocopy.pipeline.loader.SeedSpan` of ints on the queue;
 * ``int``: a slot number, what the loop sends back per minibatch (the ring's free queue).
 
-CPU only; it times nothing on a GPU and no bar of an issue reads it.
+CPU only; it times nothing on a GPU and no bar of an issue reads it. Its ``"bars"``: the mean
+lags (``loader_seed_lag_ms``: the ``span`` way, what the loaders send; ``tensor_seed_lag_ms``,
+``seed_batch_lag_ms``, ``int_lag_ms``) and ``loader_seed_lag_over_int``, ``tensor_over_loader``.
 
     python benchmarks/seed_queue.py            # a few seconds
 
@@ -110,7 +112,11 @@ def main(argv=None) -> int:
         print(f"{r['way']:>10}: mean lag {r['mean_lag_ms']:7.1f} ms (first quarter {r['lag_first_quarter_ms']:.1f}, "
               f"last {r['lag_last_quarter_ms']:.1f}), last batch {r['last_after_last_put_ms']:.1f} ms after the "
               "last put", flush=True)
-    result = {"environment": environment(), "args": vars(args), "rows": rows}
+    lag = {r["way"]: r["mean_lag_ms"] for r in rows}
+    bars = {"loader_seed_lag_ms": lag["span"], "tensor_seed_lag_ms": lag["tensor"],
+            "seed_batch_lag_ms": lag["seed_batch"], "int_lag_ms": lag["int"],
+            "loader_seed_lag_over_int": lag["span"] / lag["int"], "tensor_over_loader": lag["tensor"] / lag["span"]}
+    result = {"environment": environment(), "args": vars(args), "rows": rows, "bars": bars}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -124,6 +130,7 @@ def main(argv=None) -> int:
     lines += [f"| {r['way']} | {r['mean_lag_ms']:.1f} | {r['lag_first_quarter_ms']:.1f} | "
               f"{r['lag_last_quarter_ms']:.1f} | {r['max_lag_ms']:.1f} | {r['last_after_last_put_ms']:.1f} |"
               for r in rows]
+    lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in bars.items()]
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}/{args.name}.{{json,md}}")

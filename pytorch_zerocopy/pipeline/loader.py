@@ -213,12 +213,12 @@ class _Epoch:
     def __init__(self, queues: list, epoch: int, todo: Iterator[Tuple[Any, torch.Tensor, int]], rows: _SeedRows):
         self.queues, self.epoch, self.todo, self.rows = queues, epoch, todo, rows
         self.limit = rows.slots
-        self.keys: Dict[int, Tuple[Any, int]] = {}  # step -> (the loader's key, its seed row)
-        self.sent = self.in_flight = self.marks = 0
+        self.keys: Dict[int, Tuple[Any, int]] = {}  # in flight: step -> (the loader's key, its seed row)
+        self.sent = self.marks = 0
         self.ended = False
 
     def top_up(self) -> None:
-        while not self.ended and self.in_flight < self.limit:
+        while not self.ended and len(self.keys) < self.limit:
             nxt = next(self.todo, None)
             if nxt is None:
                 self.end()
@@ -229,7 +229,6 @@ class _Epoch:
             span = SeedSpan(self.epoch, self.sent, row, seeds.numel(), sample_seed)
             self.queues[self.sent % len(self.queues)].put(span)
             self.sent += 1
-            self.in_flight += 1
 
     def end(self) -> None:
         if not self.ended:
@@ -242,7 +241,6 @@ class _Epoch:
         return self.marks == len(self.queues)
 
     def delivered(self, step: int) -> Any:
-        self.in_flight -= 1
         key, row = self.keys.pop(step)
         self.rows.release(row)
         return key
