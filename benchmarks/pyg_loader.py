@@ -6,8 +6,11 @@ run.
 Dataset: ``papers_like`` (a papers100M-like graph) as a PyG ``Data`` whose feature table stays
 in host memory. Workload: batches of 1024 shuffled training seeds, PyG fanouts [15, 10] (the
 first applies to the seeds; DGL's order, input side first, is (10, 15)), hidden 256, every
-minibatch freshly sampled. Per row, the median over ``--epochs`` timed epochs (after a warm-up
-epoch) of
+minibatch freshly sampled. An epoch is whole, as a user's is: each loader's input nodes are
+``--epoch-batches`` batches' worth of the training nodes (a fixed random subset), so no epoch
+is left early (leaving early makes the ``pipeline=True`` loaders drain the minibatches in
+flight, a cost a whole epoch does not have). Per row, the median over ``--epochs`` timed epochs
+(after a warm-up epoch) of
 
 * the loader alone: iterate, move the minibatch to the device, synchronise at the end;
 * training: the same plus a GraphSAGE forward, backward and Adam step per minibatch (PyG rows:
@@ -43,7 +46,7 @@ Rows:
   false in the bars, whose targets are for a GPU machine): ``--name pyg_loader_cpu`` keeps such
   a run beside the GPU machine's.
 
-Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50): for the
+Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50 and mean): for the
 ``pipeline=True`` rows over their training epochs (sample and gather measured in the producer
 process, build and deliver in the training process), for the in-process rows over one extra
 training epoch with a GPU synchronisation around each stage.
@@ -57,7 +60,8 @@ loading is fully hidden behind the slowest stage); ``pyg_speedup_over_tuned_cpu_
 fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
-where the host time of N loader-only minibatches goes (after a warm-up): ``cProfile``'s
+where the host time of N loader-only minibatches goes, and for ``pyg_pipeline`` that of N
+training minibatches in the training process (after a warm-up): ``cProfile``'s
 functions by own time and ``torch.profiler``'s ops by self CPU time, and on a GPU by self CUDA
 time (``host_profiles`` in the JSON, one section each in the report). It times nothing that a bar reads.
 
@@ -156,7 +160,8 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def run_epoch(loader, family: Family, train: bool, max_batches: int) -> Dict:
+def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = None) -> Dict:
+    """One epoch of ``loader``, whole (or its first ``max_batches``: a diagnostic's)."""
     sync(family.device)
     start = time.perf_counter()
     batches = feature_bytes = nodes = edges = 0
@@ -189,8 +194,9 @@ def step_alone_ms(loader, family: Family) -> float:
     return (time.perf_counter() - start) / len(held) * 1e3
 
 
-def stage_p50(times: StageTimes) -> Dict[str, float]:
-    return {stage: s["p50"] for stage, s in times.summary().items() if s.get("n")}
+def stage_stat(times: StageTimes, stat: str) -> Dict[str, float]:
+    """``stat`` (``p50``, ``mean``) of each stage's times that has any, ms."""
+    return {stage: s[stat] for stage, s in times.summary().items() if s.get("n")}
 
 
 def measure(name: str, make_loader: Callable, family: Family, args, processes: bool) -> Dict:
@@ -203,10 +209,13 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     if processes:  # the producer traces from its start: its timings are event pairs, no synchronisation
         loader.stage_times = StageTimes()
     for kind, train in (("loader_only", False), ("train", True)):
-        run_epoch(loader, family, train, args.max_batches)  # warm-up (starts the processes of the process way)
+        run_epoch(loader, family, train)  # warm-up (starts the processes of the process way)
         if processes and train:
             loader.stage_times.clear()
-        runs = [run_epoch(loader, family, train, args.max_batches) for _ in range(args.epochs)]
+        runs = [run_epoch(loader, family, train) for _ in range(args.epochs)]
+        expected = -(-min(args.epoch_batches * args.batch_size, args.train_nodes) // args.batch_size)
+        if any(r["batches"] != expected for r in runs):
+            raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {expected}")
         med = statistics.median(r["seconds"] for r in runs)
         r0 = runs[0]
         result[kind] = dict(epoch_s=med, epoch_s_all=[r["seconds"] for r in runs], batches=r0["batches"],
@@ -214,15 +223,18 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
                             nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"])
         print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
               f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s)", flush=True)
-    if processes:
-        result["stages_ms"] = stage_p50(loader.stage_times)
-    elif ours:
+    if ours and not processes:
         loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
-        run_epoch(loader, family, True, args.max_batches)
-        result["stages_ms"] = stage_p50(loader.stage_times)
+        run_epoch(loader, family, True)
+    if ours:
+        # Means beside medians: a producer that gathers several minibatches at once delivers
+        # them in bursts, so most deliveries wait for nothing and the median hides the waits.
+        result["stages_ms"] = stage_stat(loader.stage_times, "p50")
+        result["stages_mean_ms"] = stage_stat(loader.stage_times, "mean")
+    if not processes and ours:
         loader.stage_times = None
     if "stages_ms" in result:
-        print(f"{name:>13} stages (ms p50): {result['stages_ms']}", flush=True)
+        print(f"{name:>13} stages (ms p50): {result['stages_ms']}; mean: {result['stages_mean_ms']}", flush=True)
     if processes:
         result["plan"] = loader.processes.plan.describe()
     if name == "pyg_pipeline":
@@ -235,14 +247,17 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     return result
 
 
-PROFILED_ROWS = ("pyg", "dgl")  # the in-process loaders whose host work --profile reports
+# The rows whose host work --profile reports, and whether it profiles their training epochs
+# (the process way: the training process's side of loading hidden behind the step) or the
+# loader alone.
+PROFILED_ROWS = {"pyg": False, "dgl": False, "pyg_pipeline": True}
 PROFILE_ROWS = 25  # lines of each profile table
 
 
-def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
-    """Where the host time of ``batches`` loader-only minibatches goes (diagnostic, see the
-    module docstring): cProfile's functions by own time, torch.profiler's ops by self CPU time
-    (and by self CUDA time on a GPU)."""
+def host_profile(make_loader: Callable, family: Family, batches: int, train: bool = False) -> Dict:
+    """Where the host time of ``batches`` minibatches goes (diagnostic, see the module
+    docstring), loader alone or with the training step (``train``): cProfile's functions by own
+    time, torch.profiler's ops by self CPU time (and by self CUDA time on a GPU)."""
     import cProfile
     import io
     import pstats
@@ -251,16 +266,16 @@ def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
 
     torch.manual_seed(0)
     loader = make_loader()
-    run_epoch(loader, family, False, min(batches, 5))  # warm-up
+    run_epoch(loader, family, train)  # warm-up (starts the processes of the process way)
     calls = cProfile.Profile()
     calls.enable()
-    r = run_epoch(loader, family, False, batches)
+    r = run_epoch(loader, family, train, batches)
     calls.disable()
     text = io.StringIO()
     pstats.Stats(calls, stream=text).strip_dirs().sort_stats("tottime").print_stats(PROFILE_ROWS)
     on_gpu = torch.cuda.is_available()
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])) as ops:
-        run_epoch(loader, family, False, batches)
+        run_epoch(loader, family, train, batches)
     averages = ops.key_averages()
     table = averages.table(sort_by="self_cpu_time_total", row_limit=PROFILE_ROWS)
     if on_gpu:  # the GPU's side of the same minibatches: kernels and copies by their own time
@@ -269,7 +284,7 @@ def host_profile(make_loader: Callable, family: Family, batches: int) -> Dict:
         loader.close()
     del loader
     gc.collect()
-    return {"batches": r["batches"], "ms_per_batch_under_cprofile": r["seconds"] / max(r["batches"], 1) * 1e3,
+    return {"batches": r["batches"], "train": train, "ms_per_batch_under_cprofile": r["seconds"] / max(r["batches"], 1) * 1e3,
             "cprofile": text.getvalue().strip(), "torch_profiler": table}
 
 
@@ -284,7 +299,7 @@ def attempt(name: str, fn: Callable[[], Dict]) -> Dict:
 def pipeline_row(ds, args) -> Dict:
     """``zerocopy train``'s default plan on the dataset: its last epoch's steady-state rate."""
     plan = make_plan("zerocopy", row_bytes=ds.row_bytes, table_bytes=ds.feature_source.nbytes, fanouts=DGL_FANOUTS,
-                     batch_size=args.batch_size, epochs=2, max_batches=args.max_batches, val_batches=1, hidden=args.hidden,
+                     batch_size=args.batch_size, epochs=2, max_batches=args.epoch_batches, val_batches=1, hidden=args.hidden,
                      trace=True)
     start = time.perf_counter()
     last = run_plan(plan, ds, mps_fallback=True, quiet=True)[-1]
@@ -296,10 +311,18 @@ def pipeline_row(ds, args) -> Dict:
     return row
 
 
+def epoch_nodes(train_idx: torch.Tensor, count: int) -> torch.Tensor:
+    """The loaders' input nodes: ``count`` of the training nodes, a fixed random subset (all of
+    them where there are fewer)."""
+    pick = torch.randperm(train_idx.numel(), generator=torch.Generator().manual_seed(0))[:count]
+    return train_idx[pick.sort().values]
+
+
 def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
     """name -> (family kind, make_loader, runs in processes)."""
     batch = args.batch_size
-    common = dict(num_neighbors=FANOUTS, batch_size=batch, input_nodes=data.train_mask, shuffle=True)
+    seeds = epoch_nodes(ds.train_idx, args.epoch_batches * batch)
+    common = dict(num_neighbors=FANOUTS, batch_size=batch, input_nodes=seeds, shuffle=True)
     workers = dict(num_workers=args.workers, pin_memory=gpu, persistent_workers=True)
     graph = CSRGraph(ds.graph.indptr, ds.graph.indices, validate=False, ndata={"feat": ds.features, "label": ds.labels})
     # ds.graph's rows are in-neighbour lists: DGL's "in" sampling reads them as stored ("out").
@@ -310,18 +333,18 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
 
     def tuned_cpu():
         stores = stores_from_data(data, placement="cpu")[:2]
-        return NodeLoader(stores, NeighborSampler(stores, FANOUTS), input_nodes=data.train_mask, batch_size=batch,
+        return NodeLoader(stores, NeighborSampler(stores, FANOUTS), input_nodes=seeds, batch_size=batch,
                           shuffle=True, filter_per_worker=True, **workers)
 
     rows = {
         "pyg": ("pyg", lambda: NeighborLoader(data, **common), False),
         "pyg_mapped": ("pyg", lambda: NeighborLoader(data, feature_placement="unified", gpu_cache=None, **common),
                        False),
-        "dgl_mapped": ("dgl", lambda: DataLoader(graph, ds.train_idx, sampler, feature_placement="unified",
+        "dgl_mapped": ("dgl", lambda: DataLoader(graph, seeds, sampler, feature_placement="unified",
                                                  gpu_cache=None, **dgl), False),
         "pyg_pipeline": ("pyg", lambda: NeighborLoader(data, pipeline=True, **common), True),
-        "dgl": ("dgl", lambda: DataLoader(graph, ds.train_idx, sampler, **dgl), False),
-        "dgl_pipeline": ("dgl", lambda: DataLoader(graph, ds.train_idx, sampler, pipeline=True, **dgl), True),
+        "dgl": ("dgl", lambda: DataLoader(graph, seeds, sampler, **dgl), False),
+        "dgl_pipeline": ("dgl", lambda: DataLoader(graph, seeds, sampler, pipeline=True, **dgl), True),
         "cpu_dma": ("pyg", lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common), False),
         "tuned_cpu": ("pyg", tuned_cpu, False),
     }
@@ -388,7 +411,9 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=3, help="timed epochs per loader and kind (median)")
-    p.add_argument("--max-batches", type=int, default=100, help="minibatches per epoch at most")
+    p.add_argument("--epoch-batches", type=int, default=100,
+                   help="minibatches per epoch: the loaders' input nodes are that many batches' worth of the "
+                        "training nodes, so every epoch runs whole")
     p.add_argument("--workers", type=int, default=None, help="tuned CPU loaders' worker processes "
                                                              "(default: the cores less two, at most 8)")
     p.add_argument("--rows", default=None, help="loader rows to run, comma-separated (default: all); the pipeline "
@@ -407,7 +432,7 @@ def main(argv=None) -> int:
         print("running under a private MPS daemon (zerocopy mps)", flush=True)
         return run_as_client([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
     if args.quick:
-        args.nodes, args.epochs, args.max_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
+        args.nodes, args.epochs, args.epoch_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
     args.workers = args.workers or max(1, min(8, available_cores() - 2))
     wall0 = time.perf_counter()
     gpu = torch.cuda.is_available()
@@ -425,6 +450,8 @@ def main(argv=None) -> int:
     result["dataset"] = dict(name=ds.name, num_nodes=ds.num_nodes, num_edges=ds.num_edges,
                              feature_gib=ds.features.numel() * ds.features.element_size() / 2**30,
                              train_nodes=int(ds.train_idx.numel()), generate_s=time.perf_counter() - start)
+    args.train_nodes = result["dataset"]["train_nodes"]
+    result["epoch_batches"] = args.epoch_batches
     print(f"dataset {ds.describe()} in {result['dataset']['generate_s']:.1f} s", flush=True)
 
     result["pipeline"] = attempt("pipeline", lambda: pipeline_row(ds, args))
@@ -446,13 +473,14 @@ def main(argv=None) -> int:
         modes[name] = attempt(name, lambda: measure(name, make, family, args, processes))
     result["modes"] = modes
     if args.profile:
-        profiled = [n for n in PROFILED_ROWS if n in wanted]
         result["host_profiles"] = {}
-        for name in profiled:
+        for name, train in PROFILED_ROWS.items():
+            if name not in wanted:
+                continue
             kind, make, _ = rows[name]
             family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
             result["host_profiles"][name] = attempt(f"{name} profile",
-                                                    lambda: host_profile(make, family, args.profile))
+                                                    lambda: host_profile(make, family, args.profile, train))
     result["bars"] = compute_bars(modes, result["pipeline"], gpu)
     result["wall_s"] = time.perf_counter() - wall0
 
@@ -488,7 +516,8 @@ def write_markdown(r: Dict, path: str) -> None:
            f"{env['host_speed']['torch_op_us']:.1f} µs (the loaders are host-bound: runs on other hosts compare "
            "by these)", ""] if env.get("host_speed") else []),
         f"Dataset {d['name']}: {d['num_nodes']:,} nodes, {d['num_edges']:,} edges, features "
-        f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds; PyG fanouts {r['fanouts']} "
+        f"{d['feature_gib']:.2f} GiB in host memory, {d['train_nodes']:,} training seeds, of which each loader's epoch takes a fixed "
+        f"{r.get('epoch_batches', '?')} batches' worth, whole; PyG fanouts {r['fanouts']} "
         f"(DGL order {list(DGL_FANOUTS)}), batch {r['batch_size']}, hidden {r['hidden']}, shuffled, every minibatch "
         f"freshly sampled; tuned CPU loaders with {r['workers']} worker process{'es' if r['workers'] != 1 else ''}. "
         "Epoch = median of timed epochs after a warm-up.",
@@ -508,14 +537,15 @@ def write_markdown(r: Dict, path: str) -> None:
                   f"{'shared the GPU with it through MPS' if r.get('mps_client') else 'took turns with it on the GPU'}.",
                   ""]
     lines += ["| loader | minibatches | loader-only ms/minibatch (epochs' range) | x GB/s | training ms/minibatch "
-              "(epochs' range) | setup s | stages ms p50 (sample, gather, build, deliver) |",
+              "(epochs' range) | setup s | stages ms p50 / mean (sample, gather, build, deliver) |",
               "|---|---|---|---|---|---|---|"]
     for name, m in r["modes"].items():
         if "error" in m:
             lines.append(f"| {name} | failed: {m['error']} |" + " |" * 5)
             continue
-        lo, tr, st = m["loader_only"], m["train"], m.get("stages_ms", {})
-        stages = ", ".join(f"{st[s]:.2f}" if s in st else "-" for s in ("sample", "gather", "build", "deliver"))
+        lo, tr, st, mean = m["loader_only"], m["train"], m.get("stages_ms", {}), m.get("stages_mean_ms", {})
+        stages = ", ".join(f"{st[s]:.2f} / {mean[s]:.2f}" if s in st and s in mean else f"{st[s]:.2f}" if s in st
+                           else "-" for s in ("sample", "gather", "build", "deliver"))
         lines.append(f"| {name} | {lo['batches']} | {lo['ms_per_batch']:.2f} ({_range_ms(lo)}) | "
                      f"{lo['feature_gbs']:.2f} | {tr['ms_per_batch']:.2f} ({_range_ms(tr)}) | {m['setup_s']:.1f} | "
                      f"{stages if st else '-'} |")
@@ -526,7 +556,8 @@ def write_markdown(r: Dict, path: str) -> None:
         lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
     lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]
     for name, prof in r.get("host_profiles", {}).items():
-        lines += ["", f"Host profile of `{name}` (diagnostic, loader alone, {prof.get('batches', '?')} minibatches):"]
+        what = "with the training step" if prof.get("train") else "loader alone"
+        lines += ["", f"Host profile of `{name}` (diagnostic, {what}, {prof.get('batches', '?')} minibatches):"]
         if "error" in prof:
             lines += ["", f"failed: {prof['error']}"]
             continue

@@ -14,11 +14,22 @@ receiver that cannot keep up: a sampling role starved of seeds). Ways:
 * ``seed_batch``: a :class:`SeedBatch`, its seeds by value;
 * ``span``: what the loaders send: the seeds written into a row of shared memory made once,
   a :class:`~pytorch_zerocopy.pipeline.loader.SeedSpan` of ints on the queue;
-* ``int``: a slot number, what the loop sends back per minibatch (the ring's free queue).
+* ``int``: a slot number, what the loop sends back per minibatch (the ring's free queue);
+* ``span_direct``: a span on the queue the loaders now use for what the loop sends,
+  :func:`~pytorch_zerocopy.pipeline.runner.direct_queue` (its ``put`` writes to the pipe in the
+  calling thread; the others use ``multiprocessing``'s ``Queue``, whose feeder thread needs the
+  sender's GIL).
+
+Then what the puts cost the sender: a step of fixed work (Python and small torch ops, the shape
+of a model step's host side), ``--cost-steps`` times, with no put, and with the two puts a loop
+makes per minibatch (a span and a slot number) on a ``Queue`` and on a direct queue, a
+receiver draining them: ms per step, and per put over the step without.
 
 CPU only; it times nothing on a GPU and no bar of an issue reads it. Its ``"bars"``: the mean
-lags (``loader_seed_lag_ms``: the ``span`` way, what the loaders send; ``tensor_seed_lag_ms``,
-``seed_batch_lag_ms``, ``int_lag_ms``) and ``loader_seed_lag_over_int``, ``tensor_over_loader``.
+lags (``loader_seed_lag_ms``: the ``span_direct`` way, what the loaders send;
+``queue_span_lag_ms``, ``tensor_seed_lag_ms``, ``seed_batch_lag_ms``, ``int_lag_ms``),
+``tensor_over_loader``, and the sender's cost of a put (``queue_put_cost_ms``,
+``direct_put_cost_ms``).
 
     python benchmarks/seed_queue.py            # a few seconds
 
@@ -46,7 +57,10 @@ from pytorch_zerocopy.pipeline.loader import SeedSpan, _SeedRows  # noqa: E402
 from pytorch_zerocopy.pipeline.minibatches import SeedBatch  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import Phase  # noqa: E402
 
-WAYS = ("tensor", "seed_batch", "span", "int")
+from pytorch_zerocopy.pipeline.runner import direct_queue  # noqa: E402
+
+WAYS = ("tensor", "seed_batch", "span", "int", "span_direct")
+COST_KINDS = ("none", "queue", "direct")
 
 
 def _receive(q, back, n: int) -> None:
@@ -63,7 +77,7 @@ def _busy(ms: float) -> None:
 
 
 def _item(way: str, i: int, seeds: torch.Tensor, rows: _SeedRows, queue):
-    if way == "span":
+    if way in ("span", "span_direct"):
         row = rows.put(seeds + i, [queue])
         rows.release(row)  # the receiver reads it at once here; a loader waits for the delivery
         return SeedSpan(0, i, row, seeds.numel(), None)
@@ -76,12 +90,12 @@ def _item(way: str, i: int, seeds: torch.Tensor, rows: _SeedRows, queue):
 
 def measure(way: str, batches: int, step_ms: float, batch_size: int) -> Dict:
     ctx = mp.get_context("spawn")
-    q, back = ctx.Queue(), ctx.Queue()
+    q, back = (direct_queue(ctx) if way == "span_direct" else ctx.Queue()), ctx.Queue()
     receiver = ctx.Process(target=_receive, args=(q, back, batches))
     receiver.start()
     seeds = torch.randint(0, 1 << 25, (batch_size,))
     rows = _SeedRows(1, batch_size)
-    if way == "span":
+    if way in ("span", "span_direct"):
         rows.release(rows.put(seeds, [q]))  # the rows made and sent before the timed puts
     q.put("start")
     time.sleep(3.0)  # the receiver has started and waits
@@ -99,6 +113,41 @@ def measure(way: str, batches: int, step_ms: float, batch_size: int) -> Dict:
             "lag_last_quarter_ms": statistics.mean(lags[-(batches // 4):]) * 1e3}
 
 
+def _drain(q, n: int) -> None:
+    for _ in range(n):
+        q.get()
+
+
+def _step(ops: int, t: torch.Tensor) -> None:
+    for _ in range(ops):
+        t.add_(1)
+
+
+def sender_cost(kind: str, steps: int, ops: int) -> float:
+    """ms per fixed-work step of ``ops`` small torch ops, with two puts per step on a ``kind``
+    queue (none: no puts), a spawned receiver draining them."""
+    ctx = mp.get_context("spawn")
+    q = None if kind == "none" else (direct_queue(ctx) if kind == "direct" else ctx.Queue())
+    receiver = None
+    if q is not None:
+        receiver = ctx.Process(target=_drain, args=(q, 2 * steps + 1))
+        receiver.start()
+        q.put("start")
+    time.sleep(2.0)
+    t = torch.zeros(64)
+    start = time.perf_counter()
+    for i in range(steps):
+        if q is not None:
+            q.put(SeedSpan(0, i, i % 20, 1024, None))
+            q.put(i % 16)
+        _step(ops, t)
+    took = time.perf_counter() - start
+    if receiver is not None:
+        receiver.join()
+        q.close()
+    return took / steps * 1e3
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=100)
@@ -106,17 +155,29 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=1024, help="seeds per batch (int64)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="seed_queue_cpu")
+    p.add_argument("--cost-steps", type=int, default=200, help="steps per sender-cost run")
+    p.add_argument("--cost-ops", type=int, default=600, help="small torch ops per sender-cost step")
+    p.add_argument("--cost-repeats", type=int, default=3, help="sender-cost runs per kind, interleaved (median)")
     args = p.parse_args(argv)
     rows = [measure(way, args.batches, args.step_ms, args.batch_size) for way in WAYS]
     for r in rows:
         print(f"{r['way']:>10}: mean lag {r['mean_lag_ms']:7.1f} ms (first quarter {r['lag_first_quarter_ms']:.1f}, "
               f"last {r['lag_last_quarter_ms']:.1f}), last batch {r['last_after_last_put_ms']:.1f} ms after the "
               "last put", flush=True)
+    runs: Dict[str, List[float]] = {k: [] for k in COST_KINDS}
+    for _ in range(args.cost_repeats):
+        for kind in COST_KINDS:
+            runs[kind].append(sender_cost(kind, args.cost_steps, args.cost_ops))
+    step = {k: statistics.median(v) for k, v in runs.items()}
+    cost = {"ms_per_step": step, "runs_ms_per_step": runs,
+            "put_cost_ms": {k: (step[k] - step["none"]) / 2 for k in ("queue", "direct")}}
+    print(f"sender: ms per step {step}; per put over none {cost['put_cost_ms']}", flush=True)
     lag = {r["way"]: r["mean_lag_ms"] for r in rows}
-    bars = {"loader_seed_lag_ms": lag["span"], "tensor_seed_lag_ms": lag["tensor"],
-            "seed_batch_lag_ms": lag["seed_batch"], "int_lag_ms": lag["int"],
-            "loader_seed_lag_over_int": lag["span"] / lag["int"], "tensor_over_loader": lag["tensor"] / lag["span"]}
-    result = {"environment": environment(), "args": vars(args), "rows": rows, "bars": bars}
+    bars = {"loader_seed_lag_ms": lag["span_direct"], "queue_span_lag_ms": lag["span"],
+            "tensor_seed_lag_ms": lag["tensor"], "seed_batch_lag_ms": lag["seed_batch"], "int_lag_ms": lag["int"],
+            "tensor_over_loader": lag["tensor"] / lag["span_direct"] if lag["span_direct"] > 0 else None,
+            "queue_put_cost_ms": cost["put_cost_ms"]["queue"], "direct_put_cost_ms": cost["put_cost_ms"]["direct"]}
+    result = {"environment": environment(), "args": vars(args), "rows": rows, "sender_cost": cost, "bars": bars}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(result, f, indent=2)
@@ -130,7 +191,14 @@ def main(argv=None) -> int:
     lines += [f"| {r['way']} | {r['mean_lag_ms']:.1f} | {r['lag_first_quarter_ms']:.1f} | "
               f"{r['lag_last_quarter_ms']:.1f} | {r['max_lag_ms']:.1f} | {r['last_after_last_put_ms']:.1f} |"
               for r in rows]
-    lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {v:.2f} |" for k, v in bars.items()]
+    lines += ["", f"What the puts cost the sender: a step of {args.cost_ops} small torch ops, {args.cost_steps} steps, "
+              f"two puts per step (a span and a slot number), median of {args.cost_repeats} interleaved runs:", "",
+              "| queue | ms per step (runs) | per put over no puts, ms |", "|---|---:|---:|"]
+    lines += [f"| {k} | {step[k]:.3f} ({', '.join(f'{x:.3f}' for x in runs[k])}) | "
+              f"{cost['put_cost_ms'][k]:.3f} |" if k != "none" else
+              f"| no puts | {step[k]:.3f} ({', '.join(f'{x:.3f}' for x in runs[k])}) | – |" for k in COST_KINDS]
+    lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {'n/a' if v is None else f'{v:.3f}'} |"
+                                                    for k, v in bars.items()]
     with open(os.path.join(args.out, f"{args.name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}/{args.name}.{{json,md}}")

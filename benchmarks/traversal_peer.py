@@ -25,10 +25,12 @@ matrix-vector products to 1e-10), on the others the package's CPU implementation
 variant also runs with the edge list in CUDA managed memory, cold before every run (``managed``),
 where the copy fits in free GPU memory. A configuration stops taking sources or repetitions after
 ``--config-seconds``; ``--budget`` skips what is left. A configuration whose first run is under
-``--warmup-ms`` (50) is warmed up, untimed, for that long (at most ``--quick-reps`` runs), and
-takes ``--quick-reps`` (20) repetitions of cc or pagerank: a short op's one-time costs, a GPU
-ramping up from idle and its spread are a large share of its time (``auto`` runs first of its
-row group, so without the warm-up it alone would pay them). The references an op's results are
+``--warmup-ms`` (100) is warmed up, untimed, for that long (whatever the number of runs that
+takes, up to WARMUP_MAX_RUNS), and takes ``--quick-reps`` (20) repetitions of cc or pagerank: a
+short op's one-time costs, a GPU ramping up from idle and its spread are a large share of its
+time (``auto`` runs first of its row group, so without the warm-up it alone would pay them).
+Repetitions compare by their medians (the time a row reports), sources by their sums over the
+sources both configurations ran. The references an op's results are
 checked against are computed before its first configuration, not between timed runs.
 
 Hopeless variants (``--hopeless``, default 10). A variant whose run took over that many times the
@@ -405,6 +407,9 @@ def bytes_per_edge(op: str, graph: CSRGraph) -> int:
     return b
 
 
+WARMUP_MAX_RUNS = 1000  # untimed warm-up runs at most, however quick the op
+
+
 def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]], refs: References, args,
             clock: Clock, before_each: Optional[Callable[[], None]] = None,
             hopeless_ms: Optional[float] = None) -> List[dict]:
@@ -413,7 +418,7 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
     (the source, or the repetition's index), milliseconds, the op's stats, bytes read and whether
     the result matched the reference. A configuration whose first run takes under
     ``args.warmup_ms`` is warmed up first: its first run and further untimed runs of the first
-    source until ``args.warmup_ms`` have passed (at most ``args.quick_reps`` runs), so that
+    source until ``args.warmup_ms`` have passed (at most WARMUP_MAX_RUNS runs), so that
     one-time costs, such as the first allocation of its scratch, and a GPU still at idle clocks
     after the host's reference computation are not in its times; for repetitions it then runs
     ``args.quick_reps`` of them (a short op's spread is a larger share of its time)."""
@@ -444,7 +449,7 @@ def measure(op: str, graph: CSRGraph, variant: str, sources: List[Optional[int]]
             else:
                 if warm_runs == 1 and s is None:
                     todo = [None] * max(len(todo), args.quick_reps)
-                warmed = warm_ms >= args.warmup_ms or warm_runs >= args.quick_reps
+                warmed = warm_ms >= args.warmup_ms or warm_runs >= WARMUP_MAX_RUNS
                 continue
         stats = stats.cpu()
         run = {"source": s, "key": s if s is not None else i, "ms": dt * 1e3, "edges_read": int(stats[0]),
@@ -671,9 +676,13 @@ def find(rows: List[dict], graph: str, op: str, placement: str, variant: str) ->
 
 
 def common_ratio(num: Optional[dict], den: Optional[dict]) -> Optional[float]:
-    """time(num) / time(den), summed over the runs (sources or repetitions) both rows ran."""
+    """time(num) / time(den): of repetitions (cc, pagerank) their medians, the time each row
+    reports (a repetition's index names no input, and one slow repetition would weigh in a
+    sum); of sources, the sums over the sources both rows ran."""
     if not num or not den:
         return None
+    if all(r["source"] is None for r in num["runs"] + den["runs"]):
+        return float(np.median([r["ms"] for r in num["runs"]]) / np.median([r["ms"] for r in den["runs"]]))
     a = {r["key"]: r["ms"] for r in num["runs"]}
     b = {r["key"]: r["ms"] for r in den["runs"]}
     common = [k for k in a if k in b]
@@ -973,8 +982,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="stop taking sources for a configuration after this many seconds (default 6)")
     p.add_argument("--budget", type=float, default=None, help="skip what is left after this many seconds "
                                                               "(default 540; first look 110; quick 120)")
-    p.add_argument("--warmup-ms", type=float, default=50.0,
-                   help="a configuration whose first run is quicker is warmed up, untimed, for this long (default 50)")
+    p.add_argument("--warmup-ms", type=float, default=100.0,
+                   help="a configuration whose first run is quicker is warmed up, untimed, for this long (default 100)")
     p.add_argument("--quick-reps", type=int, default=20,
                    help="runs of cc / pagerank per variant where the first run was under --warmup-ms (default 20)")
     p.add_argument("--hopeless", type=float, default=10.0,

@@ -256,8 +256,9 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     plan = Plan(fanouts=(3, 3), batch_size=8)
     rows = _SeedRows(4, 8)
 
-    def send(epoch, i, batch):  # as the loader's process sends a batch
-        seeds.put(SeedSpan(epoch, i, rows.put(batch, [seeds]), batch.numel(), None))
+    def send(epoch, i, batch, carried=None):  # as the loader's process sends a batch
+        count = 0 if carried is None else carried.numel()
+        seeds.put(SeedSpan(epoch, i, rows.put(batch, [seeds], carried), batch.numel(), None, count))
 
     for i, batch in enumerate(directed.train_idx[:24].split(8)):
         send(0, i, batch)
@@ -265,10 +266,14 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     items = iter(GpuSampler(plan, directed, torch.device("cpu"), ahead=3, stage=stage))
     first = [next(items) for _ in range(4)]
     assert [x.batch.step for x in first[:3]] == [0, 1, 2] and first[3] == EpochMark(0, Phase.TRAIN)
-    assert all(x.batch.labels.numel() == 0 for x in first[:3])  # a loader's stage packs no labels
-    send(1, 0, directed.train_idx[:8])
+    assert all(x.batch.labels.numel() == 0 for x in first[:3])  # nothing carried: no labels part
+    carried = torch.randint(0, 1 << 40, (8,))
+    send(1, 0, directed.train_idx[:8], carried)  # packed as the labels part, whatever the dataset's labels
     seeds.put(None)
-    assert [x.batch.epoch for x in items] == [1]
+    last = list(items)
+    assert [x.batch.epoch for x in last] == [1]
+    assert torch.equal(last[0].batch.labels, carried) and torch.equal(last[0].batch.input_nodes[:8],
+                                                                       directed.train_idx[:8])
 
 
 def test_loader_seed_rows_are_reused_and_grow():
@@ -294,3 +299,8 @@ def test_loader_seed_rows_are_reused_and_grow():
     assert len(queues[0]) == len(queues[1]) == 2 and queues[1][1].rows is rows.rows
     assert first[b].tolist() == [1, 2, 3, 4]  # the batch in flight still reads its old row
     assert rows.rows[c].tolist() == list(range(9))
+    rows.release(b)
+    nine = rows.rows
+    d = rows.put(torch.tensor([3]), queues, carried=torch.arange(10, 19))  # seeds and carried: 10 wide
+    assert d == b and rows.rows.shape == (2, 18) and len(queues[0]) == 3
+    assert rows.rows[d, :10].tolist() == [3] + list(range(10, 19)) and nine[c].tolist() == list(range(9))

@@ -197,4 +197,6 @@ def test_seed_batches_travel_by_value():
     assert (got.phase, got.epoch, got.index, got.sample_seed) == (Phase.TRAIN, 3, 7, 11)
     assert torch.equal(got.seeds, seeds) and got.seeds.dtype == torch.int64
     strided = pickle.loads(bytes(ForkingPickler.dumps(SeedBatch(Phase.VAL, 0, 0, seeds[::3]))))
-    assert torch.equal(strided.seeds, seeds[::3])
+    assert torch.equal(strided.seeds, seeds[::3]) and strided.carried is None
+    carried = pickle.loads(bytes(ForkingPickler.dumps(SeedBatch(Phase.TRAIN, 0, 1, seeds, None, seeds[::2] + 1))))
+    assert torch.equal(carried.carried, seeds[::2] + 1) and torch.equal(carried.seeds, seeds)

@@ -62,7 +62,7 @@ from dataclasses import replace as _replace
 from ..feature_table import AUTO, CacheConfig, default_reading, loader_placement, node_cache_configs
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
-from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import LoaderBatch, LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import StageTimes
 from ..placement import Placement, PlacementError
@@ -291,14 +291,16 @@ class DataLoader(ProcessWay):
         sampler = self.graph_sampler
         out = sampler.output_device or self.device
         gathered = sampler.prefetch_node_feats[0]
-        for seeds, mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
-            # The CPU state's readers: the lists this process prepared for the stage, no others.
-            yield sampler.deliver(self.graph, mb.blocks, seeds, Placement.CPU, out, self.node_caches,
-                                  {gathered: feats}, times=self.stage_times)
+        for count, mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
+            # The seeds are the first input nodes (every block's destinations lead its sources),
+            # already where the minibatch is. The CPU state's readers: the lists this process
+            # prepared for the stage, no others.
+            yield sampler.deliver(self.graph, mb.blocks, mb.input_nodes[:count], Placement.CPU, out,
+                                  self.node_caches, {gathered: feats}, times=self.stage_times)
 
-    def _seed_batches(self):
-        """``(seeds, seeds, sample seed)`` of each minibatch of an epoch, drawn as in-process."""
+    def _seed_batches(self) -> Iterator[LoaderBatch]:
+        """Each minibatch of an epoch, drawn as in-process, keyed by its number of seeds."""
         ids = self._epoch_indices()
         for b in range(len(self)):
             seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
-            yield seeds, seeds, draw_seed()
+            yield LoaderBatch(seeds.numel(), seeds, draw_seed())

@@ -11,8 +11,9 @@ minibatches are sampled and gathered, so loading overlaps the loop's step.
 
 Seeds: the calling process decides them, in the loader's own order (shuffling draws from
 torch's generator there, as in-process), and keeps ``Plan.num_slots + Plan.queue_depth``
-batches in flight. A batch's seeds go into a row of the seed slots, a buffer in shared memory
-made once (:class:`SeedSlots`), and the sampling role is sent only which row (a
+batches in flight (:class:`LoaderBatch` es). A batch's seeds, and what the loader carries
+along for its minibatch's labels part, go into a row of the seed slots, a buffer in shared
+memory made once (:class:`SeedSlots`), and the sampling role is sent only which row (a
 :class:`SeedSpan` of ints): per minibatch no tensor and no array crosses a queue, whose
 feeder thread would need the calling process's GIL (held by a training step written in
 Python) for every one. A row is reused once its minibatch is delivered; an epoch ends with an
@@ -52,13 +53,27 @@ from .partition import this_process_client_env
 from .plan import GatherIn, Partition, Phase, Plan, PlanError, make_plan
 from .producer import producer_main
 from .ring import RingReader
-from .runner import PipelineError, Supervisor, cpu_role_environment
+from .runner import PipelineError, Supervisor, close_queue, cpu_role_environment, direct_queue
 from .sampler import sampler_main
 from .trace import Stage, StageTimes
 
 HEALTH_CHECK_SECONDS = 0.5  # how often a loop waiting for a minibatch checks the roles are alive
 CLOSE_TIMEOUT_SECONDS = 60.0
 _PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
+
+
+@dataclass(frozen=True)
+class LoaderBatch:
+    """One minibatch's seeds, as a loader hands them to :meth:`LoaderProcesses.epoch`: ``key``
+    (the loader's own, given back with the minibatch), ``seeds`` (CPU int64 node ids),
+    ``sample_seed`` (the seed of its random draws, or None) and ``carried`` (CPU int64 values
+    packed as the minibatch's labels part, so they reach the training process where the
+    minibatch is, in its one copy; None: no labels part)."""
+
+    key: Any
+    seeds: torch.Tensor
+    sample_seed: Optional[int]
+    carried: Optional[torch.Tensor] = None
 
 
 @dataclass(frozen=True)
@@ -72,14 +87,15 @@ class SeedSlots:
 @dataclass(frozen=True)
 class SeedSpan:
     """Calling process -> a sampling role, per minibatch: minibatch ``index`` of ``epoch`` has
-    the first ``count`` seeds of row ``row`` of the seed slots; ``sample_seed`` as in
-    :class:`~.minibatches.SeedBatch`."""
+    the first ``count`` seeds of row ``row`` of the seed slots, then ``carried`` values of its
+    labels part; ``sample_seed`` as in :class:`~.minibatches.SeedBatch`."""
 
     epoch: int
     index: int
     row: int
     count: int
     sample_seed: Optional[int]
+    carried: int = 0
 
 
 class _SeedRows:
@@ -92,16 +108,20 @@ class _SeedRows:
         self.rows: Optional[torch.Tensor] = None
         self.free = list(range(slots))
 
-    def put(self, seeds: torch.Tensor, queues: list) -> int:
-        """Writes ``seeds`` into a free row (the rows made, or remade larger, first, and sent to
-        every role in ``queues``); returns the row."""
-        if self.rows is None or seeds.numel() > self.rows.shape[1]:
+    def put(self, seeds: torch.Tensor, queues: list, carried: Optional[torch.Tensor] = None) -> int:
+        """Writes ``seeds``, then ``carried``, into a free row (the rows made, or remade larger,
+        first, and sent to every role in ``queues``); returns the row."""
+        n = seeds.numel()
+        width = n + (0 if carried is None else carried.numel())
+        if self.rows is None or width > self.rows.shape[1]:
             wider = self.capacity if self.rows is None else 2 * self.rows.shape[1]
-            self.rows = shared_host_tensor((self.slots, max(wider, seeds.numel())), torch.int64)
+            self.rows = shared_host_tensor((self.slots, max(wider, width)), torch.int64)
             for q in queues:
                 q.put(SeedSlots(self.rows))
         row = self.free.pop()
-        self.rows[row, :seeds.numel()].copy_(seeds.reshape(-1))
+        self.rows[row, :n].copy_(seeds.reshape(-1))
+        if carried is not None:
+            self.rows[row, n:width].copy_(carried.reshape(-1))
         return row
 
     def release(self, row: int) -> None:
@@ -110,9 +130,10 @@ class _SeedRows:
 
 class FedStage(SampleStage):
     """A loader's sample stage, whose seeds come from the loader's process: sampling role ``w``
-    reads :class:`~.minibatches.SeedBatch` es and marks from ``queues[w]`` until None
-    (:class:`LoaderProcesses` sets :attr:`queues` before the roles start). No labels are
-    packed: the loader reads what else it needs itself."""
+    reads :class:`SeedSpan` s (of the :class:`SeedSlots` it was sent) and marks from
+    ``queues[w]`` until None (:class:`LoaderProcesses` sets :attr:`queues` before the roles
+    start). The labels part packed is what the loader carried along (else empty): the loader
+    reads what else it needs itself."""
 
     queues: Optional[list] = None
     waits_for_delivery = True
@@ -127,15 +148,17 @@ class FedStage(SampleStage):
             if isinstance(item, SeedSlots):
                 rows = item.rows
             elif isinstance(item, SeedSpan):
-                # A view of the row: read before the minibatch is delivered, then reused.
-                yield SeedBatch(Phase.TRAIN, item.epoch, item.index, rows[item.row, :item.count], item.sample_seed)
+                # Views of the row: read before the minibatch is delivered, then reused.
+                row = rows[item.row]
+                carried = row[item.count:item.count + item.carried] if item.carried else None
+                yield SeedBatch(Phase.TRAIN, item.epoch, item.index, row[:item.count], item.sample_seed, carried)
             elif isinstance(item, EpochMark):
                 yield item
             else:
                 raise TypeError(f"a loader's sampling role got {type(item).__name__} on its seed queue")
 
-    def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-        return seeds.new_empty(0)
+    def labels(self, labels: torch.Tensor, batch: SeedBatch) -> torch.Tensor:
+        return batch.seeds.new_empty(0) if batch.carried is None else batch.carried
 
 
 def loader_plan(fanouts: Sequence[int], batch_size: int, row_bytes: int, table_bytes: int,
@@ -210,7 +233,7 @@ class _Epoch:
     """One epoch's seed batches, sent ``limit`` ahead of delivery; the keys the loader gave
     them, by step; the marks received."""
 
-    def __init__(self, queues: list, epoch: int, todo: Iterator[Tuple[Any, torch.Tensor, int]], rows: _SeedRows):
+    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows):
         self.queues, self.epoch, self.todo, self.rows = queues, epoch, todo, rows
         self.limit = rows.slots
         self.keys: Dict[int, Tuple[Any, int]] = {}  # in flight: step -> (the loader's key, its seed row)
@@ -223,10 +246,12 @@ class _Epoch:
             if nxt is None:
                 self.end()
                 return
-            key, seeds, sample_seed = nxt
-            row = self.rows.put(seeds, self.queues)
-            self.keys[self.sent] = (key, row)
-            span = SeedSpan(self.epoch, self.sent, row, seeds.numel(), sample_seed)
+            if not isinstance(nxt, LoaderBatch):
+                raise TypeError(f"a loader's epoch yields LoaderBatch es, got {type(nxt).__name__}")
+            row = self.rows.put(nxt.seeds, self.queues, nxt.carried)
+            self.keys[self.sent] = (nxt.key, row)
+            carried = 0 if nxt.carried is None else nxt.carried.numel()
+            span = SeedSpan(self.epoch, self.sent, row, nxt.seeds.numel(), nxt.sample_seed, carried)
             self.queues[self.sent % len(self.queues)].put(span)
             self.sent += 1
 
@@ -275,10 +300,11 @@ class LoaderProcesses:
         plan = replace(self.plan, trace=trace)
         sup = Supervisor()
         ctx = sup.ctx
-        seed_queues = [ctx.Queue() for _ in range(plan.mark_sources)]
+        # Written by this process per minibatch, while the user's step may hold the GIL.
+        seed_queues = [direct_queue(ctx) for _ in range(plan.mark_sources)]
         samplers = plan.sampler_processes
         batch_q = ctx.Queue(maxsize=plan.queue_depth * samplers) if samplers else None
-        ready_q, free_q, self.consumed = ctx.Queue(), ctx.Queue(), ctx.Event()
+        ready_q, free_q, self.consumed = ctx.Queue(), direct_queue(ctx), ctx.Event()
         self.seed_queues = seed_queues
         self.queues = [q for q in seed_queues + [batch_q, ready_q, free_q] if q is not None]
         stage = copy.copy(self.stage)
@@ -336,15 +362,13 @@ class LoaderProcesses:
             sup.shutdown()
         finally:
             for q in self.queues:
-                q.close()
-                q.cancel_join_thread()
+                close_queue(q)
             self.queues = []
 
     # --- epochs ---------------------------------------------------------------------------
 
     def epoch(self, batches, times: Optional[StageTimes] = None) -> Iterator[Tuple[Any, Minibatch, torch.Tensor]]:
-        """Runs one epoch: ``batches`` yields ``(key, seeds, sample_seed)`` (seeds: CPU int64
-        node ids; sample_seed: the seed of the batch's random draws, or None);
+        """Runs one epoch: ``batches`` yields :class:`LoaderBatch` es;
         yields ``(key, minibatch, features)`` in the order the producer finished them (the
         order of ``batches`` with one sampling role). ``times`` records the deliver stage, and
         the sample and gather times the producer measured."""

@@ -35,23 +35,28 @@ from .trace import ProducerTrace, Span, TracedSampling
 class SeedBatch:
     """The seeds of minibatch ``index`` of ``epoch``'s ``phase``; ``sample_seed``: the seed of
     its random draws where whoever made the batch chose it (a loader's process way; the
-    training run derives its seeds with :func:`minibatch_seed`)."""
+    training run derives its seeds with :func:`minibatch_seed`); ``carried``: int64 values the
+    batch's maker sends along to be packed as the minibatch's labels part (a loader's: PyG's
+    input ids), None where the stage's labels are the seeds' own."""
 
     phase: Phase
     epoch: int
     index: int
     seeds: torch.Tensor
     sample_seed: Optional[int] = None
+    carried: Optional[torch.Tensor] = None
 
     def __reduce__(self):
         # Pickled by value (the seeds are a few KB of host memory): a tensor put on a
         # multiprocessing queue travels as a shared-memory handle, whose receiver opens a
         # connection to the sender's process for every tensor, on the sampling role's path.
-        return (_seed_batch, (self.phase, self.epoch, self.index, self.seeds.numpy(), self.sample_seed))
+        carried = None if self.carried is None else self.carried.numpy()
+        return (_seed_batch, (self.phase, self.epoch, self.index, self.seeds.numpy(), self.sample_seed, carried))
 
 
-def _seed_batch(phase: Phase, epoch: int, index: int, seeds, sample_seed: Optional[int]) -> SeedBatch:
-    return SeedBatch(phase, epoch, index, torch.from_numpy(seeds), sample_seed)
+def _seed_batch(phase: Phase, epoch: int, index: int, seeds, sample_seed: Optional[int], carried=None) -> SeedBatch:
+    return SeedBatch(phase, epoch, index, torch.from_numpy(seeds), sample_seed,
+                     None if carried is None else torch.from_numpy(carried))
 
 
 def epoch_batches(plan: Plan, ds: NodeDataset, epoch: int, phase: Phase) -> List[torch.Tensor]:
@@ -135,10 +140,10 @@ class SampleStage:
         """The seed batches (and phase marks) of sampling worker ``worker`` of ``workers``."""
         return schedule(plan, ds, worker, workers)
 
-    def labels(self, labels: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
-        """The labels part of the minibatch of ``seeds`` (host tensors), from the dataset's
-        ``labels``."""
-        return labels.index_select(0, seeds)
+    def labels(self, labels: torch.Tensor, batch: SeedBatch) -> torch.Tensor:
+        """The labels part of ``batch``'s minibatch (a host tensor): its seeds' rows of the
+        dataset's ``labels``."""
+        return labels.index_select(0, batch.seeds)
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> _sampling.PendingSample:
         """Samples ``batch`` (its ``seeds`` on ``graph``'s device) from ``graph``: on a GPU
@@ -155,7 +160,7 @@ def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: Seed
     start = time.perf_counter()
     blocks = stage.start(graph, batch.seeds, plan, batch).result()
     sample_ms = (time.perf_counter() - start) * 1e3
-    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, stage.labels(labels, batch.seeds), sample_ms,
+    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, stage.labels(labels, batch), sample_ms,
                           eids=stage.eids)
 
 
@@ -310,7 +315,7 @@ class GpuSampler:
         with torch.cuda.stream(self.stream):
             # Seeds and their labels reach the GPU in one asynchronous copy.
             n = batch.seeds.numel()
-            labels = self.stage.labels(self.labels, batch.seeds)
+            labels = self.stage.labels(self.labels, batch)
             both = cat_to_device_async([batch.seeds, labels], self.device, torch.int64)
             pending = self.stage.start(self.graph, both[:n], self.plan, batch)
         return pending, both[n:]

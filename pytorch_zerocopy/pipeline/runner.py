@@ -134,6 +134,26 @@ def environment_added(extra: Dict[str, str]):
                 os.environ[k] = v
 
 
+def direct_queue(ctx):
+    """A queue whose ``put`` writes to its pipe in the calling thread (``SimpleQueue``), for
+    the small, bounded messages a loop sends per minibatch (slots given back, seed spans).
+
+    Why not ``Queue``: its ``put`` hands the message to a feeder thread, which needs the
+    sender's GIL to pickle and write it; a sender running a training step in Python holds the
+    GIL, so every message forces a switch between the threads, paid out of the step's time
+    (benchmarks/seed_queue.py measures it). The price: ``put``
+    blocks once the pipe's buffer is full, so what is sent this way must stay bounded (slots,
+    batches in flight: a few KB); ``get`` has no timeout."""
+    return ctx.SimpleQueue()
+
+
+def close_queue(q) -> None:
+    """Closes a ``Queue`` (not waiting for its feeder thread) or a :func:`direct_queue`."""
+    q.close()
+    if hasattr(q, "cancel_join_thread"):
+        q.cancel_join_thread()
+
+
 class Supervisor:
     """Owns the role processes of one run, and the directory of their temp files.
 
@@ -332,7 +352,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
         queues["batch"] = ctx.Queue(maxsize=plan.queue_depth * samplers)
     if plan.gather_in.producer:
         queues["ready"] = ctx.Queue()
-        queues["free"] = ctx.Queue()
+        queues["free"] = direct_queue(ctx)  # the trainer's, per minibatch
     if gatherer is not None:
         if not plan.gather_in.machine:
             raise ValueError(f"run_pipeline: a gatherer address serves a plan whose gather_in is 'machine' or "
@@ -387,6 +407,5 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
         for name, q in queues.items():
             if name in ("consumed", "gatherer"):
                 continue
-            q.close()
-            q.cancel_join_thread()
+            close_queue(q)
     return epochs

@@ -88,7 +88,7 @@ from ..feature_table import (AUTO, CacheConfig, cached_rows_for, default_reading
                              loader_placement)
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
-from ..pipeline.loader import LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import LoaderBatch, LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, cat_to_device_async, op_device
@@ -503,15 +503,16 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def _iter_processes(self) -> Iterator[Data]:
         shape = self.feature_store.get_tensor_size(None, "x")[1:]
-        for input_id, mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
-            out = self.node_sampler.output(SampledHops.from_minibatch(mb), input_id)
+        for _, mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
+            # The input ids came back packed as the minibatch's labels part, where it is.
+            out = self.node_sampler.output(SampledHops.from_minibatch(mb), mb.labels)
             yield self.filter_fn(out, {"x": x.view((x.shape[0],) + tuple(shape))})
 
-    def _seed_batches(self):
-        """``(input_id, seeds, sample seed)`` of each minibatch of an epoch, drawn as the
-        in-process loader draws them (:meth:`_input_batches`; one sampling seed per minibatch)."""
+    def _seed_batches(self) -> Iterator[LoaderBatch]:
+        """Each minibatch of an epoch, drawn as the in-process loader draws it
+        (:meth:`_input_batches`; one sampling seed per minibatch), its input ids carried along."""
         for batch in self._input_batches():
-            yield batch.input_id, batch.node, draw_seed()
+            yield LoaderBatch(None, batch.node, draw_seed(), carried=batch.input_id)
 
     def collate_fn(self, index) -> Any:
         with stage_timer(self.stage_times).timed(Stage.SAMPLE):
