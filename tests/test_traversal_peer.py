@@ -85,6 +85,25 @@ def test_auto_over_best_takes_common_sources_and_only_correct_variants():
     assert bars["auto_over_best_worst_case"] == "g bfs unified: auto (direction) vs frontier"
 
 
+def test_repetitions_compare_by_their_medians():
+    """cc and pagerank runs are repetitions (no source): the ratio is of their medians, the
+    time each row reports, so one slow repetition does not decide it; sources still sum."""
+    def reps(variant, times):
+        r = row("g", "cc", "cuda", variant, dict(enumerate(times)))
+        for x in r["runs"]:
+            x["source"] = None
+        return r
+
+    auto = reps("auto", [1.5, 1.3, 1.3, 4.7, 1.3])
+    staged = reps("staged", [1.2, 1.3, 1.3, 1.3, 1.4])
+    assert tp.common_ratio(auto, staged) == pytest.approx(1.0)
+    got = tp.auto_over_best([auto, staged])
+    assert len(got) == 1 and got[0]["ratio"] == pytest.approx(1.0)
+    bfs_auto = row("g", "bfs", "cuda", "auto", {0: 1.0, 1: 5.0})
+    bfs_other = row("g", "bfs", "cuda", "merged", {0: 1.0, 1: 1.0})
+    assert tp.common_ratio(bfs_auto, bfs_other) == pytest.approx(3.0)
+
+
 def test_hopeless_variants_are_those_over_the_factor_times_the_fastest_correct_one():
     rows = [row("g", "sssp", "cuda", "auto", {0: 1.0}, runs_on="frontier"),
             row("g", "sssp", "cuda", "frontier", {0: 2.0, 1: 4.0}),  # mean 3: the fastest correct one
@@ -123,8 +142,9 @@ def test_a_run_over_the_hopeless_time_is_not_repeated(monkeypatch):
 
 def test_a_quick_configuration_is_warmed_up_and_repeats_more(monkeypatch):
     """Under --warmup-ms, untimed runs of the first source (not reported) until that much time
-    has passed, at most --quick-reps of them, and repetition ops take --quick-reps runs; a slow
-    configuration keeps every run; a cold (before_each) one is never warmed up."""
+    has passed, however many runs that takes (at most WARMUP_MAX_RUNS), and repetition ops take
+    --quick-reps runs; a slow configuration keeps every run; a cold (before_each) one is never
+    warmed up."""
     calls = fake_runs(monkeypatch)
     step = {"s": 0.01}  # each run takes this long
     now = {"t": 0.0}
@@ -143,8 +163,11 @@ def test_a_quick_configuration_is_warmed_up_and_repeats_more(monkeypatch):
     calls.clear()
     assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 5 + [0, 1]
     calls.clear()
-    step["s"] = 0.001  # 1 ms runs: the warm-up stops at --quick-reps runs
-    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 7 + [0, 1]
+    step["s"] = 0.001  # 1 ms runs: 50 of them warm it up, more than --quick-reps
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 50 + [0, 1]
+    calls.clear()
+    monkeypatch.setattr(tp, "WARMUP_MAX_RUNS", 9)  # the warm-up's cap, however quick the op
+    assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock)) == 2 and calls == [0] * 9 + [0, 1]
     calls.clear()
     step["s"] = 0.01
     assert len(tp.measure("bfs", g, "naive", [0, 1], None, args, clock, before_each=lambda: None)) == 2
