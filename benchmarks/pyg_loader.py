@@ -213,9 +213,8 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
         if processes and train:
             loader.stage_times.clear()
         runs = [run_epoch(loader, family, train) for _ in range(args.epochs)]
-        expected = -(-min(args.epoch_batches * args.batch_size, args.train_nodes) // args.batch_size)
-        if any(r["batches"] != expected for r in runs):
-            raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {expected}")
+        if any(r["batches"] != len(loader) for r in runs):  # every epoch whole
+            raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {len(loader)}")
         med = statistics.median(r["seconds"] for r in runs)
         r0 = runs[0]
         result[kind] = dict(epoch_s=med, epoch_s_all=[r["seconds"] for r in runs], batches=r0["batches"],
@@ -223,17 +222,16 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
                             nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"])
         print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
               f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s)", flush=True)
-    if ours and not processes:
-        loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
-        run_epoch(loader, family, True)
     if ours:
+        if not processes:  # one more training epoch, timed by stage
+            loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
+            run_epoch(loader, family, True)
         # Means beside medians: a producer that gathers several minibatches at once delivers
         # them in bursts, so most deliveries wait for nothing and the median hides the waits.
         result["stages_ms"] = stage_stat(loader.stage_times, "p50")
         result["stages_mean_ms"] = stage_stat(loader.stage_times, "mean")
-    if not processes and ours:
-        loader.stage_times = None
-    if "stages_ms" in result:
+        if not processes:
+            loader.stage_times = None
         print(f"{name:>13} stages (ms p50): {result['stages_ms']}; mean: {result['stages_mean_ms']}", flush=True)
     if processes:
         result["plan"] = loader.processes.plan.describe()
@@ -450,7 +448,6 @@ def main(argv=None) -> int:
     result["dataset"] = dict(name=ds.name, num_nodes=ds.num_nodes, num_edges=ds.num_edges,
                              feature_gib=ds.features.numel() * ds.features.element_size() / 2**30,
                              train_nodes=int(ds.train_idx.numel()), generate_s=time.perf_counter() - start)
-    args.train_nodes = result["dataset"]["train_nodes"]
     result["epoch_batches"] = args.epoch_batches
     print(f"dataset {ds.describe()} in {result['dataset']['generate_s']:.1f} s", flush=True)
 

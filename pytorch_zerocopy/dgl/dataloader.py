@@ -291,16 +291,17 @@ class DataLoader(ProcessWay):
         sampler = self.graph_sampler
         out = sampler.output_device or self.device
         gathered = sampler.prefetch_node_feats[0]
-        for count, mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
-            # The seeds are the first input nodes (every block's destinations lead its sources),
-            # already where the minibatch is. The CPU state's readers: the lists this process
-            # prepared for the stage, no others.
-            yield sampler.deliver(self.graph, mb.blocks, mb.input_nodes[:count], Placement.CPU, out,
+        for mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
+            # The seeds are the last block's destinations, which lead the input nodes (every
+            # block's destinations lead its sources), already where the minibatch is. The CPU
+            # state's readers: the lists this process prepared for the stage, no others.
+            blocks = mb.blocks
+            yield sampler.deliver(self.graph, blocks, mb.input_nodes[:blocks[-1].num_dst], Placement.CPU, out,
                                   self.node_caches, {gathered: feats}, times=self.stage_times)
 
     def _seed_batches(self) -> Iterator[LoaderBatch]:
-        """Each minibatch of an epoch, drawn as in-process, keyed by its number of seeds."""
+        """Each minibatch of an epoch, drawn as in-process."""
         ids = self._epoch_indices()
         for b in range(len(self)):
             seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
-            yield LoaderBatch(seeds.numel(), seeds, draw_seed())
+            yield LoaderBatch(seeds, draw_seed())

@@ -39,7 +39,7 @@ from __future__ import annotations
 import copy
 import queue
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -64,13 +64,12 @@ _PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
 
 @dataclass(frozen=True)
 class LoaderBatch:
-    """One minibatch's seeds, as a loader hands them to :meth:`LoaderProcesses.epoch`: ``key``
-    (the loader's own, given back with the minibatch), ``seeds`` (CPU int64 node ids),
+    """One minibatch's seeds, as a loader hands them to :meth:`LoaderProcesses.epoch`: ``seeds``
+    (CPU int64 node ids),
     ``sample_seed`` (the seed of its random draws, or None) and ``carried`` (CPU int64 values
     packed as the minibatch's labels part, so they reach the training process where the
     minibatch is, in its one copy; None: no labels part)."""
 
-    key: Any
     seeds: torch.Tensor
     sample_seed: Optional[int]
     carried: Optional[torch.Tensor] = None
@@ -230,18 +229,18 @@ class _Watched:
 
 
 class _Epoch:
-    """One epoch's seed batches, sent ``limit`` ahead of delivery; the keys the loader gave
-    them, by step; the marks received."""
+    """One epoch's seed batches, sent ``limit`` ahead of delivery; the seed rows of those in
+    flight, by step; the marks received."""
 
     def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows):
         self.queues, self.epoch, self.todo, self.rows = queues, epoch, todo, rows
         self.limit = rows.slots
-        self.keys: Dict[int, Tuple[Any, int]] = {}  # in flight: step -> (the loader's key, its seed row)
+        self.rows_in_flight: Dict[int, int] = {}  # step -> its seed row
         self.sent = self.marks = 0
         self.ended = False
 
     def top_up(self) -> None:
-        while not self.ended and len(self.keys) < self.limit:
+        while not self.ended and len(self.rows_in_flight) < self.limit:
             nxt = next(self.todo, None)
             if nxt is None:
                 self.end()
@@ -249,7 +248,7 @@ class _Epoch:
             if not isinstance(nxt, LoaderBatch):
                 raise TypeError(f"a loader's epoch yields LoaderBatch es, got {type(nxt).__name__}")
             row = self.rows.put(nxt.seeds, self.queues, nxt.carried)
-            self.keys[self.sent] = (nxt.key, row)
+            self.rows_in_flight[self.sent] = row
             carried = 0 if nxt.carried is None else nxt.carried.numel()
             span = SeedSpan(self.epoch, self.sent, row, nxt.seeds.numel(), nxt.sample_seed, carried)
             self.queues[self.sent % len(self.queues)].put(span)
@@ -265,16 +264,14 @@ class _Epoch:
     def complete(self) -> bool:
         return self.marks == len(self.queues)
 
-    def delivered(self, step: int) -> Any:
-        key, row = self.keys.pop(step)
-        self.rows.release(row)
-        return key
+    def delivered(self, step: int) -> None:
+        self.rows.release(self.rows_in_flight.pop(step))
 
     def drained(self) -> None:
         """After every role's mark: the rows of the batches never delivered go back."""
-        for _, row in self.keys.values():
+        for row in self.rows_in_flight.values():
             self.rows.release(row)
-        self.keys.clear()
+        self.rows_in_flight.clear()
 
 
 class LoaderProcesses:
@@ -367,9 +364,9 @@ class LoaderProcesses:
 
     # --- epochs ---------------------------------------------------------------------------
 
-    def epoch(self, batches, times: Optional[StageTimes] = None) -> Iterator[Tuple[Any, Minibatch, torch.Tensor]]:
+    def epoch(self, batches, times: Optional[StageTimes] = None) -> Iterator[Tuple[Minibatch, torch.Tensor]]:
         """Runs one epoch: ``batches`` yields :class:`LoaderBatch` es;
-        yields ``(key, minibatch, features)`` in the order the producer finished them (the
+        yields ``(minibatch, features)`` in the order the producer finished them (the
         order of ``batches`` with one sampling role). ``times`` records the deliver stage, and
         the sample and gather times the producer measured."""
         if self.closed:
@@ -392,9 +389,9 @@ class LoaderProcesses:
                 if got is None:
                     break
                 _, batch, feats = got
-                key = run.delivered(batch.step)
+                run.delivered(batch.step)
                 run.top_up()
-                yield key, batch, feats
+                yield batch, feats
         finally:
             if self.open is run and not self.closed:
                 self._drain(run)

@@ -503,7 +503,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def _iter_processes(self) -> Iterator[Data]:
         shape = self.feature_store.get_tensor_size(None, "x")[1:]
-        for _, mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
+        for mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
             # The input ids came back packed as the minibatch's labels part, where it is.
             out = self.node_sampler.output(SampledHops.from_minibatch(mb), mb.labels)
             yield self.filter_fn(out, {"x": x.view((x.shape[0],) + tuple(shape))})
@@ -512,7 +512,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
         """Each minibatch of an epoch, drawn as the in-process loader draws it
         (:meth:`_input_batches`; one sampling seed per minibatch), its input ids carried along."""
         for batch in self._input_batches():
-            yield LoaderBatch(None, batch.node, draw_seed(), carried=batch.input_id)
+            yield LoaderBatch(batch.node, draw_seed(), carried=batch.input_id)
 
     def collate_fn(self, index) -> Any:
         with stage_timer(self.stage_times).timed(Stage.SAMPLE):
