@@ -429,6 +429,8 @@ def main(argv=None) -> int:
             and shutil.which(MPS_CONTROL):
         print("running under a private MPS daemon (zerocopy mps)", flush=True)
         return run_as_client([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
+    if args.epoch_batches < 1 or args.epochs < 1:
+        p.error(f"--epoch-batches and --epochs must be >= 1, got {args.epoch_batches} and {args.epochs}")
     if args.quick:
         args.nodes, args.epochs, args.epoch_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
     args.workers = args.workers or max(1, min(8, available_cores() - 2))

@@ -304,3 +304,21 @@ def test_loader_seed_rows_are_reused_and_grow():
     d = rows.put(torch.tensor([3]), queues, carried=torch.arange(10, 19))  # seeds and carried: 10 wide
     assert d == b and rows.rows.shape == (2, 18) and len(queues[0]) == 3
     assert rows.rows[d, :10].tolist() == [3] + list(range(10, 19)) and nine[c].tolist() == list(range(9))
+
+
+def test_a_loader_epoch_yields_loader_batches_only():
+    """What a loader's epoch yields is checked as it is sent: anything but a LoaderBatch (the
+    tuples the loaders used to yield) is a TypeError, and nothing reaches a role's queue."""
+    from pytorch_zerocopy.pipeline.loader import LoaderBatch, _Epoch, _SeedRows
+
+    class Q(list):
+        put = list.append
+
+    q = Q()
+    run = _Epoch([q], 0, iter([(torch.tensor([1, 2]), torch.tensor([1, 2]), 5)]), _SeedRows(2, 4))
+    with pytest.raises(TypeError, match="LoaderBatch"):
+        run.top_up()
+    assert q == []
+    ok = _Epoch([q], 0, iter([LoaderBatch(torch.tensor([1, 2]), 5)]), _SeedRows(2, 4))
+    ok.top_up()
+    assert [type(m).__name__ for m in q] == ["SeedSlots", "SeedSpan", "EpochMark"] and ok.ended
