@@ -417,7 +417,11 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default=None, help="loader rows to run, comma-separated (default: all); the pipeline "
                                                 "row always runs (its rate is every bar's denominator)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
-                   help="diagnostic: profile the host work of N loader-only minibatches of the pyg and dgl rows")
+                   help="diagnostic: profile the host work of N minibatches of the pyg and dgl rows (loader alone) "
+                        "and of the pyg_pipeline row (training)")
+    p.add_argument("--profile-rows", default=None,
+                   help=f"with --profile, the rows to profile, comma-separated (default: those of "
+                        f"{sorted(PROFILED_ROWS)} that run)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="pyg_loader", help="output file name stem")
     p.add_argument("--mps", choices=("auto", "off"), default="auto",
@@ -431,6 +435,10 @@ def main(argv=None) -> int:
         return run_as_client([sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
     if args.epoch_batches < 1 or args.epochs < 1:
         p.error(f"--epoch-batches and --epochs must be >= 1, got {args.epoch_batches} and {args.epochs}")
+    profiled = [r.strip() for r in args.profile_rows.split(",")] if args.profile_rows else list(PROFILED_ROWS)
+    unknown = [r for r in profiled if r not in PROFILED_ROWS]
+    if unknown:
+        p.error(f"--profile-rows: rows {unknown} are not profiled; choose from {sorted(PROFILED_ROWS)}")
     if args.quick:
         args.nodes, args.epochs, args.epoch_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
     args.workers = args.workers or max(1, min(8, available_cores() - 2))
@@ -474,7 +482,7 @@ def main(argv=None) -> int:
     if args.profile:
         result["host_profiles"] = {}
         for name, train in PROFILED_ROWS.items():
-            if name not in wanted:
+            if name not in wanted or name not in profiled:
                 continue
             kind, make, _ = rows[name]
             family = Family(kind, ds.feature_dim, ds.num_classes, args.hidden, device)
