@@ -189,6 +189,12 @@ TORCH_LIBRARY(zerocopy, m) {
   m.def("dynamic_graph_remove(Tensor(a!) pool, Tensor(b!)? weights, Tensor(c!) root, Tensor(d!) height, "
         "Tensor(e!) degree, Tensor(f!) page_owner, Tensor(g!) page_rank, Tensor(h!) page_ring, Tensor(i!) meta, "
         "Tensor vertices, Tensor pos_offsets, Tensor positions, int page_size) -> ()");
+  // Empties the lists of vertices (strictly ascending): every page of each goes back to the
+  // free-page queue; returns the number of entries removed (an int64 scalar on the CPU, known
+  // to the host without waiting for the GPU).
+  m.def("dynamic_graph_clear(Tensor pool, Tensor(a!) root, Tensor(b!) height, Tensor(c!) degree, "
+        "Tensor(d!) page_owner, Tensor(e!) page_rank, Tensor(f!) page_ring, Tensor(g!) meta, Tensor vertices, "
+        "int page_size) -> Tensor");
   // The CSR snapshot: indptr = [0, cumsum(degree)] (int64), the column ids in list order (ids'
   // dtype), their weights (empty without weights) and, with `with_slots`, each entry's pool slot
   // (int64; empty otherwise).

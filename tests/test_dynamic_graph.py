@@ -446,6 +446,10 @@ def _state_args(dg):
     return [dg.pool, dg.weights, dg.root, dg.height, dg.degree, dg.page_owner, dg.page_rank, dg.page_ring, dg.meta]
 
 
+def _clear_args(dg):
+    return [dg.pool, dg.root, dg.height, dg.degree, dg.page_owner, dg.page_rank, dg.page_ring, dg.meta]
+
+
 def test_raw_ops_check_batch_contents(seed):
     rng = np.random.default_rng(seed)
     g = random_csr(rng, n=20, m=60)
@@ -455,6 +459,7 @@ def test_raw_ops_check_batch_contents(seed):
     L = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
     append = lambda v, o, d: ops.dynamic_graph_append(*_state_args(dg), L(v), L(o), L(d), None, 4)  # noqa: E731
     remove = lambda v, o, p: ops.dynamic_graph_remove(*_state_args(dg), L(v), L(o), L(p), 4)  # noqa: E731
+    clear = lambda v: ops.dynamic_graph_clear(*_clear_args(dg), L(v), 4)  # noqa: E731
     deg0 = int(dg.degree[0])
     v2 = int(torch.nonzero(dg.degree.cpu() >= 2)[0])  # a vertex with positions 0 and 1
     cases = [
@@ -465,6 +470,9 @@ def test_raw_ops_check_batch_contents(seed):
         (IndexError, "run_dst\\[1\\] = 25 is out of range", lambda: append([1], [0, 2], [1, 25])),
         (IndexError, "positions\\[1\\] = 0 is not a position", lambda: remove([v2], [0, 2], [1, 0])),
         (IndexError, "is not a position", lambda: remove([0], [0, 1], [deg0])),
+        (ValueError, "strictly ascending", lambda: clear([4, 4])),
+        (IndexError, "vertices\\[1\\] = 20 is out of range", lambda: clear([0, 20])),
+        (ValueError, "page_size must be a power of two", lambda: ops.dynamic_graph_clear(*_clear_args(dg), L([1]), 6)),
         (ValueError, "page_size must be a power of two", lambda: ops.dynamic_graph_append(
             *_state_args(dg), L([1]), L([0, 1]), L([1]), None, 6)),
         (TypeError, "height must be Char", lambda: ops.dynamic_graph_contains(
@@ -532,6 +540,56 @@ def test_find_marked_with_a_coarse_mask(seed, placement):
     assert pos_offsets.tolist() == want_offsets
     assert positions.tolist() == want_positions
     assert positions.numel() > 0
+
+
+@pytest.mark.parametrize("placement", ["cpu", "unified", pytest.param("cuda", marks=cuda)])
+@pytest.mark.parametrize("page_size", [4, 32])
+def test_clear_is_removing_every_entry(seed, placement, page_size):
+    """dynamic_graph_clear leaves the state that removing every position of the lists leaves:
+    the same pages freed in the same order, the lists empty."""
+    a = updated_graph(np.random.default_rng(seed), placement=placement, page_size=page_size)
+    b = updated_graph(np.random.default_rng(seed), placement=placement, page_size=page_size)
+    rng = np.random.default_rng(seed + 1)
+    empty = int(torch.nonzero(a.degree.cpu() == 0)[0])
+    picked = np.sort(rng.choice(a.num_nodes, 20, replace=False)).tolist()
+    vertices = torch.tensor(sorted(set(picked) | {7, empty}), device=a.device)
+    degrees = a.degree[vertices].cpu()
+    removed = torch.ops.zerocopy.dynamic_graph_clear(*_clear_args(a), vertices, page_size)
+    assert removed.device.type == "cpu" and removed.dtype == torch.int64
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), degrees.cumsum(0)]).to(b.device)
+    positions = torch.cat([torch.arange(int(d)) for d in degrees]).to(b.device)
+    torch.ops.zerocopy.dynamic_graph_remove(*_state_args(b), vertices, offsets, positions, page_size)
+    assert int(removed) == int(degrees.sum()) > 0
+    assert a.degree[vertices].eq(0).all() and a.root[vertices].eq(-1).all()
+    assert_same_state(a, b)
+    check_invariants(a)
+    assert int(torch.ops.zerocopy.dynamic_graph_clear(*_clear_args(a), vertices[:0], page_size)) == 0
+
+
+@pytest.mark.parametrize("placement", ["cpu", pytest.param("cuda", marks=cuda)])
+@pytest.mark.parametrize("page_size", [4, 32, 64])
+def test_find_marked_over_long_and_short_lists(seed, placement, page_size):
+    """Hubs whose lists span many level-1 nodes (several levels of index pages) beside one-page
+    lists, some taken whole: the reference's positions, for every page size (64: two mask words
+    a page)."""
+    rng = np.random.default_rng(seed)
+    n = 5000
+    hubs = np.array([11, 12, 300, 4999])
+    src = np.concatenate([rng.integers(0, n, 6000), np.repeat(hubs, [3000, 700, 4500, 65])])
+    dst = rng.integers(0, n, src.size)
+    dg = DynamicGraph.from_csr(CSRGraph.from_coo(src, dst, n), placement=placement, page_size=page_size)
+    assert int(dg.height.max()) >= (2 if page_size == 4 else 1)
+    mask = torch.from_numpy(rng.random(n) < 0.05)
+    mask[12] = True  # a hub taken whole
+    mask[11] = mask[300] = False
+    with_edges = torch.nonzero(dg.degree.cpu() > 0).flatten()
+    pick = torch.from_numpy(np.sort(rng.choice(with_edges.numel(), 700, replace=False)))
+    vertices = torch.cat([with_edges[pick], torch.from_numpy(hubs)]).unique()
+    pos_offsets, positions = torch.ops.zerocopy.dynamic_graph_find_marked(
+        dg.pool, dg.root, dg.height, dg.degree, vertices.to(dg.device), mask.to(dg.device), page_size)
+    want_offsets, want_positions = _marked_reference(dg, vertices.tolist(), mask.tolist())
+    assert pos_offsets.tolist() == want_offsets
+    assert positions.tolist() == want_positions
 
 
 def test_find_marked_checks_vertices(seed):
@@ -671,6 +729,7 @@ def test_opcheck(seed):
                           (*_state_args(dg), L([1, 7]), L([0, 2, 3]), L([3, 5, 9]), None, 4), test_utils=utils)
     torch.library.opcheck(ops.dynamic_graph_remove.default,
                           (*_state_args(dg), L([7]), L([0, 2]), L([0, 2]), 4), test_utils=utils)
+    torch.library.opcheck(ops.dynamic_graph_clear.default, (*_clear_args(dg), L([1, 7]), 4), test_utils=utils)
 
 
 # --- reads: same results as on the snapshot -------------------------------------------------------

@@ -30,7 +30,9 @@ def cuda_home() -> str:
     return os.environ.get("CUDA_HOME") or guess
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    """Compiles every source, or those named in ``argv`` (paths, e.g. csrc/cuda/gather_rows.cu)."""
+    named = {os.path.realpath(p) for p in (sys.argv[1:] if argv is None else argv)}
     includes = [os.path.join(ROOT, "csrc"), sysconfig.get_paths()["include"], *include_paths()]
     includes.append(os.path.join(cuda_home(), "include"))
     # Last, so a real CUDA torch's own generated header wins (see the shim's comment).
@@ -40,6 +42,13 @@ def main() -> int:
     failures = 0
     sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cu")))
     host_sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp")))
+    if named:
+        unknown = named - {os.path.realpath(p) for p in sources + host_sources}
+        if unknown:
+            print(f"not a source under csrc/cuda: {sorted(unknown)}")
+            return 2
+        sources = [p for p in sources if os.path.realpath(p) in named]
+        host_sources = [p for p in host_sources if os.path.realpath(p) in named]
     with tempfile.TemporaryDirectory() as tmp:
         for src in sources:
             out = os.path.join(tmp, os.path.basename(src) + ".o")

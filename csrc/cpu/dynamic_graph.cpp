@@ -497,6 +497,60 @@ void remove_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
 }
 
 // ---------------------------------------------------------------------------------------------
+// clear
+
+template <typename idx_t>
+int64_t clear_typed(const at::Tensor& pool_t, const at::Tensor& root_t, const at::Tensor& height_t,
+                    const at::Tensor& degree_t, const at::Tensor& owner_t, const at::Tensor& rank_t,
+                    const at::Tensor& ring_t, const at::Tensor& meta_t, const at::Tensor& vertices, int s) {
+  const Lists<idx_t> g(pool_t, root_t, height_t, degree_t, s);
+  const int64_t runs = vertices.numel();
+  const int64_t num_pages = pool_t.numel() >> s;
+  const int64_t* vtx = vertices.data_ptr<int64_t>();
+  idx_t* owner = owner_t.data_ptr<idx_t>();
+  int32_t* rank = rank_t.data_ptr<int32_t>();
+  idx_t* ring = ring_t.data_ptr<idx_t>();
+  int64_t* meta = meta_t.data_ptr<int64_t>();
+  std::vector<int64_t> base(static_cast<size_t>(runs) + 1, 0);
+  int64_t removed = 0;
+  for (int64_t r = 0; r < runs; ++r) {
+    const int64_t d0 = g.degree[vtx[r]];
+    base[r + 1] = base[r] + tree_pages(d0, s);
+    removed += d0;
+  }
+  const int64_t tail = meta[kTail];
+  at::parallel_for(0, runs, 64, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t v = vtx[r];
+      const int64_t d0 = g.degree[v], root0 = g.root[v];
+      for (int64_t t = 0; t < base[r + 1] - base[r]; ++t)
+        shrink_item(g.pool, owner, rank, ring, num_pages, tail, root0, d0, int64_t(0), base[r], t, s);
+      g.root[v] = static_cast<idx_t>(-1);
+      g.height[v] = 0;
+      g.degree[v] = 0;
+    }
+  });
+  meta[kTail] = tail + base[runs];
+  return removed;
+}
+
+at::Tensor clear_cpu(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+                  const at::Tensor& page_owner, const at::Tensor& page_rank, const at::Tensor& page_ring,
+                  const at::Tensor& meta, const at::Tensor& vertices, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_clear";
+  const int s = page_shift(page_size, op);
+  check_writer(pool, std::nullopt, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCpu, op);
+  check_marked_vertices(pool, vertices);
+  const at::Tensor vtx = vertices.contiguous();
+  check_marked_runs(vtx, root.numel(), op);
+  int64_t removed = 0;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    removed = clear_typed<index_t>(pool, root, height, degree, page_owner, page_rank, page_ring, meta, vtx, s);
+  });
+  return at::scalar_tensor(removed, at::kLong);
+}
+
+// ---------------------------------------------------------------------------------------------
 // to_csr
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> to_csr_cpu(
@@ -673,6 +727,7 @@ TORCH_LIBRARY_IMPL(zerocopy, CPU, m) {
   m.impl("dynamic_graph_mark_neighbours", mark_neighbours_cpu);
   m.impl("dynamic_graph_pages_needed", pages_needed_cpu);
   m.impl("dynamic_graph_remove", remove_cpu);
+  m.impl("dynamic_graph_clear", clear_cpu);
   m.impl("dynamic_graph_to_csr", to_csr_cpu);
   m.impl("dynamic_graph_sample", sample_cpu);
   m.impl("dynamic_graph_sample_layers", sample_layers_cpu);

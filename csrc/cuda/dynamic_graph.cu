@@ -7,13 +7,16 @@
 //            lane per touched data page, kWarp pages a warp (copy the run's ids, coalesced).
 //   remove   content check -> one thread per hole (move a tail entry into it) -> one thread
 //            per freed page (push it on the ring) -> one thread per run.
+//   clear    remove's last two steps for whole lists: nothing to compact, no positions.
 //   contains / find: a Bloom filter per long run -> one warp per (run, data page): each entry
 //            tested against its run's filter, then (if it passes) binary-searched in the run's
 //            sorted destinations; find keeps a hit mask per 32 entries, scans the counts and
 //            writes positions from the masks, so positions come out sorted.
 //   sampling: the kernels of zerocopy::sample_layers over the paged lists (sample_layers.cu).
 //   find_marked: find's items with a mask of vertex ids as the test (vertex deletion), behind a
-//            coarse copy of the mask in each block's shared memory.
+//            coarse copy of the mask in each block's shared memory; a warp reads the data
+//            pages under kWarp level-1 nodes as one sequence, so each run and node is looked
+//            up once per 2^s data pages, not once per page.
 //   mark_neighbours: find_marked's items, every entry's id marked (the lists a deletion reads).
 //   find_touching / to_csr / bfs: sweeps over the page table; each lane tests one page, the
 //            warp then walks the active pages one by one (whole pages: balanced by design).
@@ -555,17 +558,18 @@ __global__ void find_mask_kernel(const QueryArgs<idx_t> a, unsigned* __restrict_
 // find's second pass: the list positions of the masked entries, item by item, ascending
 // (out[item_pos[item] ...]). Items kWarp at a time: each lane tells whether its item has hits
 // (item_pos: item_count's exclusive sums, items + 1 of them) and finds its page index in its
-// list, then the warp writes the items with hits one by one, so items without any cost one
-// load (a vertex deletion tests long lists that hold few of the deleted ids).
+// list (from item_page where the first pass wrote it for the items with hits, else by a search
+// of item_off), then the warp writes the items with hits one by one, so items without any cost
+// one load (a vertex deletion tests long lists that hold few of the deleted ids).
 __global__ void find_write_kernel(const int64_t* __restrict__ item_off, int64_t runs, int64_t items,
                                   const unsigned* __restrict__ masks, const int64_t* __restrict__ item_pos,
-                                  int64_t* __restrict__ out, int s) {
+                                  const int64_t* __restrict__ item_page, int64_t* __restrict__ out, int s) {
   const int lane = lane_id();
   const int64_t steps = page_steps(s);
   for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
     const int64_t t = first + lane;
     const bool hits = t < items && item_pos[t + 1] > item_pos[t];
-    const int64_t mine = hits ? t - item_off[group_of(item_off, runs, t)] : 0;  // page index in the list
+    const int64_t mine = !hits ? 0 : item_page ? item_page[t] : t - item_off[group_of(item_off, runs, t)];
     unsigned active = __ballot_sync(kFull, hits);
     while (active) {
       const int u = __ffs(active) - 1;
@@ -676,7 +680,7 @@ std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at
   at::Tensor positions = at::empty({item_pos.slice(0, q.items).item<int64_t>()}, opts);
   if (positions.numel() > 0) {
     find_write_kernel<<<blocks_for(chunk_threads(q.items)), kBlock, 0, stream>>>(
-        q.item_off.data_ptr<int64_t>(), q.runs, q.items, m, item_pos.data_ptr<int64_t>(),
+        q.item_off.data_ptr<int64_t>(), q.runs, q.items, m, item_pos.data_ptr<int64_t>(), nullptr,
         positions.data_ptr<int64_t>(), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -688,46 +692,58 @@ std::tuple<at::Tensor, at::Tensor> find_cuda(const at::Tensor& pool_in, const at
 // find_marked: the items of find (one per (run, data page)), each entry tested against a mask
 // of vertex ids (one load, no per-run search), or taken whole when the run's vertex is marked.
 
-// Per run: its data pages; the first vertex that is out of range or not above the previous one.
+// Per run: its data pages and (`supers`, when given) its groups of up to 2^s data pages under
+// one level-1 node, the whole list for a one-page list; the first vertex that is out of range
+// or not above the previous one.
 __global__ void marked_counts_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ degree,
                                      int64_t num_ids, int s, int64_t* __restrict__ leaves,
-                                     unsigned long long* __restrict__ first) {
+                                     int64_t* __restrict__ supers, unsigned long long* __restrict__ first) {
   for (int64_t r = thread_index(); r < runs; r += thread_count()) {
     if (!vertex_ok(vtx, r, num_ids, true)) {
       atomicMin(&first[kBadVertex], r);
       leaves[r] = 0;
+      if (supers) supers[r] = 0;
       continue;
     }
     leaves[r] = ceil_shift(degree[vtx[r]], s);
+    if (supers) supers[r] = ceil_shift(leaves[r], s);
   }
 }
 
 // The items of a marked-vertex batch (one per (vertex, data page of its list)): item_off (runs
-// + 1) and their number, read back with the check of the vertices (ascending, in range),
-// which raises for the first bad one. The op's one synchronisation.
+// + 1) and their number and, with `with_supers`, the same for the groups of data pages under
+// one level-1 node (super_off, supers); read back with the check of the vertices (ascending,
+// in range), which raises for the first bad one. The op's one synchronisation.
 struct MarkedItems {
   at::Tensor item_off;
   int64_t items;
+  at::Tensor super_off;
+  int64_t supers;
 };
 
 MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, int64_t num_ids, int s,
-                         cudaStream_t stream, const char* op) {
+                         cudaStream_t stream, const char* op, bool with_supers = false) {
   const int64_t runs = vertices.numel();
   const auto opts = vertices.options();
-  at::Tensor leaves = at::zeros({runs}, opts);
+  at::Tensor leaves = at::empty({runs}, opts);  // the counts kernel writes every entry
+  at::Tensor supers = with_supers ? at::empty({runs}, opts) : at::Tensor();
   at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
   if (runs > 0) {
     marked_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
         vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, leaves.data_ptr<int64_t>(),
+        with_supers ? supers.data_ptr<int64_t>() : nullptr,
         reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   at::Tensor item_off = offsets_of(leaves);
-  const std::vector<int64_t> h = read_back({first, item_off.slice(0, runs)});
+  at::Tensor super_off = with_supers ? offsets_of(supers) : at::Tensor();
+  std::vector<at::Tensor> back{first, item_off.slice(0, runs)};
+  if (with_supers) back.push_back(super_off.slice(0, runs));
+  const std::vector<int64_t> h = read_back(back);
   int64_t f[kNumBatchErrors];
   for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
   raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
-  return {item_off, h[kNumBatchErrors]};
+  return {item_off, h[kNumBatchErrors], super_off, with_supers ? h[kNumBatchErrors + 1] : 0};
 }
 
 // find_marked's coarse mask: bit b is set when an id in [b << shift, (b + 1) << shift) is
@@ -736,6 +752,7 @@ MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, i
 // up to kCoarseBytesMax * 8 ids).
 constexpr int kMarkedBlock = 1024;
 constexpr int kMarkedGroup = 8;  // items whose page loads a warp keeps in flight together
+static_assert((1 << kMaxPageShift) < (1 << 16), "find_marked packs a page's entry count in 16 bits");
 constexpr int64_t kCoarseBytesMax = 192 * 1024;
 
 struct CoarseMask {
@@ -772,64 +789,121 @@ CoarseMask coarse_mask(const at::Tensor& mask, int64_t num_ids, cudaStream_t str
 }
 
 // masks[item * steps + step] = the entries of the step that are marked (all of them when the
-// item's vertex is); item_count[item] = their number. Items kWarp at a time, as
-// find_mask_kernel, kMarkedGroup pages in flight; an entry is looked up in `mask` only when
-// its coarse bit (shared memory) is set.
+// item's vertex is); item_count[item] = their number; item_page[item] = the item's page index
+// in its list, for the items with hits only. A warp takes kWarp super items (groups of up to
+// 2^s data pages under one level-1 node, see marked_items) at a time, the next kWarp not yet
+// taken (`next`, a counter starting at 0: a hub's groups hold up to 2^s times the pages of a
+// short list's, so a fixed share of groups per warp would leave the GPU waiting for the warps
+// that drew hubs): lane l finds super item first + l
+// (its run by a search of super_off, its level-1 node by a walk of the tree), then the warp
+// reads the groups' data pages as one flat sequence, kMarkedGroup pages in flight, each lane
+// first reading the page id of one of them from its level-1 node. The items of consecutive
+// super items are consecutive, so flat page q is item (first super item's first item) + q.
+// An entry is looked up in `mask` only when its coarse bit (shared memory) is set.
 template <typename idx_t>
 __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
     const idx_t* __restrict__ pool, const idx_t* __restrict__ root, const int8_t* __restrict__ height,
     const int64_t* __restrict__ degree, const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
-    int64_t runs, int64_t items, const bool* __restrict__ mask, const unsigned* __restrict__ coarse,
-    int64_t coarse_words, int coarse_shift, int64_t num_ids, unsigned* __restrict__ masks,
-    int64_t* __restrict__ item_count, int s) {
+    const int64_t* __restrict__ super_off, int64_t runs, int64_t supers, const bool* __restrict__ mask,
+    const unsigned* __restrict__ coarse, int64_t coarse_words, int coarse_shift, int64_t num_ids,
+    unsigned* __restrict__ masks, int64_t* __restrict__ item_count, int64_t* __restrict__ item_page,
+    unsigned long long* __restrict__ next, int s) {
   extern __shared__ unsigned shared_coarse[];
   for (int64_t w = threadIdx.x; w < coarse_words; w += blockDim.x) shared_coarse[w] = coarse[w];
   __syncthreads();
   const int lane = lane_id();
   const int64_t size = int64_t(1) << s, steps = page_steps(s);
-  for (int64_t first = warp_index() * kWarp; first < items; first += warp_count() * kWarp) {
-    int64_t my_i = 0, my_page = 0, my_deg = 0;
-    int my_whole = 0;
+  while (true) {
+    unsigned long long taken = 0;
+    if (lane == 0) taken = atomicAdd(next, 1ull);
+    const int64_t first = static_cast<int64_t>(__shfl_sync(kFull, taken, 0)) * kWarp;
+    if (first >= supers) break;
+    // This lane's super item: its level-1 node (the root of a one-page list), its data pages,
+    // the list index of the first, the first's item, the list's degree, whether it goes whole.
+    int64_t node = 0, pages = 0, page0 = 0, item0 = 0, deg = 0;
+    int flags = 0;  // 1: one-page list (node is the data page), 2: whole
     const int64_t t = first + lane;
-    if (t < items) {
-      const int64_t r = group_of(item_off, runs, t);
-      const int64_t v = vtx[r];
-      my_i = t - item_off[r];
-      my_deg = degree[v];
-      my_whole = mask[v] ? 1 : 0;
-      my_page = node_page(pool, static_cast<int64_t>(root[v]), height[v], 0, my_i, s);
+    if (t < supers) {
+      const int64_t r = group_of(super_off, runs, t);
+      const int64_t v = vtx[r], c = t - super_off[r];
+      const int h = height[v];
+      deg = degree[v];
+      page0 = c << s;
+      pages = imin(size, ceil_shift(deg, s) - page0);
+      item0 = item_off[r] + page0;
+      flags = (h == 0 ? 1 : 0) | (mask[v] ? 2 : 0);
+      node = h == 0 ? static_cast<int64_t>(root[v]) : node_page(pool, static_cast<int64_t>(root[v]), h, 1, c, s);
     }
-    const int count = static_cast<int>(imin(kWarp, items - first));
-    for (int j0 = 0; j0 < count; j0 += kMarkedGroup) {
-      int hits[kMarkedGroup] = {};
-      for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
-        idx_t x[kMarkedGroup];
-        bool valid[kMarkedGroup], whole[kMarkedGroup];
+    int64_t start = pages;  // inclusive scan of pages, then exclusive
 #pragma unroll
-        for (int u = 0; u < kMarkedGroup; ++u) {
-          const int src = (j0 + u) & (kWarp - 1);
-          const int64_t i = __shfl_sync(kFull, my_i, src), page = __shfl_sync(kFull, my_page, src);
-          const int64_t deg = __shfl_sync(kFull, my_deg, src);
-          whole[u] = __shfl_sync(kFull, my_whole, src) != 0;
-          const int64_t k = k0 + lane;
-          valid[u] = j0 + u < count && k < size && (i << s) + k < deg;
-          x[u] = valid[u] && !whole[u] ? pool[(page << s) + k] : idx_t(-1);
-        }
+    for (int d = 1; d < kWarp; d <<= 1) {
+      const int64_t y = __shfl_up_sync(kFull, start, d);
+      if (lane >= d) start += y;
+    }
+    const int64_t total = __shfl_sync(kFull, start, kWarp - 1);
+    start -= pages;
+    const int64_t base_item = __shfl_sync(kFull, item0, 0);
+    for (int64_t q0 = 0; q0 < total; q0 += kWarp) {
+      // This lane's flat page q: its owner (the last lane whose start is <= q, which has pages),
+      // page id, list page index, entries on it and whether it goes whole.
+      const int64_t q = q0 + lane;
+      int owner = 0;
 #pragma unroll
-        for (int u = 0; u < kMarkedGroup; ++u) {
-          bool hit = valid[u] && whole[u];
-          if (valid[u] && !whole[u] && x[u] >= 0 && x[u] < num_ids) {
-            const int64_t b = static_cast<int64_t>(x[u]) >> coarse_shift;
-            hit = ((shared_coarse[b >> 5] >> (b & 31)) & 1u) != 0 && mask[x[u]];
+      for (int step = kWarp / 2; step > 0; step >>= 1) {
+        const int64_t at = __shfl_sync(kFull, start, owner + step);
+        if (at <= q) owner += step;
+      }
+      const int64_t o_start = __shfl_sync(kFull, start, owner), o_node = __shfl_sync(kFull, node, owner);
+      const int64_t o_page0 = __shfl_sync(kFull, page0, owner), o_deg = __shfl_sync(kFull, deg, owner);
+      const int o_flags = __shfl_sync(kFull, flags, owner);
+      const int64_t j = q - o_start, i = o_page0 + j;
+      // code: the entries on the page (at most 2^kMaxPageShift), bit 16 set when it goes whole.
+      int64_t pid = 0;
+      int code = 0;
+      if (q < total) {
+        code = static_cast<int>(imin(size, o_deg - (i << s))) | ((o_flags & 2) << 15);
+        pid = (o_flags & 1) ? o_node : (o_flags & 2) ? 0 : static_cast<int64_t>(pool[(o_node << s) + j]);
+      }
+      const int nq = static_cast<int>(imin(kWarp, total - q0));
+      for (int g0 = 0; g0 < nq; g0 += kMarkedGroup) {
+        int my_count = 0;  // lanes u < kMarkedGroup: hits on flat page q0 + g0 + u
+        for (int64_t k0 = 0; k0 < size; k0 += kWarp) {
+          idx_t x[kMarkedGroup];
+          unsigned valid = 0, whole = 0;  // bit u: page g0 + u
+#pragma unroll
+          for (int u = 0; u < kMarkedGroup; ++u) {
+            const int src = (g0 + u) & (kWarp - 1);
+            const int64_t page = __shfl_sync(kFull, pid, src);
+            const int c = __shfl_sync(kFull, code, src);
+            const bool ok = g0 + u < nq && k0 + lane < (c & 0xffff), w = (c >> 16) != 0;
+            valid |= unsigned(ok) << u;
+            whole |= unsigned(w) << u;
+            x[u] = ok && !w ? pool[(page << s) + k0 + lane] : idx_t(-1);
           }
-          const unsigned m = __ballot_sync(kFull, hit);
-          if (lane == 0 && j0 + u < count) masks[(first + j0 + u) * steps + k0 / kWarp] = m;
-          hits[u] += __popc(m);
+          unsigned word = 0;
+#pragma unroll
+          for (int u = 0; u < kMarkedGroup; ++u) {
+            const bool ok = (valid >> u) & 1u, w = (whole >> u) & 1u;
+            bool hit = ok && w;
+            if (ok && !w && x[u] >= 0 && x[u] < num_ids) {
+              const int64_t b = static_cast<int64_t>(x[u]) >> coarse_shift;
+              hit = ((shared_coarse[b >> 5] >> (b & 31)) & 1u) != 0 && mask[x[u]];
+            }
+            const unsigned m = __ballot_sync(kFull, hit);
+            if (lane == u) {
+              word = m;
+              my_count += __popc(m);
+            }
+          }
+          if (lane < kMarkedGroup && g0 + lane < nq) masks[(base_item + q0 + g0 + lane) * steps + k0 / kWarp] = word;
+        }
+        const int64_t my_i = __shfl_sync(kFull, i, (g0 + lane) & (kWarp - 1));
+        if (lane < kMarkedGroup && g0 + lane < nq) {
+          const int64_t item = base_item + q0 + g0 + lane;
+          item_count[item] = my_count;
+          if (my_count > 0) item_page[item] = my_i;
         }
       }
-#pragma unroll
-      for (int u = 0; u < kMarkedGroup; ++u)
-        if (lane == 0 && j0 + u < count) item_count[first + j0 + u] = hits[u];
     }
   }
 }
@@ -858,30 +932,34 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
                    degree = degree_in.contiguous(), vertices = vertices_in.contiguous(), mask = mask_in.contiguous();
   const int64_t runs = vertices.numel(), num_ids = root.numel();
   const auto opts = vertices.options();
-  const MarkedItems marked = marked_items(vertices, degree, num_ids, s, stream, op);
+  const MarkedItems marked = marked_items(vertices, degree, num_ids, s, stream, op, /*with_supers=*/true);
   const at::Tensor& item_off = marked.item_off;
   const int64_t items = marked.items;
   if (items == 0) return {at::zeros({runs + 1}, opts), at::empty({0}, opts)};
   at::Tensor item_count = at::empty({items}, opts);
+  at::Tensor item_page = at::empty({items}, opts);
   at::Tensor masks = at::empty({items * page_steps(s)}, opts.dtype(at::kInt));
   auto* m = reinterpret_cast<unsigned*>(masks.data_ptr<int32_t>());
   const CoarseMask coarse = coarse_mask(mask, num_ids, stream);
+  at::Tensor next = at::zeros({1}, opts);
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     auto kernel = find_marked_mask_kernel<index_t>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(coarse.bytes)));
-    kernel<<<marked_blocks(items), kMarkedBlock, coarse.bytes, stream>>>(
+    kernel<<<marked_blocks(marked.supers), kMarkedBlock, coarse.bytes, stream>>>(
         pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), runs, items, mask.data_ptr<bool>(),
-        reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()), coarse.bytes / 4, coarse.shift, num_ids,
-        m, item_count.data_ptr<int64_t>(), s);
+        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), marked.super_off.data_ptr<int64_t>(), runs,
+        marked.supers, mask.data_ptr<bool>(), reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()),
+        coarse.bytes / 4, coarse.shift, num_ids, m, item_count.data_ptr<int64_t>(), item_page.data_ptr<int64_t>(),
+        reinterpret_cast<unsigned long long*>(next.data_ptr<int64_t>()), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   const at::Tensor item_pos = offsets_of(item_count);
   at::Tensor positions = at::empty({item_pos.slice(0, items).item<int64_t>()}, opts);
   if (positions.numel() > 0) {
     find_write_kernel<<<blocks_for(chunk_threads(items)), kBlock, 0, stream>>>(
-        item_off.data_ptr<int64_t>(), runs, items, m, item_pos.data_ptr<int64_t>(), positions.data_ptr<int64_t>(), s);
+        item_off.data_ptr<int64_t>(), runs, items, m, item_pos.data_ptr<int64_t>(), item_page.data_ptr<int64_t>(),
+        positions.data_ptr<int64_t>(), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return {item_pos.index_select(0, item_off), positions};
@@ -1152,6 +1230,72 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
 }
 
 // ---------------------------------------------------------------------------------------------
+// clear: every page of each list back to the free-page queue (remove's shrink with nothing to
+// compact).
+
+// Per run: entries (the degree) and pages of its list; the first vertex out of range or not
+// above the previous one.
+__global__ void clear_counts_kernel(const int64_t* __restrict__ vtx, int64_t runs, const int64_t* __restrict__ degree,
+                                    int64_t num_ids, int s, int64_t* __restrict__ entries,
+                                    int64_t* __restrict__ pages, unsigned long long* __restrict__ first) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    if (!vertex_ok(vtx, r, num_ids, true)) {
+      atomicMin(&first[kBadVertex], r);
+      entries[r] = pages[r] = 0;
+      continue;
+    }
+    entries[r] = degree[vtx[r]];
+    pages[r] = tree_pages(entries[r], s);
+  }
+}
+
+at::Tensor clear_cuda(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+                   const at::Tensor& page_owner, const at::Tensor& page_rank, const at::Tensor& page_ring,
+                   const at::Tensor& meta, const at::Tensor& vertices_in, int64_t page_size) {
+  constexpr const char* op = "dynamic_graph_clear";
+  const int s = page_shift(page_size, op);
+  check_writer(pool, std::nullopt, root, height, degree, page_owner, page_rank, page_ring, meta, s, kCuda, op);
+  check_marked_vertices(pool, vertices_in);
+  const c10::cuda::OptionalCUDAGuard guard(pool.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor vertices = vertices_in.contiguous();
+  const int64_t runs = vertices.numel(), num_ids = root.numel(), num_pages = pool.numel() >> s;
+  if (runs == 0) return at::scalar_tensor(int64_t(0), at::kLong);
+  const auto opts = vertices.options();
+  at::Tensor entries = at::empty({runs}, opts), pages = at::empty({runs}, opts);  // written whole below
+  at::Tensor first = at::full({kNumBatchErrors}, LLONG_MAX, opts);
+  clear_counts_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(
+      vertices.data_ptr<int64_t>(), runs, degree.data_ptr<int64_t>(), num_ids, s, entries.data_ptr<int64_t>(),
+      pages.data_ptr<int64_t>(), reinterpret_cast<unsigned long long*>(first.data_ptr<int64_t>()));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const at::Tensor off = offsets_of(entries), page_off = offsets_of(pages);
+  const std::vector<int64_t> h = read_back({first, page_off.slice(0, runs), off.slice(0, runs), meta});
+  int64_t f[kNumBatchErrors];
+  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
+  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  const int64_t freed = h[kNumBatchErrors], removed = h[kNumBatchErrors + 1];
+  const int64_t head = h[kNumBatchErrors + 2 + kHead], tail = h[kNumBatchErrors + 2 + kTail];
+  const int64_t fresh = h[kNumBatchErrors + 2 + kFresh];
+  const at::Tensor count = at::scalar_tensor(removed, at::kLong);
+  if (freed == 0) return count;
+  AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
+    using idx_t = index_t;
+    shrink_kernel<idx_t><<<blocks_for(freed), kBlock, 0, stream>>>(
+        pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
+        page_ring.data_ptr<idx_t>(), num_pages, tail, root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, freed, s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    shrunk_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
+        pool.data_ptr<idx_t>(), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head, tail + freed, fresh);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return count;
+}
+
+// ---------------------------------------------------------------------------------------------
 // to_csr
 
 template <typename idx_t>
@@ -1303,6 +1447,7 @@ TORCH_LIBRARY_IMPL(zerocopy, CUDA, m) {
   m.impl("dynamic_graph_find", find_cuda);
   m.impl("dynamic_graph_find_touching", find_touching_cuda);
   m.impl("dynamic_graph_find_marked", find_marked_cuda);
+  m.impl("dynamic_graph_clear", clear_cuda);
   m.impl("dynamic_graph_mark_neighbours", mark_neighbours_cuda);
   m.impl("dynamic_graph_pages_needed", pages_needed_cuda);
   m.impl("dynamic_graph_remove", remove_cuda);

@@ -59,8 +59,9 @@ In-edges. Deleting a vertex edits every list holding an edge into it. Which list
 The index is opt-in because it doubles the pages and adds to every insertion, which a graph
 whose vertices are never deleted should not pay. With a list to read, deleting a batch of
 vertices marks the ids in their lists (or index lists; ``dynamic_graph_mark_neighbours``),
-reads the lists of the marked vertices testing each entry against the batch's mask
-(``dynamic_graph_find_marked``) and removes the hits: work in proportion to the lists touched.
+reads the lists of the other marked vertices testing each entry against the batch's mask
+(``dynamic_graph_find_marked``) and removes the hits, and empties the deleted vertices' own
+lists (and index lists) whole (``dynamic_graph_clear``): work in proportion to the lists touched.
 
 Reading while updating: :meth:`sample_neighbors`, :meth:`sample_layers` and :meth:`bfs` run on
 the paged lists and give the same results as the package's ops on the :meth:`to_csr`
@@ -172,6 +173,11 @@ def _append_fake(pool, weights, root, height, degree, page_owner, page_rank, pag
 def _remove_fake(pool, weights, root, height, degree, page_owner, page_rank, page_ring, meta, vertices,
                  pos_offsets, positions, page_size):
     return None
+
+
+@register_fake("zerocopy::dynamic_graph_clear")
+def _clear_fake(pool, root, height, degree, page_owner, page_rank, page_ring, meta, vertices, page_size):
+    return torch.empty((), dtype=torch.int64, device="cpu")
 
 
 @register_fake("zerocopy::dynamic_graph_contains")
@@ -593,6 +599,11 @@ class DynamicGraph:
                 self.page_ring, self.meta, vertices, pos_offsets, positions, self.page_size)
         return removed
 
+    def _clear(self, vertices: torch.Tensor) -> int:
+        """Empties the lists of ``vertices`` (ascending, distinct); returns the entries removed."""
+        return int(_ops().dynamic_graph_clear.default(self.pool, self.root, self.height, self.degree, self.page_owner,
+                                                  self.page_rank, self.page_ring, self.meta, vertices, self.page_size))
+
     def has_edges(self, src, dst) -> torch.Tensor:
         """bool per pair: whether ``src[i] -> dst[i]`` is in the graph (ids in range; a deleted
         id has no edges)."""
@@ -662,23 +673,21 @@ class DynamicGraph:
                 self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, dying,
                 self.page_size)
             vertices, pos_offsets = _runs(owners)
+            removed = self._remove(vertices, pos_offsets, positions)
         else:
-            # The lists that may hold an edge into a dying vertex (its out-list on a symmetric
-            # graph, its index list otherwise), with the dying lists themselves, ascending.
+            # The other lists that may hold an edge into a dying vertex (its out-list on a
+            # symmetric graph, its index list otherwise), ascending; the dying lists go whole.
             lists = self if self.symmetric else self._in
             touched = _ops().dynamic_graph_mark_neighbours.default(lists.pool, lists.root, lists.height,
                                                                    lists.degree, v, self.page_size)
-            touched |= dying
+            touched &= ~dying
             vertices = torch.nonzero(touched).flatten()
             pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
                 self.pool, self.root, self.height, self.degree, vertices, dying, self.page_size)
-        removed = self._remove(vertices, pos_offsets, positions)
+            removed = self._remove(vertices, pos_offsets, positions) + self._clear(v)
         self._entries -= removed
         if self._in is not None:
-            # v's index lists go whole (every vertex of v is marked).
-            pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
-                self._in.pool, self._in.root, self._in.height, self._in.degree, v, dying, self.page_size)
-            self._index_entries -= self._in._remove(v, pos_offsets, positions)
+            self._index_entries -= self._in._clear(v)  # v's index lists go whole
         self.alive[v] = False
         cap = self.vertex_ring.numel()
         slots = (self._vertex_tail + torch.arange(v.numel(), device=self.device)) % cap
