@@ -668,15 +668,18 @@ class DynamicGraph:
             return 0
         dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
         dying[v] = True
+        # Every path removes the edges into dying vertices from the other lists first, then
+        # empties the dying lists whole, so all of them leave the same pages and free queue.
         if sweep or self.in_edge_lookup == "sweep":
             owners, positions = _ops().dynamic_graph_find_touching.default(
                 self.pool, self.root, self.height, self.degree, self.page_owner, self.page_rank, self.meta, dying,
                 self.page_size)
-            vertices, pos_offsets = _runs(owners)
-            removed = self._remove(vertices, pos_offsets, positions)
+            others = ~dying[owners]
+            vertices, pos_offsets = _runs(owners[others])
+            positions = positions[others]
         else:
             # The other lists that may hold an edge into a dying vertex (its out-list on a
-            # symmetric graph, its index list otherwise), ascending; the dying lists go whole.
+            # symmetric graph, its index list otherwise), ascending.
             lists = self if self.symmetric else self._in
             touched = _ops().dynamic_graph_mark_neighbours.default(lists.pool, lists.root, lists.height,
                                                                    lists.degree, v, self.page_size)
@@ -684,7 +687,7 @@ class DynamicGraph:
             vertices = torch.nonzero(touched).flatten()
             pos_offsets, positions = _ops().dynamic_graph_find_marked.default(
                 self.pool, self.root, self.height, self.degree, vertices, dying, self.page_size)
-            removed = self._remove(vertices, pos_offsets, positions) + self._clear(v)
+        removed = self._remove(vertices, pos_offsets, positions) + self._clear(v)
         self._entries -= removed
         if self._in is not None:
             self._index_entries -= self._in._clear(v)  # v's index lists go whole
