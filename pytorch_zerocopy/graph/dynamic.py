@@ -465,19 +465,19 @@ class DynamicGraph:
         facts = []
         for t in batches.values():
             if t.numel() == 0:
-                facts.append(torch.zeros(4, dtype=torch.int64, device=self.device))
+                facts.append(torch.zeros(2, dtype=torch.int64, device=self.device))
                 continue
-            bad = (t < 0) | (t >= n)
-            dead = ~bad & ~self.alive[t.clamp(0, max(n - 1, 0))]
-            facts.append(torch.stack([bad.any().long(), torch.argmax(bad.to(torch.uint8)).long(),
-                                      dead.any().long(), torch.argmax(dead.to(torch.uint8)).long()]))
+            # Per id 2: out of range, 1: deleted, 0: alive; the first of the worst kind.
+            dead = ~self.alive[t.clamp(0, max(n - 1, 0))]
+            code = torch.where((t < 0) | (t >= n), 2, dead.to(torch.int64))
+            first = torch.argmax(code)
+            facts.append(torch.stack([code[first], first]))
         values = torch.stack(facts).tolist() if facts else []
-        for (name, t), (any_bad, i_bad, any_dead, i_dead) in zip(batches.items(), values):
-            if any_bad:
-                raise IndexError(f"{op}: {name}[{i_bad}] = {int(t[i_bad])} is out of range for a graph "
-                                 f"with {n} vertex ids")
-            if any_dead:
-                raise ValueError(f"{op}: {name}[{i_dead}] = {int(t[i_dead])} is a deleted vertex")
+        for (name, t), (worst, i) in zip(batches.items(), values):
+            if worst == 2:
+                raise IndexError(f"{op}: {name}[{i}] = {int(t[i])} is out of range for a graph with {n} vertex ids")
+            if worst == 1:
+                raise ValueError(f"{op}: {name}[{i}] = {int(t[i])} is a deleted vertex")
 
     def _edge_batch(self, src, dst, op: str) -> Tuple[torch.Tensor, torch.Tensor]:
         s = self._vertex_ids(src, "src", op)
@@ -663,11 +663,11 @@ class DynamicGraph:
         op = "delete_vertices"
         v = self._vertex_ids(ids, "ids", op)
         self._check_alive(op, ids=v)
-        v = torch.unique(v)
-        if v.numel() == 0:
-            return 0
         dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
         dying[v] = True
+        v = torch.nonzero(dying).flatten()  # ascending, without duplicates
+        if v.numel() == 0:
+            return 0
         # Every path removes the edges into dying vertices from the other lists first, then
         # empties the dying lists whole, so all of them leave the same pages and free queue.
         if sweep or self.in_edge_lookup == "sweep":
