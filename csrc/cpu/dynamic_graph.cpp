@@ -435,17 +435,21 @@ std::tuple<at::Tensor, at::Tensor> find_touching_cpu(const at::Tensor& pool_in, 
 // ---------------------------------------------------------------------------------------------
 // remove
 
+// Removes positions[offsets[r]:offsets[r+1]] of run r's list, compacting its tail into the
+// holes; with no `positions`, every run's list goes whole (offsets[r+1] - offsets[r] is its
+// degree) and nothing is compacted.
 template <typename idx_t>
 void remove_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& weights, const at::Tensor& root_t,
                   const at::Tensor& height_t, const at::Tensor& degree_t, const at::Tensor& owner_t,
                   const at::Tensor& rank_t, const at::Tensor& ring_t, const at::Tensor& meta_t,
-                  const at::Tensor& vertices, const at::Tensor& offsets, const at::Tensor& positions, int s) {
+                  const at::Tensor& vertices, const at::Tensor& offsets, const std::optional<at::Tensor>& positions,
+                  int s) {
   const Lists<idx_t> g(pool_t, root_t, height_t, degree_t, s);
   const int64_t runs = vertices.numel();
   const int64_t num_pages = pool_t.numel() >> s;
   const int64_t* vtx = vertices.data_ptr<int64_t>();
   const int64_t* off = offsets.data_ptr<int64_t>();
-  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* pos = positions ? positions->data_ptr<int64_t>() : nullptr;
   idx_t* owner = owner_t.data_ptr<idx_t>();
   int32_t* rank = rank_t.data_ptr<int32_t>();
   idx_t* ring = ring_t.data_ptr<idx_t>();
@@ -464,7 +468,7 @@ void remove_typed(const at::Tensor& pool_t, const std::optional<at::Tensor>& wei
       const int64_t d0 = g.degree[v], d1 = d0 - holes;
       const int64_t root0 = g.root[v];
       const int h0 = g.height[v];
-      for (int64_t k = 0; k < holes; ++k) {
+      for (int64_t k = 0; pos && k < holes; ++k) {
         const int64_t to = compaction_target(pos + off[r], holes, d1, k);
         if (to < 0) continue;
         move_slot(g.pool, weights, entry_slot(g.pool, root0, h0, d1 + k, s), entry_slot(g.pool, root0, h0, to, s));
@@ -499,41 +503,6 @@ void remove_cpu(const at::Tensor& pool, const std::optional<at::Tensor>& weights
 // ---------------------------------------------------------------------------------------------
 // clear
 
-template <typename idx_t>
-int64_t clear_typed(const at::Tensor& pool_t, const at::Tensor& root_t, const at::Tensor& height_t,
-                    const at::Tensor& degree_t, const at::Tensor& owner_t, const at::Tensor& rank_t,
-                    const at::Tensor& ring_t, const at::Tensor& meta_t, const at::Tensor& vertices, int s) {
-  const Lists<idx_t> g(pool_t, root_t, height_t, degree_t, s);
-  const int64_t runs = vertices.numel();
-  const int64_t num_pages = pool_t.numel() >> s;
-  const int64_t* vtx = vertices.data_ptr<int64_t>();
-  idx_t* owner = owner_t.data_ptr<idx_t>();
-  int32_t* rank = rank_t.data_ptr<int32_t>();
-  idx_t* ring = ring_t.data_ptr<idx_t>();
-  int64_t* meta = meta_t.data_ptr<int64_t>();
-  std::vector<int64_t> base(static_cast<size_t>(runs) + 1, 0);
-  int64_t removed = 0;
-  for (int64_t r = 0; r < runs; ++r) {
-    const int64_t d0 = g.degree[vtx[r]];
-    base[r + 1] = base[r] + tree_pages(d0, s);
-    removed += d0;
-  }
-  const int64_t tail = meta[kTail];
-  at::parallel_for(0, runs, 64, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t v = vtx[r];
-      const int64_t d0 = g.degree[v], root0 = g.root[v];
-      for (int64_t t = 0; t < base[r + 1] - base[r]; ++t)
-        shrink_item(g.pool, owner, rank, ring, num_pages, tail, root0, d0, int64_t(0), base[r], t, s);
-      g.root[v] = static_cast<idx_t>(-1);
-      g.height[v] = 0;
-      g.degree[v] = 0;
-    }
-  });
-  meta[kTail] = tail + base[runs];
-  return removed;
-}
-
 at::Tensor clear_cpu(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
                   const at::Tensor& page_owner, const at::Tensor& page_rank, const at::Tensor& page_ring,
                   const at::Tensor& meta, const at::Tensor& vertices, int64_t page_size) {
@@ -543,11 +512,14 @@ at::Tensor clear_cpu(const at::Tensor& pool, const at::Tensor& root, const at::T
   check_marked_vertices(pool, vertices);
   const at::Tensor vtx = vertices.contiguous();
   check_marked_runs(vtx, root.numel(), op);
-  int64_t removed = 0;
+  const at::Tensor entries = degree.index_select(0, vtx);
+  at::Tensor off = at::zeros({vtx.numel() + 1}, vtx.options());
+  if (vtx.numel() > 0) off.slice(0, 1).copy_(entries.cumsum(0));
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    removed = clear_typed<index_t>(pool, root, height, degree, page_owner, page_rank, page_ring, meta, vtx, s);
+    remove_typed<index_t>(pool, std::nullopt, root, height, degree, page_owner, page_rank, page_ring, meta, vtx, off,
+                          std::nullopt, s);
   });
-  return at::scalar_tensor(removed, at::kLong);
+  return at::scalar_tensor(off[vtx.numel()].item<int64_t>(), at::kLong);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1172,6 +1172,31 @@ __global__ void shrunk_roots_kernel(const idx_t* pool, idx_t* __restrict__ root,
   }
 }
 
+// The last steps of remove and clear, on the stream: run r of `vertices` keeps the first
+// degree - (off[r + 1] - off[r]) entries of its list (its tail already compacted), the pages
+// left empty (page_off[r] .. page_off[r + 1] of the `freed`) join the free-page queue after
+// `tail`, then its root, height and degree are set, then meta.
+template <typename idx_t>
+void shrink_lists(const at::Tensor& pool, const at::Tensor& root, const at::Tensor& height, const at::Tensor& degree,
+                  const at::Tensor& page_owner, const at::Tensor& page_rank, const at::Tensor& page_ring,
+                  const at::Tensor& meta, const at::Tensor& vertices, const at::Tensor& off, const at::Tensor& page_off,
+                  int64_t freed, int64_t head, int64_t tail, int64_t fresh, int s, cudaStream_t stream) {
+  const int64_t runs = vertices.numel(), num_pages = pool.numel() >> s;
+  if (freed > 0) {
+    shrink_kernel<idx_t><<<blocks_for(freed), kBlock, 0, stream>>>(
+        pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
+        page_ring.data_ptr<idx_t>(), num_pages, tail, root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(),
+        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, freed, s);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  shrunk_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
+      pool.data_ptr<idx_t>(), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
+      vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, s);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head, tail + freed, fresh);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weights, const at::Tensor& root,
                  const at::Tensor& height, const at::Tensor& degree, const at::Tensor& page_owner,
                  const at::Tensor& page_rank, const at::Tensor& page_ring, const at::Tensor& meta,
@@ -1185,7 +1210,7 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor vertices = vertices_in.contiguous(), off = pos_offsets_in.contiguous(),
                    positions = positions_in.contiguous();
-  const int64_t runs = vertices.numel(), num_ids = root.numel(), num_pages = pool.numel() >> s;
+  const int64_t runs = vertices.numel(), num_ids = root.numel();
   const int64_t holes = positions.numel();
 
   at::Tensor pages = at::zeros({runs}, vertices.options());
@@ -1213,20 +1238,9 @@ void remove_cuda(const at::Tensor& pool, const std::optional<at::Tensor>& weight
           positions.data_ptr<int64_t>(), s);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
-    if (freed > 0) {
-      shrink_kernel<idx_t><<<blocks_for(freed), kBlock, 0, stream>>>(
-          pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
-          page_ring.data_ptr<idx_t>(), num_pages, tail, root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(),
-          vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, freed, s);
-      C10_CUDA_KERNEL_LAUNCH_CHECK();
-    }
-    shrunk_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
-        pool.data_ptr<idx_t>(), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, s);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    shrink_lists<idx_t>(pool, root, height, degree, page_owner, page_rank, page_ring, meta, vertices, off, page_off,
+                        freed, head, tail, fresh, s, stream);
   });
-  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head, tail + freed, fresh);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1259,7 +1273,7 @@ at::Tensor clear_cuda(const at::Tensor& pool, const at::Tensor& root, const at::
   const c10::cuda::OptionalCUDAGuard guard(pool.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor vertices = vertices_in.contiguous();
-  const int64_t runs = vertices.numel(), num_ids = root.numel(), num_pages = pool.numel() >> s;
+  const int64_t runs = vertices.numel(), num_ids = root.numel();
   if (runs == 0) return at::scalar_tensor(int64_t(0), at::kLong);
   const auto opts = vertices.options();
   at::Tensor entries = at::empty({runs}, opts), pages = at::empty({runs}, opts);  // written whole below
@@ -1279,19 +1293,9 @@ at::Tensor clear_cuda(const at::Tensor& pool, const at::Tensor& root, const at::
   const at::Tensor count = at::scalar_tensor(removed, at::kLong);
   if (freed == 0) return count;
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
-    using idx_t = index_t;
-    shrink_kernel<idx_t><<<blocks_for(freed), kBlock, 0, stream>>>(
-        pool.data_ptr<idx_t>(), page_owner.data_ptr<idx_t>(), page_rank.data_ptr<int32_t>(),
-        page_ring.data_ptr<idx_t>(), num_pages, tail, root.data_ptr<idx_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), page_off.data_ptr<int64_t>(), runs, freed, s);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    shrunk_roots_kernel<idx_t><<<blocks_for(runs), kBlock, 0, stream>>>(
-        pool.data_ptr<idx_t>(), root.data_ptr<idx_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), off.data_ptr<int64_t>(), runs, s);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    shrink_lists<index_t>(pool, root, height, degree, page_owner, page_rank, page_ring, meta, vertices, off,
+                          page_off, freed, head, tail, fresh, s, stream);
   });
-  set_meta_kernel<<<1, 1, 0, stream>>>(meta.data_ptr<int64_t>(), head, tail + freed, fresh);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   return count;
 }
 
