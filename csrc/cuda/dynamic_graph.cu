@@ -740,9 +740,7 @@ MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, i
   std::vector<at::Tensor> back{first, item_off.slice(0, runs)};
   if (with_supers) back.push_back(super_off.slice(0, runs));
   const std::vector<int64_t> h = read_back(back);
-  int64_t f[kNumBatchErrors];
-  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
-  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  raise_if_bad(h.data(), vertices, vertices, vertices, "pos_offsets", "positions", num_ids, op);
   return {item_off, h[kNumBatchErrors], super_off, with_supers ? h[kNumBatchErrors + 1] : 0};
 }
 
@@ -1284,9 +1282,7 @@ at::Tensor clear_cuda(const at::Tensor& pool, const at::Tensor& root, const at::
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const at::Tensor off = offsets_of(entries), page_off = offsets_of(pages);
   const std::vector<int64_t> h = read_back({first, page_off.slice(0, runs), off.slice(0, runs), meta});
-  int64_t f[kNumBatchErrors];
-  for (int k = 0; k < kNumBatchErrors; ++k) f[k] = h[k] == LLONG_MAX ? -1 : h[k];
-  raise_batch_error(f, vertices, vertices, vertices, "pos_offsets", "positions", num_ids, true, op);
+  raise_if_bad(h.data(), vertices, vertices, vertices, "pos_offsets", "positions", num_ids, op);
   const int64_t freed = h[kNumBatchErrors], removed = h[kNumBatchErrors + 1];
   const int64_t head = h[kNumBatchErrors + 2 + kHead], tail = h[kNumBatchErrors + 2 + kTail];
   const int64_t fresh = h[kNumBatchErrors + 2 + kFresh];
