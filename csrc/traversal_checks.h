@@ -140,8 +140,13 @@ inline double pagerank_change_threshold(double alpha, double tol) {
 }
 
 // Residual push keeps x* = x + (I - alpha M)^-1 r, and |(I - alpha M)^-1|_1 = 1 / (1 - alpha), so
-// it stops once |r|_1 <= (1 - alpha) * tol.
+// x is within tol once |r|_1 <= (1 - alpha) * tol (the async variant's target).
 inline double pagerank_residual_target(double alpha, double tol) { return (1.0 - alpha) * tol; }
+
+// The push variant returns x + r instead: x* - (x + r) = alpha M (I - alpha M)^-1 r, at most
+// alpha / (1 - alpha) |r|_1 in L1, so it stops once |r|_1 is at most power iteration's change
+// threshold (the same bound; a round sooner than x alone).
+inline double pagerank_push_target(double alpha, double tol) { return pagerank_change_threshold(alpha, tol); }
 
 // Distance dtype of sssp: float32 for float32 weights, int64 for int32 or unit weights.
 inline at::ScalarType sssp_dist_dtype(const std::optional<at::Tensor>& weights) {

@@ -691,6 +691,44 @@ def test_gpu_top_down_reads_long_lists_in_chunks(placement, index_dtype, seed):
     torch.cuda.synchronize()
 
 
+def runs_graph(rng, index_dtype):
+    """A graph for the top-down scan's runs: short lists, a third of the vertices isolated in
+    stretches of every length between them, and a few long lists among the short ones, so a
+    scanned tile holds runs of consecutive frontier lists broken by unvisited vertices, deeper
+    frontier vertices and long lists, and joined across empty lists."""
+    n = 24_000
+    live = np.flatnonzero(rng.random(n) < np.where((np.arange(n) // 97) % 3 == 0, 0.05, 0.9))
+    src = [rng.choice(live, 2 * n)]
+    dst = [rng.choice(live, 2 * n)]
+    for hub, deg in zip(rng.choice(live, 4, replace=False), (1_200, 2_500, 5_000, 9_000)):
+        src.append(np.full(deg, hub))
+        dst.append(rng.choice(live, deg))
+    return CSRGraph.from_coo(np.concatenate(src), np.concatenate(dst), n, symmetrize=True, index_dtype=index_dtype), live
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("placement", ["cuda", "unified"])
+@pytest.mark.parametrize("index_dtype", ID_DTYPES)
+def test_gpu_top_down_scan_reads_runs_of_lists(placement, index_dtype, seed):
+    """frontier and direction on a graph whose scanned levels hold runs of consecutive lists
+    (runs_graph): exact depths, a valid BFS tree (each reached vertex's parent is the owner of
+    the list it was found in), and (frontier) every reached list read exactly once."""
+    rng = np.random.default_rng(seed)
+    g, live = runs_graph(rng, index_dtype)
+    indptr, indices, _ = np_csr(g)
+    deg = np.diff(indptr)
+    pg = g.to(placement, 0)
+    for s in [int(x) for x in rng.choice(live, 3)]:
+        want = bfs_reference(indptr, indices, s)
+        for variant in ("frontier", "direction"):
+            depth, pred, stats = bfs(pg, s, variant=variant, predecessors=True, return_stats=True)
+            np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"{variant} source {s}")
+            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+            if variant == "frontier":
+                assert int(stats[0]) == int(deg[want >= 0].sum())
+    torch.cuda.synchronize()
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("placement", ["cuda", "unified"])
 @pytest.mark.parametrize("index_dtype", ID_DTYPES)

@@ -745,9 +745,10 @@ MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, i
 }
 
 // find_marked's coarse mask: bit b is set when an id in [b << shift, (b + 1) << shift) is
-// marked. The mask kernel holds it in shared memory, so an entry costs a global mask load only
-// when its bit is set; the shift is the smallest that fits the block's shared memory (0, exact,
-// up to kCoarseBytesMax * 8 ids).
+// marked. The mask kernel holds it in shared memory, so an entry costs a global load only when
+// its bit is set; the shift is the smallest that fits the block's shared memory (0, exact,
+// up to kCoarseBytesMax * 8 ids). That load reads the exact mask as bits (one bit per id, an
+// eighth of the bool mask's bytes, so it stays in L2 beside the pages streaming past).
 constexpr int kMarkedBlock = 1024;
 constexpr int kMarkedGroup = 8;  // items whose page loads a warp keeps in flight together
 static_assert((1 << kMaxPageShift) < (1 << 16), "find_marked packs a page's entry count in 16 bits");
@@ -757,14 +758,16 @@ struct CoarseMask {
   at::Tensor words;  // int32 bit words, (num_ids >> shift) bits rounded up
   int shift;
   int64_t bytes;
+  at::Tensor exact;  // int32 bit words, one bit per id (num_ids bits rounded up)
 };
 
 __global__ void coarse_mask_kernel(const bool* __restrict__ mask, int64_t num_ids, int shift,
-                                   unsigned* __restrict__ words) {
+                                   unsigned* __restrict__ words, unsigned* __restrict__ exact) {
   for (int64_t id = thread_index(); id < num_ids; id += thread_count()) {
     if (mask[id]) {
       const int64_t b = id >> shift;
       atomicOr(&words[b >> 5], 1u << (b & 31));
+      atomicOr(&exact[id >> 5], 1u << (id & 31));
     }
   }
 }
@@ -777,10 +780,12 @@ CoarseMask coarse_mask(const at::Tensor& mask, int64_t num_ids, cudaStream_t str
   int shift = 0;
   auto bytes_at = [&](int sh) { return std::max<int64_t>(1, ((num_ids >> sh) + 32) / 32) * 4; };
   while (bytes_at(shift) > cap) ++shift;
-  CoarseMask c{at::zeros({bytes_at(shift) / 4}, mask.options().dtype(at::kInt)), shift, bytes_at(shift)};
+  CoarseMask c{at::zeros({bytes_at(shift) / 4}, mask.options().dtype(at::kInt)), shift, bytes_at(shift),
+               at::zeros({bytes_at(0) / 4}, mask.options().dtype(at::kInt))};
   if (num_ids > 0) {
     coarse_mask_kernel<<<blocks_for(num_ids), kBlock, 0, stream>>>(
-        mask.data_ptr<bool>(), num_ids, shift, reinterpret_cast<unsigned*>(c.words.data_ptr<int32_t>()));
+        mask.data_ptr<bool>(), num_ids, shift, reinterpret_cast<unsigned*>(c.words.data_ptr<int32_t>()),
+        reinterpret_cast<unsigned*>(c.exact.data_ptr<int32_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return c;
@@ -793,17 +798,19 @@ CoarseMask coarse_mask(const at::Tensor& mask, int64_t num_ids, cudaStream_t str
 // taken (`next`, a counter starting at 0: a hub's groups hold up to 2^s times the pages of a
 // short list's, so a fixed share of groups per warp would leave the GPU waiting for the warps
 // that drew hubs): lane l finds super item first + l
-// (its run by a search of super_off, its level-1 node by a walk of the tree), then the warp
+// (its run from super_run, its level-1 node by a walk of the tree), then the warp
 // reads the groups' data pages as one flat sequence, kMarkedGroup pages in flight, each lane
 // first reading the page id of one of them from its level-1 node. The items of consecutive
 // super items are consecutive, so flat page q is item (first super item's first item) + q.
-// An entry is looked up in `mask` only when its coarse bit (shared memory) is set.
+// An entry is looked up in `exact` (the mask's bits) only when its coarse bit (shared memory)
+// is set; a step's lookups are issued together before its ballots.
 template <typename idx_t>
 __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
     const idx_t* __restrict__ pool, const idx_t* __restrict__ root, const int8_t* __restrict__ height,
     const int64_t* __restrict__ degree, const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
-    const int64_t* __restrict__ super_off, int64_t runs, int64_t supers, const bool* __restrict__ mask,
-    const unsigned* __restrict__ coarse, int64_t coarse_words, int coarse_shift, int64_t num_ids,
+    const int64_t* __restrict__ super_off, const int64_t* __restrict__ super_run, int64_t supers,
+    const bool* __restrict__ mask,
+    const unsigned* __restrict__ exact, const unsigned* __restrict__ coarse, int64_t coarse_words, int coarse_shift, int64_t num_ids,
     unsigned* __restrict__ masks, int64_t* __restrict__ item_count, int64_t* __restrict__ item_page,
     unsigned long long* __restrict__ next, int s) {
   extern __shared__ unsigned shared_coarse[];
@@ -822,7 +829,7 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
     int flags = 0;  // 1: one-page list (node is the data page), 2: whole
     const int64_t t = first + lane;
     if (t < supers) {
-      const int64_t r = group_of(super_off, runs, t);
+      const int64_t r = super_run[t];
       const int64_t v = vtx[r], c = t - super_off[r];
       const int h = height[v];
       deg = degree[v];
@@ -878,16 +885,22 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
             whole |= unsigned(w) << u;
             x[u] = ok && !w ? pool[(page << s) + k0 + lane] : idx_t(-1);
           }
-          unsigned word = 0;
+          bool hit[kMarkedGroup];
 #pragma unroll
           for (int u = 0; u < kMarkedGroup; ++u) {
             const bool ok = (valid >> u) & 1u, w = (whole >> u) & 1u;
-            bool hit = ok && w;
+            hit[u] = ok && w;
             if (ok && !w && x[u] >= 0 && x[u] < num_ids) {
               const int64_t b = static_cast<int64_t>(x[u]) >> coarse_shift;
-              hit = ((shared_coarse[b >> 5] >> (b & 31)) & 1u) != 0 && mask[x[u]];
+              if ((shared_coarse[b >> 5] >> (b & 31)) & 1u) {
+                hit[u] = coarse_shift == 0 || ((exact[static_cast<int64_t>(x[u]) >> 5] >> (x[u] & 31)) & 1u) != 0;
+              }
             }
-            const unsigned m = __ballot_sync(kFull, hit);
+          }
+          unsigned word = 0;
+#pragma unroll
+          for (int u = 0; u < kMarkedGroup; ++u) {
+            const unsigned m = __ballot_sync(kFull, hit[u]);
             if (lane == u) {
               word = m;
               my_count += __popc(m);
@@ -903,6 +916,16 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
         }
       }
     }
+  }
+}
+
+// run_of[t] = r for every t in [off[r], off[r + 1]): the run of each item, written once so that
+// a kernel whose warps take consecutive items does not search `off` per lane (a search is a
+// chain of dependent loads, which for one-page lists cost more than reading the page).
+__global__ void runs_of_kernel(const int64_t* __restrict__ off, int64_t runs, int64_t* __restrict__ run_of) {
+  for (int64_t r = thread_index(); r < runs; r += thread_count()) {
+    const int64_t end = off[r + 1];
+    for (int64_t t = off[r]; t < end; ++t) run_of[t] = r;
   }
 }
 
@@ -940,14 +963,19 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
   auto* m = reinterpret_cast<unsigned*>(masks.data_ptr<int32_t>());
   const CoarseMask coarse = coarse_mask(mask, num_ids, stream);
   at::Tensor next = at::zeros({1}, opts);
+  at::Tensor super_run = at::empty({marked.supers}, opts);  // every entry written (the supers of every run)
+  runs_of_kernel<<<blocks_for(runs), kBlock, 0, stream>>>(marked.super_off.data_ptr<int64_t>(), runs,
+                                                           super_run.data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   AT_DISPATCH_INDEX_TYPES(pool.scalar_type(), op, [&] {
     auto kernel = find_marked_mask_kernel<index_t>;
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(coarse.bytes)));
     kernel<<<marked_blocks(marked.supers), kMarkedBlock, coarse.bytes, stream>>>(
         pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
-        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), marked.super_off.data_ptr<int64_t>(), runs,
-        marked.supers, mask.data_ptr<bool>(), reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()),
+        vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), marked.super_off.data_ptr<int64_t>(),
+        super_run.data_ptr<int64_t>(), marked.supers, mask.data_ptr<bool>(), reinterpret_cast<const unsigned*>(coarse.exact.data_ptr<int32_t>()),
+        reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()),
         coarse.bytes / 4, coarse.shift, num_ids, m, item_count.data_ptr<int64_t>(), item_page.data_ptr<int64_t>(),
         reinterpret_cast<unsigned long long*>(next.data_ptr<int64_t>()), s);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

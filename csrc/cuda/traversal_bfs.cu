@@ -8,7 +8,8 @@
 // atomic per warp step. Queue order is arbitrary, and random-order reads of short lists from
 // host memory are bound by address translation, so a level holding more than
 // num_nodes / kScanDivisor vertices is expanded in id order instead (a scan of depth == L,
-// decided on the device from the queue length). A list longer than one chunk (kChunkBytes from
+// decided on the device from the queue length), each tile's runs of consecutive frontier lists
+// read as one range of whole lines, and its lone short lists by their own lanes together. A list longer than one chunk (kChunkBytes from
 // the line it starts in) is not queued as its vertex but as its chunks, each a work item of
 // the next level (chunk items, v << 32 | k for chunk k of v's list), and the scan passes such
 // vertices over: a hub's list is then read by many warps at once, each with kLinesInFlight
@@ -155,26 +156,53 @@ struct Frontiers {
   }
 };
 
-// Calls visit(e, u, valid) on every lane for the ids u = indices[e] of [lo, hi), in steps of
-// kLinesInFlight lines from `first` (a line boundary at or before lo): each lane loads its
-// kLinesInFlight ids of a step before any visit, so a warp has that many requests in flight.
-// Warp-uniform trip count (visit may use warp collectives); valid is false outside [lo, hi).
-template <typename T, typename Visit>
+// Calls step(i, u, valid) on every lane for the ids of [lo, hi), in steps of kLinesInFlight
+// lines from `first` (a line boundary at or before lo): u[j] = indices[e] for e = i + j * kWarp +
+// lane, valid[j] whether e lies in [lo, hi). Each lane loads its kLinesInFlight ids of a step
+// together, and those of the next step before the step runs, so the warp's next lines are in
+// flight while it uses the last ones. Warp-uniform trip count (step may use warp collectives).
+template <typename T, typename Step>
 __device__ __forceinline__ void warp_read_lines(const T* __restrict__ indices, int64_t first, int64_t lo, int64_t hi,
-                                                int lane, Visit&& visit) {
-  for (int64_t i = first; i < hi; i += kWarp * kLinesInFlight) {
+                                                int lane, Step&& step) {
+  constexpr int64_t kStride = kWarp * kLinesInFlight;
+  T u[kLinesInFlight] = {}, next[kLinesInFlight] = {};
+  bool valid[kLinesInFlight];
+  auto load = [&](int64_t i, T (&out)[kLinesInFlight]) {
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) {
+      const int64_t e = i + j * kWarp + lane;
+      out[j] = e >= lo && e < hi ? indices[e] : T(0);
+    }
+  };
+  if (first < hi) load(first, u);
+  for (int64_t i = first; i < hi; i += kStride) {
     __syncwarp();
-    T u[kLinesInFlight];
-    bool valid[kLinesInFlight];
+    if (i + kStride < hi) load(i + kStride, next);
 #pragma unroll
     for (int j = 0; j < kLinesInFlight; ++j) {
       const int64_t e = i + j * kWarp + lane;
       valid[j] = e >= lo && e < hi;
-      u[j] = valid[j] ? indices[e] : T(0);
     }
+    step(i, u, valid);
 #pragma unroll
-    for (int j = 0; j < kLinesInFlight; ++j) visit(i + j * kWarp + lane, u[j], valid[j]);
+    for (int j = 0; j < kLinesInFlight; ++j) u[j] = next[j];
   }
+}
+
+// The lane of a scan tile whose list holds edge e, for a run of lanes [a, b] whose lists are
+// consecutive in the edge list and hold e: the first lane of the run whose list ends after e.
+// `end` is the lane's list end (indptr[v + 1]); lanes outside the run are keyed below or above
+// every edge, so the search sees non-decreasing keys whatever their offsets hold.
+// Warp-collective: every lane calls it, each with its own e.
+__device__ __forceinline__ int run_lane_of(int64_t end, int a, int b, int lane, int64_t e) {
+  const int64_t key = lane < a ? INT64_MIN : lane > b ? INT64_MAX : end;
+  int pos = 0;
+#pragma unroll
+  for (int s = kWarp / 2; s > 0; s >>= 1) {
+    const int64_t k = __shfl_sync(0xffffffffu, key, pos + s - 1);
+    if (k <= e) pos += s;
+  }
+  return pos;
 }
 
 __device__ __forceinline__ bool level_has_work(const long long* top, int64_t level) {
@@ -266,9 +294,12 @@ __global__ void bfs_warp_kernel(int64_t n, const int64_t* __restrict__ indptr, c
 // One top-down level: expands the frontier of level `cur` (queued vertices and chunk items of
 // long lists, Frontiers), or, when it holds more than n / kScanDivisor vertices, the chunk items
 // and every vertex with depth == cur and a short list in id order (exactly the queued ones), so
-// that the lists are read in address order. Claims each newly reached vertex u with atomicCAS,
-// queues it for the next level and calls reached(u) on the lane that claimed it. Called by
-// every thread of the grid.
+// that the lists are read in address order. A scan tile's frontier vertices whose lists are
+// consecutive in the edge list (vertices with empty lists between them do not break a run) are
+// read as one range of lines, so that short lists cost whole-line requests rather than a
+// request of a sector or two each. Claims each newly reached vertex u with atomicCAS, queues it
+// for the next level and calls reached(u) on the lane that claimed it. Called by every thread
+// of the grid.
 template <typename T, typename Reached>
 __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restrict__ indptr,
                                              const T* __restrict__ indices, int32_t* depth, T* pred,
@@ -280,32 +311,48 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
   const long long queued = ld_volatile(f.counts->queued + slot);
   const long long chunks = min(ld_volatile(f.counts->chunks + slot), static_cast<long long>(f.capacity));
   const long long frontier = queued + ld_volatile(f.counts->chunked + slot);
-  // Reads ids [lo, hi) of v's list from line `first` on, claiming and queueing what they reach.
-  auto read = [&](int64_t v, int64_t first, int64_t lo, int64_t hi) {  // called by all lanes of a warp
-    if (lane == 0) edges += hi - lo;
-    warp_read_lines(indices, first, lo, hi, lane, [&](int64_t e, T u, bool valid) {
+  // Claims and queues what ids u[j] (valid[j]) reach, read at positions pos(j) of the edge
+  // array from the lists of owner(j) (warp-collective). The depths of all of them and the
+  // offsets of those unvisited are loaded first, then they are claimed, so a step waits for one
+  // round of loads rather than one per id. Called by all lanes of a warp.
+  auto claim = [&](const T (&u)[kLinesInFlight], const bool (&valid)[kLinesInFlight], auto&& pos, auto&& owner) {
+    bool fresh[kLinesInFlight];
+    int64_t start[kLinesInFlight], end[kLinesInFlight];
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) fresh[j] = valid[j] && g.id(u[j], pos(j)) && depth[u[j]] == -1;
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) {
+      start[j] = fresh[j] ? indptr[u[j]] : 0;
+      end[j] = fresh[j] ? indptr[u[j] + 1] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) {
+      const int64_t v = __any_sync(0xffffffffu, fresh[j]) ? owner(j) : 0;
       bool claimed = false;
-      int64_t start = 0, end = 0;
-      if (valid && g.id(u, e) && depth[u] == -1) {
-        start = indptr[u];  // requested beside the claim, so the push waits for neither alone
-        end = indptr[u + 1];
-        if (atomicCAS(depth + u, -1, cur + 1) == -1) {
-          claimed = true;
-          if (pred) pred[u] = static_cast<T>(v);
-          reached(static_cast<int64_t>(u));
-        }
+      if (fresh[j] && atomicCAS(depth + u[j], -1, cur + 1) == -1) {
+        claimed = true;
+        if (pred) pred[u[j]] = static_cast<T>(v);
+        reached(static_cast<int64_t>(u[j]));
       }
-      f.push(claimed, u, start, end, indices, g, cur, lane);
+      f.push(claimed, u[j], start[j], end[j], indices, g, cur, lane);
       found |= claimed;
+    }
+  };
+  // Reads ids [lo, hi) from line `first` on, claiming and queueing what they reach; owner(e) is
+  // the vertex whose list holds edge e (warp-collective). Called by all lanes of a warp.
+  auto read = [&](auto&& owner, int64_t first, int64_t lo, int64_t hi) {
+    if (lane == 0) edges += hi - lo;
+    warp_read_lines(indices, first, lo, hi, lane,
+                    [&](int64_t i, const T (&u)[kLinesInFlight], const bool (&valid)[kLinesInFlight]) {
+      auto pos = [&](int j) { return i + j * kWarp + lane; };
+      claim(u, valid, pos, [&](int j) { return owner(pos(j)); });
     });
   };
-  // Piece k of v's list (its chunk item), or the whole list for k < 0, unless it is long and
-  // `skip_long` (then its chunk items hold it).
-  auto piece = [&](int64_t v, int64_t k, bool skip_long) {
+  // Piece k of v's list (its chunk item), or the whole list for k < 0.
+  auto piece = [&](int64_t v, int64_t k) {
     int64_t start = indptr[v], end = indptr[v + 1], first = 0;
     if (k < 0) {
       g.list(v, start, end);
-      if (skip_long && list_chunks(indices, start, end) > 1) return;
       first = aligned_start(indices, start);
     } else {
       if (!g.list_ok(start, end) || k >= list_chunks(indices, start, end)) return;
@@ -313,33 +360,73 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
       start = max(first, start);
       end = min(first + chunk_entries<T>(), end);
     }
-    read(v, first, start, end);
+    read([v](int64_t) { return v; }, first, start, end);
   };
-  // One warp-strided loop over the level's items, so that piece (and the per-id code) is
-  // compiled once: the chunk items, then the queued vertices, or the scan's tiles of kWarp ids.
+  // The scan's tile of vertices [base, base + kWarp): its runs of frontier vertices with short
+  // lists (long ones are read as their chunk items), each read as one range, but for runs of
+  // one list of at most kLinesInFlight ids, which their lanes read together. A run's lists are
+  // consecutive because indptr is one array: lane l's end is lane l + 1's start.
+  auto tile = [&](int64_t base) {
+    const int64_t v = base + lane;
+    int64_t start = 0, end = 0;
+    bool member = false, empty = false;
+    if (v < n) {
+      start = indptr[v];
+      end = indptr[v + 1];
+      empty = start == end && g.list_ok(start, end);  // a bad list (reported if in the frontier) breaks runs
+      if (depth[v] == cur) member = g.list(v, start, end) && start < end && list_chunks(indices, start, end) <= 1;
+    }
+    unsigned todo = __ballot_sync(0xffffffffu, member);
+    const unsigned breaks = ~(todo | __ballot_sync(0xffffffffu, empty));
+    unsigned lone = 0;  // runs of one list of at most kLinesInFlight ids, read by their own lanes
+    while (todo) {
+      const int a = __ffs(todo) - 1;
+      const unsigned after = breaks & ~((2u << a) - 1u);  // a == 31: none after
+      const unsigned run = after ? todo & ((1u << (__ffs(after) - 1)) - 1u) : todo;
+      const int b = 31 - __clz(run);
+      todo &= ~run;
+      const int64_t lo = __shfl_sync(0xffffffffu, start, a), hi = __shfl_sync(0xffffffffu, end, b);
+      const int64_t first = aligned_start(indices, lo);
+      if (a == b && hi - lo <= kLinesInFlight) {
+        lone |= 1u << a;
+      } else if (a == b) {
+        read([v = base + a](int64_t) { return v; }, first, lo, hi);
+      } else {
+        read([&](int64_t e) { return base + run_lane_of(end, a, b, lane, e); }, first, lo, hi);
+      }
+    }
+    // The lone short lists together, each lane reading its own: one round of requests for the
+    // tile rather than one per list (a level of short lists scattered among visited vertices).
+    if (lone) {
+      const bool mine = (lone >> lane) & 1u;
+      T u[kLinesInFlight];
+      bool valid[kLinesInFlight];
+#pragma unroll
+      for (int j = 0; j < kLinesInFlight; ++j) {
+        valid[j] = mine && start + j < end;
+        u[j] = valid[j] ? indices[start + j] : T(0);
+      }
+      if (mine) edges += end - start;
+      claim(u, valid, [&](int j) { return start + j; }, [&](int) { return v; });
+    }
+  };
+  // One warp-strided loop over the level's items: the chunk items, then the queued vertices,
+  // or the scan's tiles of kWarp ids.
   const bool scan = frontier > n / kScanDivisor;
   const int64_t vertex_items = scan ? (n + kWarp - 1) / kWarp : queued;
   const unsigned long long* items = f.chunks_in(cur);
   const T* queue = f.queue_in(cur);
   const int64_t first_warp = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarp;
   for (int64_t w = first_warp; w < chunks + vertex_items; w += warps) {
-    int64_t base = 0, k = -1;
-    unsigned todo = 1;  // the vertices base + bit of the item
     if (w < chunks) {
       const unsigned long long item = items[w];
-      base = static_cast<int64_t>(item >> 32);
-      k = static_cast<int64_t>(item & 0xffffffffull);
-      if (!g.is_vertex(base)) continue;  // only where the queue overflowed (reported)
+      const int64_t v = static_cast<int64_t>(item >> 32);
+      if (!g.is_vertex(v)) continue;  // only where the queue overflowed (reported)
+      piece(v, static_cast<int64_t>(item & 0xffffffffull));
     } else if (scan) {
-      base = (w - chunks) * kWarp;
-      todo = __ballot_sync(0xffffffffu, base + lane < n && depth[base + lane] == cur);
+      tile((w - chunks) * kWarp);
     } else {
-      base = static_cast<int64_t>(queue[w - chunks]);
-    }
-    while (todo) {
-      const int bit = __ffs(todo) - 1;
-      todo &= todo - 1;
-      piece(base + bit, k, scan);
+      piece(static_cast<int64_t>(queue[w - chunks]), -1);
     }
   }
 }

@@ -15,8 +15,9 @@
 // leave mass to push that shrinks only like alpha^k). Each round, every vertex with
 // |r[v]| > eps moves r[v] into x[v] and pushes alpha r[v] / outdeg(v) to its out-neighbours'
 // residuals (dangling vertices spread theirs uniformly); vertices below eps are skipped, and
-// their lists not read. It stops when |r|_1 <= (1 - alpha) tol. eps = (1 - alpha) tol / (2N),
-// so a round where nothing is above eps has already met the target. A round reads the lists
+// their lists not read. It stops when |r|_1 <= (1 - alpha) tol / alpha and returns x + r
+// (pagerank_push_target: the bound power iteration's change gives). eps = target / (2N), so a
+// round where nothing is above eps has already met the target. A round reads the lists
 // of its active vertices with the edge-balanced sweep when they hold more than a quarter of
 // the edges, else warp per active vertex (aligned reads, inactive vertices skipped in tiles).
 //
@@ -308,6 +309,13 @@ __global__ void prp_update_kernel(int64_t n, const int64_t* __restrict__ indptr,
   add_block_double(active, &scalars->active);
 }
 
+// x += r: the push variant's result (pagerank_push_target).
+__global__ void prp_settle_kernel(int64_t n, float* x, const float* __restrict__ r) {
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[v] += r[v];
+}
+
 // The state of the residual form, in GPU memory: x (the result), r, what each vertex pushes
 // (c), the pushes' sum per vertex (acc), the per-round sums, and the step counter followed by
 // the error words (`top`, `guard`).
@@ -316,7 +324,7 @@ struct Residual {
   const int64_t n, m;
   const int64_t* off;
   const T* col;
-  const double alpha, target;
+  const double alpha, target;  // |r|_1 at which the rounds stop
   const float eps;  // vertices with |r| <= eps do not push: at most half the target left below it
   at::Tensor r_t, c_t, acc_t, scalars_t, top_t;
   float *x, *r, *c, *acc;
@@ -325,15 +333,15 @@ struct Residual {
   long long* st;
   GraphGuard guard;
 
-  Residual(const at::Tensor& indptr, const at::Tensor& indices, double alpha_, double tol, at::Tensor& rank,
+  Residual(const at::Tensor& indptr, const at::Tensor& indices, double alpha_, double target_, at::Tensor& rank,
            at::Tensor& stats)
       : n(indptr.numel() - 1),
         m(indices.numel()),
         off(indptr.data_ptr<int64_t>()),
         col(indices.data_ptr<T>()),
         alpha(alpha_),
-        target(pagerank_residual_target(alpha_, tol)),
-        eps(static_cast<float>(pagerank_residual_target(alpha_, tol) / (2.0 * static_cast<double>(n)))),
+        target(target_),
+        eps(static_cast<float>(target_ / (2.0 * static_cast<double>(n)))),
         r_t(at::empty({n}, rank.options())),
         c_t(at::empty({n}, rank.options())),
         acc_t(at::empty({n}, rank.options())),
@@ -383,7 +391,7 @@ struct Residual {
 template <typename T>
 void residual_push(const at::Tensor& indptr, const at::Tensor& indices, double alpha, double tol, int64_t max_iter,
                    at::Tensor& rank, at::Tensor& stats, cudaStream_t stream) {
-  Residual<T> res(indptr, indices, alpha, tol, rank, stats);
+  Residual<T> res(indptr, indices, alpha, pagerank_push_target(alpha, tol), rank, stats);
   if (max_iter == 0) {
     res.uniform(stream);
     return;
@@ -391,6 +399,8 @@ void residual_push(const at::Tensor& indptr, const at::Tensor& indices, double a
   GraphErrors errors;
   run_steps([&](int64_t step) { res.round(step, stream); }, res.top, max_iter, stream, errors);
   check_graph_errors("pagerank", errors, indptr, indices);
+  prp_settle_kernel<<<grid_blocks(1, res.n), kBlock, 0, stream>>>(res.n, res.x, res.r);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // --- async -------------------------------------------------------------------------------------
@@ -465,7 +475,7 @@ __global__ void pra_spread_kernel(int64_t n, float* r, double* dangling) {
 template <typename T>
 void async_push(const at::Tensor& indptr, const at::Tensor& indices, double alpha, double tol, int64_t max_iter,
                 at::Tensor& rank, at::Tensor& stats, cudaStream_t stream) {
-  Residual<T> res(indptr, indices, alpha, tol, rank, stats);
+  Residual<T> res(indptr, indices, alpha, pagerank_residual_target(alpha, tol), rank, stats);
   if (max_iter == 0) {
     res.uniform(stream);
     return;

@@ -459,8 +459,9 @@ class DynamicGraph:
             raise TypeError(f"{op}: {name} must hold int32 or int64 vertex ids, got {t.dtype}")
         return t.to(device=self.device, dtype=torch.int64)
 
-    def _check_alive(self, op: str, **batches: torch.Tensor) -> None:
-        """Raises for the first id of any batch that is out of range or deleted (one sync)."""
+    def _check_alive(self, op: str, *, counts: Sequence[torch.Tensor] = (), **batches: torch.Tensor) -> List[int]:
+        """Raises for the first id of any batch that is out of range or deleted; returns the
+        values of ``counts`` (int64 scalars on the device), read in the same sync (the one)."""
         n = self._num_nodes
         facts = []
         for t in batches.values():
@@ -472,12 +473,14 @@ class DynamicGraph:
             code = torch.where((t < 0) | (t >= n), 2, dead.to(torch.int64))
             first = torch.argmax(code)
             facts.append(torch.stack([code[first], first]))
+        facts.extend(c.reshape(1).expand(2) for c in counts)
         values = torch.stack(facts).tolist() if facts else []
         for (name, t), (worst, i) in zip(batches.items(), values):
             if worst == 2:
                 raise IndexError(f"{op}: {name}[{i}] = {int(t[i])} is out of range for a graph with {n} vertex ids")
             if worst == 1:
                 raise ValueError(f"{op}: {name}[{i}] = {int(t[i])} is a deleted vertex")
+        return [c for c, _ in values[len(batches):]]
 
     def _edge_batch(self, src, dst, op: str) -> Tuple[torch.Tensor, torch.Tensor]:
         s = self._vertex_ids(src, "src", op)
@@ -662,12 +665,13 @@ class DynamicGraph:
         (the reference the list paths are compared with)."""
         op = "delete_vertices"
         v = self._vertex_ids(ids, "ids", op)
-        self._check_alive(op, ids=v)
         dying = torch.zeros(self.root.numel(), dtype=torch.bool, device=self.device)
-        dying[v] = True
-        v = torch.nonzero(dying).flatten()  # ascending, without duplicates
-        if v.numel() == 0:
+        if self._num_nodes > 0:
+            dying[v.clamp(0, self._num_nodes - 1)] = True  # a bad id raises below, before any use
+        (count,) = self._check_alive(op, counts=[dying.sum()], ids=v)
+        if count == 0:
             return 0
+        v = torch.nonzero_static(dying, size=count).flatten()  # ascending, without duplicates; no sync
         # Every path removes the edges into dying vertices from the other lists first, then
         # empties the dying lists whole, so all of them leave the same pages and free queue.
         if sweep or self.in_edge_lookup == "sweep":

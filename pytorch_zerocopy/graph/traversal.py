@@ -377,8 +377,10 @@ def pagerank(
     out-edges (every CSR entry counts, so duplicate edges weigh more). Every variant stops once
     its L1 distance to that solution is provably at most ``tol`` (up to float32 rounding, about
     1e-7 relative): power iteration (from ``1 / N``) when its last change is at most
-    ``tol * (1 - alpha) / alpha``, residual push (``push``, ``async``) when its residuals sum to
-    at most ``tol * (1 - alpha)``. ``max_iter`` caps iterations (push: rounds; async: work, in
+    ``tol * (1 - alpha) / alpha``, residual push (``push``) when its residuals sum to at most
+    that same threshold (it returns its estimate plus the residuals, whose distance to the
+    solution that bounds by ``tol``), ``async`` when its residuals sum to at most
+    ``tol * (1 - alpha)``. ``max_iter`` caps iterations (push: rounds; async: work, in
     passes over the edge list), and ``stats[1]`` reports them. The GPU accumulates with float
     atomics, so the last bits vary from run to run.
     """
