@@ -650,6 +650,18 @@ def test_gpu_async_variants_report_the_first_offender(case, indptr, indices, mes
     check_gpu_op_matches_cpu("bfs", "async", placement)
 
 
+def check_top_down(g, pg, s, want):
+    """frontier and direction from source s on pg (g placed): the depths `want`, a valid BFS
+    tree, and (frontier) every reached list read exactly once."""
+    deg = np.diff(np_csr(g)[0])
+    for variant in ("frontier", "direction"):
+        depth, pred, stats = bfs(pg, s, variant=variant, predecessors=True, return_stats=True)
+        np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"{variant} source {s}")
+        check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
+        if variant == "frontier":
+            assert int(stats[0]) == int(deg[want >= 0].sum())
+
+
 def hub_graph(rng, index_dtype):
     """A sparse random graph with hubs whose lists span one to dozens of 4 KB chunks (the
     top-down variants queue a long list as its chunks), reached at different levels."""
@@ -680,12 +692,7 @@ def test_gpu_top_down_reads_long_lists_in_chunks(placement, index_dtype, seed):
     hubs = np.argsort(deg)[-3:]
     for s in [int(hubs[-1]), int(hubs[0])] + [int(x) for x in rng.integers(0, g.num_nodes, 2)]:
         want = bfs_reference(indptr, indices, s)
-        for variant in ("frontier", "direction"):
-            depth, pred, stats = bfs(pg, s, variant=variant, predecessors=True, return_stats=True)
-            np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"{variant} source {s}")
-            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
-            if variant == "frontier":
-                assert int(stats[0]) == int(deg[want >= 0].sum())
+        check_top_down(g, pg, s, want)
         depth = torch.ops.zerocopy.graph_bfs.default(pg.indptr, shifted, s, int(Variant.FRONTIER), False)[0]
         np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"shifted source {s}")
     torch.cuda.synchronize()
@@ -716,16 +723,10 @@ def test_gpu_top_down_scan_reads_runs_of_lists(placement, index_dtype, seed):
     rng = np.random.default_rng(seed)
     g, live = runs_graph(rng, index_dtype)
     indptr, indices, _ = np_csr(g)
-    deg = np.diff(indptr)
     pg = g.to(placement, 0)
     for s in [int(x) for x in rng.choice(live, 3)]:
         want = bfs_reference(indptr, indices, s)
-        for variant in ("frontier", "direction"):
-            depth, pred, stats = bfs(pg, s, variant=variant, predecessors=True, return_stats=True)
-            np.testing.assert_array_equal(depth.cpu().numpy(), want, err_msg=f"{variant} source {s}")
-            check_bfs_tree(g, depth.cpu().numpy(), pred.cpu().numpy())
-            if variant == "frontier":
-                assert int(stats[0]) == int(deg[want >= 0].sum())
+        check_top_down(g, pg, s, want)
     torch.cuda.synchronize()
 
 
