@@ -748,7 +748,8 @@ MarkedItems marked_items(const at::Tensor& vertices, const at::Tensor& degree, i
 // marked. The mask kernel holds it in shared memory, so an entry costs a global load only when
 // its bit is set; the shift is the smallest that fits the block's shared memory (0, exact,
 // up to kCoarseBytesMax * 8 ids). That load reads the exact mask as bits (one bit per id, an
-// eighth of the bool mask's bytes, so it stays in L2 beside the pages streaming past).
+// eighth of the bool mask's bytes, so it stays in L2 beside the pages streaming past); at shift
+// 0 the coarse words are those bits.
 constexpr int kMarkedBlock = 1024;
 constexpr int kMarkedGroup = 8;  // items whose page loads a warp keeps in flight together
 static_assert((1 << kMaxPageShift) < (1 << 16), "find_marked packs a page's entry count in 16 bits");
@@ -758,7 +759,7 @@ struct CoarseMask {
   at::Tensor words;  // int32 bit words, (num_ids >> shift) bits rounded up
   int shift;
   int64_t bytes;
-  at::Tensor exact;  // int32 bit words, one bit per id (num_ids bits rounded up)
+  at::Tensor exact;  // int32 bit words, one bit per id (num_ids bits rounded up); `words` at shift 0
 };
 
 __global__ void coarse_mask_kernel(const bool* __restrict__ mask, int64_t num_ids, int shift,
@@ -767,7 +768,7 @@ __global__ void coarse_mask_kernel(const bool* __restrict__ mask, int64_t num_id
     if (mask[id]) {
       const int64_t b = id >> shift;
       atomicOr(&words[b >> 5], 1u << (b & 31));
-      atomicOr(&exact[id >> 5], 1u << (id & 31));
+      if (exact) atomicOr(&exact[id >> 5], 1u << (id & 31));
     }
   }
 }
@@ -780,12 +781,13 @@ CoarseMask coarse_mask(const at::Tensor& mask, int64_t num_ids, cudaStream_t str
   int shift = 0;
   auto bytes_at = [&](int sh) { return std::max<int64_t>(1, ((num_ids >> sh) + 32) / 32) * 4; };
   while (bytes_at(shift) > cap) ++shift;
-  CoarseMask c{at::zeros({bytes_at(shift) / 4}, mask.options().dtype(at::kInt)), shift, bytes_at(shift),
-               at::zeros({bytes_at(0) / 4}, mask.options().dtype(at::kInt))};
+  const at::Tensor words = at::zeros({bytes_at(shift) / 4}, mask.options().dtype(at::kInt));
+  CoarseMask c{words, shift, bytes_at(shift),
+               shift == 0 ? words : at::zeros({bytes_at(0) / 4}, mask.options().dtype(at::kInt))};
   if (num_ids > 0) {
     coarse_mask_kernel<<<blocks_for(num_ids), kBlock, 0, stream>>>(
         mask.data_ptr<bool>(), num_ids, shift, reinterpret_cast<unsigned*>(c.words.data_ptr<int32_t>()),
-        reinterpret_cast<unsigned*>(c.exact.data_ptr<int32_t>()));
+        shift == 0 ? nullptr : reinterpret_cast<unsigned*>(c.exact.data_ptr<int32_t>()));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   return c;
@@ -809,8 +811,8 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
     const idx_t* __restrict__ pool, const idx_t* __restrict__ root, const int8_t* __restrict__ height,
     const int64_t* __restrict__ degree, const int64_t* __restrict__ vtx, const int64_t* __restrict__ item_off,
     const int64_t* __restrict__ super_off, const int64_t* __restrict__ super_run, int64_t supers,
-    const bool* __restrict__ mask,
-    const unsigned* __restrict__ exact, const unsigned* __restrict__ coarse, int64_t coarse_words, int coarse_shift, int64_t num_ids,
+    const unsigned* __restrict__ exact, const unsigned* __restrict__ coarse, int64_t coarse_words, int coarse_shift,
+    int64_t num_ids,
     unsigned* __restrict__ masks, int64_t* __restrict__ item_count, int64_t* __restrict__ item_page,
     unsigned long long* __restrict__ next, int s) {
   extern __shared__ unsigned shared_coarse[];
@@ -836,7 +838,7 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
       page0 = c << s;
       pages = imin(size, ceil_shift(deg, s) - page0);
       item0 = item_off[r] + page0;
-      flags = (h == 0 ? 1 : 0) | (mask[v] ? 2 : 0);
+      flags = (h == 0 ? 1 : 0) | (((exact[v >> 5] >> (v & 31)) & 1u) ? 2 : 0);
       node = h == 0 ? static_cast<int64_t>(root[v]) : node_page(pool, static_cast<int64_t>(root[v]), h, 1, c, s);
     }
     int64_t start = pages;  // inclusive scan of pages, then exclusive
@@ -893,7 +895,7 @@ __global__ void __launch_bounds__(kMarkedBlock) find_marked_mask_kernel(
             if (ok && !w && x[u] >= 0 && x[u] < num_ids) {
               const int64_t b = static_cast<int64_t>(x[u]) >> coarse_shift;
               if ((shared_coarse[b >> 5] >> (b & 31)) & 1u) {
-                hit[u] = coarse_shift == 0 || ((exact[static_cast<int64_t>(x[u]) >> 5] >> (x[u] & 31)) & 1u) != 0;
+                hit[u] = ((exact[static_cast<int64_t>(x[u]) >> 5] >> (x[u] & 31)) & 1u) != 0;
               }
             }
           }
@@ -974,7 +976,8 @@ std::tuple<at::Tensor, at::Tensor> find_marked_cuda(const at::Tensor& pool_in, c
     kernel<<<marked_blocks(marked.supers), kMarkedBlock, coarse.bytes, stream>>>(
         pool.data_ptr<index_t>(), root.data_ptr<index_t>(), height.data_ptr<int8_t>(), degree.data_ptr<int64_t>(),
         vertices.data_ptr<int64_t>(), item_off.data_ptr<int64_t>(), marked.super_off.data_ptr<int64_t>(),
-        super_run.data_ptr<int64_t>(), marked.supers, mask.data_ptr<bool>(), reinterpret_cast<const unsigned*>(coarse.exact.data_ptr<int32_t>()),
+        super_run.data_ptr<int64_t>(), marked.supers,
+        reinterpret_cast<const unsigned*>(coarse.exact.data_ptr<int32_t>()),
         reinterpret_cast<const unsigned*>(coarse.words.data_ptr<int32_t>()),
         coarse.bytes / 4, coarse.shift, num_ids, m, item_count.data_ptr<int64_t>(), item_page.data_ptr<int64_t>(),
         reinterpret_cast<unsigned long long*>(next.data_ptr<int64_t>()), s);

@@ -9,12 +9,12 @@
 // host memory are bound by address translation, so a level holding more than
 // num_nodes / kScanDivisor vertices is expanded in id order instead (a scan of depth == L,
 // decided on the device from the queue length), each tile's runs of consecutive frontier lists
-// read as one range of whole lines, and its lone short lists by their own lanes together. A list longer than one chunk (kChunkBytes from
-// the line it starts in) is not queued as its vertex but as its chunks, each a work item of
-// the next level (chunk items, v << 32 | k for chunk k of v's list), and the scan passes such
-// vertices over: a hub's list is then read by many warps at once, each with kLinesInFlight
-// lines in flight, instead of a line at a time by one warp, which left a power-law level's
-// tail at its longest list. The chunk queue's capacity holds the chunks of disjoint lists;
+// read as one range of whole lines, and its lone short lists by their own lanes together. A
+// list longer than one chunk (kChunkBytes from the line it starts in) is not queued as its
+// vertex but as its chunks, each a work item of the next level (chunk items, v << 32 | k for
+// chunk k of v's list), and the scan passes such vertices over: a hub's list is then read by
+// many warps at once, each with kLinesInFlight lines in flight, instead of a line at a time by
+// one warp, which left a power-law level's tail at its longest list. The chunk queue's capacity holds the chunks of disjoint lists;
 // lists that overflow it overlap, so the offsets decrease somewhere, which the op reports.
 //
 // Direction variant (Beamer et al., SC 2012): each level goes top-down as the frontier variant
