@@ -36,6 +36,10 @@ except ImportError:  # pragma: no cover - exercised only on a machine without to
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VERSION = "0.1.0"
 DEFAULT_ARCHS = "8.0;9.0+PTX"
+# Benchmark-only build: the traversal kernels without their graph bounds checks, the baseline
+# of benchmarks/guard_overhead.py. Such a build trusts indptr and indices (a bad graph can fault
+# the kernel); build_info() and `zerocopy doctor` say so.
+UNGUARDED_FLAG = "ZEROCOPY_UNGUARDED_TRAVERSAL"
 
 
 def _flag(name: str) -> bool:
@@ -108,6 +112,7 @@ def write_build_info(with_cuda: bool, archs: str) -> None:
         "cuda_version": torch.version.cuda if with_cuda else None,
         "cuda_archs": archs if with_cuda else None,
         "with_cuda": with_cuda,
+        "unguarded_traversal": with_cuda and _flag(UNGUARDED_FLAG),
     }
     path = os.path.join(ROOT, "pytorch_zerocopy", "_build_info.py")
     with open(path, "w") as f:
@@ -161,6 +166,10 @@ def extension():
         return CppExtension(**kwargs)
     print(f"pytorch_zerocopy: building with CUDA {torch.version.cuda} for {archs}", flush=True)
     kwargs["extra_compile_args"]["nvcc"] = ["-O3", "-lineinfo", "--expt-relaxed-constexpr"]
+    if _flag(UNGUARDED_FLAG):
+        print(f"pytorch_zerocopy: {UNGUARDED_FLAG}=1: traversal kernels WITHOUT bounds checks (benchmarks only)",
+              flush=True)
+        kwargs["extra_compile_args"]["nvcc"].append(f"-D{UNGUARDED_FLAG}")
     kwargs["libraries"] = ["cuda"]  # driver API: green contexts, pointer attributes
     return CUDAExtension(**kwargs)
 

@@ -1,23 +1,30 @@
-"""What the traversal kernels' bounds checks cost BFS: this tree against the code before them.
+"""What the traversal kernels' bounds checks cost BFS: this tree against itself without them.
 
-    python benchmarks/guard_overhead.py --unguarded DIR
+    python benchmarks/guard_overhead.py [--unguarded DIR]
 
-``DIR`` is a checkout of the last commit before the GPU kernels bounds-checked what they read
-(2ae3ac9; ``git archive 2ae3ac9 csrc pytorch_zerocopy setup.py pyproject.toml``), built in
-place (``python setup.py build_ext --inplace``): a local copy the benchmark is pointed at, never
-committed. Both builds run the same BFS calls, from the same sources, on the same graphs, saved
-once by this process: each build in a process of its own (``PYTHONPATH``), alternating
-``--rounds`` times (guarded, unguarded, guarded, ...), so a slow spell of the machine hits both.
+The baseline is this same tree built with ``ZEROCOPY_UNGUARDED_TRAVERSAL=1`` (setup.py), which
+compiles every check of the traversal kernels (``GraphGuard``, csrc/cuda/traversal_common.cuh)
+to "valid": the same kernels, only without the compares. Without ``--unguarded`` the benchmark
+copies this tree's sources to a temporary folder, builds that copy in place (``setup.py
+build_ext --inplace``, about a minute on 16 cores) and removes it afterwards; ``--unguarded DIR``
+names such a build made already. Each side checks its build_info before it runs.
 
-Graphs: the symmetric Kronecker graph (``--scale``, edge factor 16) and the 2048 x 2048 grid;
-placements ``unified`` (the edge list mapped in host memory) and ``cuda``; variants: every BFS
-variant. A call's time is its wall time up to a device synchronisation after it (a variant may
-return before its kernels end), after one untimed call per (graph, placement, variant).
+Both builds run the same BFS calls, from the same sources, on the same graphs, saved once by
+this process: each build in a process of its own (``PYTHONPATH``), alternating ``--rounds``
+times (guarded, unguarded, guarded, ...), so a slow spell of the machine hits both.
+
+Graphs: the symmetric Kronecker graph (``--scale``, edge factor 16; 24 is traversal_peer.py's)
+and the 2048 x 2048 grid; placements ``unified`` (the edge list mapped in host memory) and
+``cuda``; variants: every BFS variant. A call's time is its wall time up to a device
+synchronisation after it (a variant may return before its kernels end), after one untimed call
+per (graph, placement, variant).
 
 Bars: ``guard_overhead`` is the largest, over graph x placement, of the median time of the
-variant ``auto`` picks in this tree over the unguarded build's median for that same variant,
-minus 1; ``guard_overhead_within_3pct``. Every variant's ratio is reported beside it, with each
-side's min and max. The pinned memcpy H2D ceiling of the run is recorded.
+variant ``auto`` picks over the unguarded build's median for that same variant, minus 1;
+``guard_overhead_within_3pct``. Every variant's ratio is reported beside it, with each side's
+min and max. The pinned memcpy H2D ceiling of the run is recorded. Where ``traversal_peer.json``
+lies in the output folder, measured on the same GPU, its bars are computed again with these two
+copied in (``traversal_peer.refresh``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +44,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_ENV = "ZEROCOPY_GUARD_BUILD"  # the tree a worker must import the package from
+UNGUARDED_ENV = "ZEROCOPY_GUARD_EXPECT_UNGUARDED"  # "1": the worker's build must be the unguarded one
+UNGUARDED_FLAG = "ZEROCOPY_UNGUARDED_TRAVERSAL"  # setup.py's switch
+SOURCES = ("csrc", "pytorch_zerocopy", "setup.py", "pyproject.toml", "README.md")
 
 BAR = 0.03
 VARIANTS = ("frontier", "merged", "aligned", "direction", "async")
@@ -51,6 +62,9 @@ def _worker(spec_path: str) -> None:
     root = os.environ[BUILD_ENV]
     if not os.path.abspath(pytorch_zerocopy.__file__).startswith(root + os.sep):
         raise RuntimeError(f"imported {pytorch_zerocopy.__file__}, not the build at {root}")
+    want = os.environ[UNGUARDED_ENV] == "1"
+    if bool(pytorch_zerocopy.build_info().get("unguarded_traversal")) != want:
+        raise RuntimeError(f"the build at {root} is {'not ' if want else ''}the unguarded one")
     with open(spec_path) as f:
         spec = json.load(f)
     out: List[Dict[str, Any]] = []
@@ -95,8 +109,32 @@ def _graphs(scale: int, workdir: str) -> List[Dict[str, Any]]:
     return graphs
 
 
-def _run_build(root: str, spec_path: str) -> List[Dict[str, Any]]:
-    env = dict(os.environ, PYTHONPATH=root, **{BUILD_ENV: root})
+def build_unguarded(workdir: str) -> str:
+    """A copy of this tree's sources under ``workdir``, built in place without the guards."""
+    root = os.path.join(workdir, "unguarded")
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "_build_info.py")
+    for name in SOURCES:
+        src, dst = os.path.join(ROOT, name), os.path.join(root, name)
+        if os.path.isdir(src):
+            shutil.copytree(src, dst, ignore=ignore)
+        else:
+            os.makedirs(root, exist_ok=True)
+            shutil.copy2(src, dst)
+    env = dict(os.environ, **{UNGUARDED_FLAG: "1", "FORCE_CUDA": "1"})
+    if "TORCH_CUDA_ARCH_LIST" not in env:
+        major, minor = torch.cuda.get_device_capability()
+        env["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=root, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"building the unguarded copy failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    print(f"unguarded build at {root} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return root
+
+
+def _run_build(root: str, spec_path: str, unguarded: bool) -> List[Dict[str, Any]]:
+    env = dict(os.environ, PYTHONPATH=root, **{BUILD_ENV: root, UNGUARDED_ENV: "1" if unguarded else "0"})
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", spec_path], env=env,
                           capture_output=True, text=True, cwd=tempfile.gettempdir())
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -107,8 +145,9 @@ def _run_build(root: str, spec_path: str) -> List[Dict[str, Any]]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--unguarded", help="a checkout of the code before the guards, built in place")
-    p.add_argument("--scale", type=int, default=23)
+    p.add_argument("--unguarded", help=f"a copy of this tree built in place with {UNGUARDED_FLAG}=1 "
+                                        "(default: build one in a temporary folder)")
+    p.add_argument("--scale", type=int, default=24)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--reps", type=int, default=3, help="calls per source and round")
     p.add_argument("--out", default=os.path.join("benchmarks", "results"))
@@ -117,14 +156,16 @@ def main() -> int:
     if args.worker:
         _worker(args.worker)
         return 0
-    if args.unguarded is None or not torch.cuda.is_available():
-        p.error("needs a GPU and --unguarded DIR")
+    if not torch.cuda.is_available():
+        p.error("needs a GPU")
     sys.path.insert(0, ROOT)
     from benchmarks.common import environment, pinned_memcpy_gbs
+    from benchmarks.traversal_peer import refresh
 
-    builds = {"guarded": ROOT, "unguarded": os.path.abspath(args.unguarded)}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="zc-guard-") as workdir:
+        unguarded = os.path.abspath(args.unguarded) if args.unguarded else build_unguarded(workdir)
+        builds = {"guarded": ROOT, "unguarded": unguarded}
         graphs = _graphs(args.scale, workdir)
         spec_path = os.path.join(workdir, "spec.json")
         with open(spec_path, "w") as f:
@@ -133,7 +174,7 @@ def main() -> int:
         times: Dict[tuple, Dict[str, List[float]]] = {}
         for rnd in range(args.rounds):
             for build, root in builds.items():
-                for r in _run_build(root, spec_path):
+                for r in _run_build(root, spec_path, unguarded=build == "unguarded"):
                     key = (r["graph"], r["placement"], r["variant"])
                     times.setdefault(key, {}).setdefault(build, []).extend(r["ms"])
                 print(f"round {rnd}: {build} done ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -158,8 +199,8 @@ def main() -> int:
     md = ["# What the traversal kernels' bounds checks cost BFS", "",
           f"{env['gpu']} · driver {env['driver']} · torch {env['torch']} · {env['date']} · pinned memcpy H2D "
           f"{ceiling:.1f} GB/s", "",
-          "Guarded: this tree. Unguarded: the code before the guards (2ae3ac9), built the same way. "
-          "Each build in "
+          f"Guarded: this tree. Unguarded: the same tree built with {UNGUARDED_FLAG}=1 (its checks "
+          "compiled out). Each build in "
           f"its own process, {args.rounds} alternating rounds x {args.reps} calls per source; ms = median of a "
           "call's wall time (min..max beside it).", "",
           "| graph | placement | variant | auto here | guarded ms | unguarded ms | overhead |",
@@ -176,6 +217,10 @@ def main() -> int:
     with open(os.path.join(args.out, "guard_overhead.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))
+    peer = os.path.join(args.out, "traversal_peer")
+    if os.path.exists(peer + ".json"):
+        copied = {k: v for k, v in refresh(peer).items() if k.startswith("guard_overhead")}
+        print(f"{peer}.json: bars computed again: {copied or 'measured on another GPU: guard bars not copied'}")
     return 0
 
 

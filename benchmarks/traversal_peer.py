@@ -62,6 +62,9 @@ Bars (``"bars"`` in the JSON):
   and SSSP's frontier / async time on the grid, unified; ``every_variant_matches_reference``.
 * With ``--emogi``: ``<op>_unified_over_emogi`` = ``auto``'s time over EMOGI's best kernel with
   its zero-copy edge list, on EMOGI's graph (pagerank: per pass), and ``emogi_measured``.
+* ``guard_overhead``, ``guard_overhead_within_3pct``: copied from ``guard_overhead.json`` in the
+  same folder when it was measured on the same GPU (``benchmarks/guard_overhead.py``, which
+  times two builds of this tree and then writes them in here).
 
 EMOGI (``--emogi DIR``, a local checkout of its public code, never fetched by this script): the
 script builds it (``make`` with the GPU's arch), writes each graph as ``.bel`` files
@@ -729,7 +732,9 @@ def graph_named(graphs: List[dict], family: Family) -> Optional[dict]:
     return next((g for g in graphs if g.get("family") == family.value), None)
 
 
-def bars(graphs: List[dict]) -> dict:
+def bars(graphs: List[dict], guard: Optional[dict] = None) -> dict:
+    """The bars over ``graphs``; ``guard``: the bars of guard_overhead.json measured on the same
+    device (its own benchmark: two builds of the package), copied in, or None."""
     rows = [r for g in graphs for r in g["rows"]]
     main, mesh, kron = (graph_named(graphs, f) for f in (Family.URAND, Family.GRID, Family.KRON))
     main_name = main["name"] if main else None
@@ -756,6 +761,9 @@ def bars(graphs: List[dict]) -> dict:
     out["async_over_frontier_high_diameter"] = max(async_ratios) if async_ratios else None
     ran = [r for r in rows if r["runs"]]
     out["every_variant_matches_reference"] = bool(ran) and all(r["matched"] for r in ran)
+    if guard is not None:
+        out["guard_overhead"] = guard["guard_overhead"]
+        out["guard_overhead_within_3pct"] = guard["guard_overhead_within_3pct"]
     out["emogi_measured"] = bool(main and main.get("emogi", {}).get("measured"))
     for op in ("bfs", "sssp", "cc", "pagerank"):
         ours = find(rows, main_name, op, "unified", "auto")
@@ -768,7 +776,8 @@ def bars(graphs: List[dict]) -> dict:
 TARGETS = {"auto_over_best_max": ("<=", 1.10), "topdown_bfs_link_share": (">=", 0.75),
            "power_pagerank_link_share": (">=", 0.8), "bfs_unified_ms": ("<=", 110.0), "cc_default_unified_ms": ("<=", 100.0),
            "pagerank_unified_ms": ("<=", 1500.0), "pagerank_l1_vs_fp64": ("<=", 1e-4),
-           "async_over_frontier_high_diameter": (">=", 2.0), "every_variant_matches_reference": ("==", True)}
+           "async_over_frontier_high_diameter": (">=", 2.0), "every_variant_matches_reference": ("==", True),
+           "guard_overhead": ("<=", 0.03)}
 
 
 def _fmt(v, spec: str = ".1f") -> str:
@@ -1027,20 +1036,52 @@ def merged_graphs(path: str, env: dict, new: List[dict]) -> List[dict]:
     return kept + new
 
 
+GUARD_RESULT = "guard_overhead.json"  # benchmarks/guard_overhead.py's result, beside this one
+
+
+def guard_bars(out_dir: str, env: dict) -> Optional[dict]:
+    """The bars of guard_overhead.json in ``out_dir`` where it was measured on ``env``'s GPU."""
+    path = os.path.join(out_dir, GUARD_RESULT)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        guard = json.load(f)
+    if guard.get("environment", {}).get("gpu") != env.get("gpu"):
+        log(f"{path} was measured on {guard.get('environment', {}).get('gpu')}, not {env.get('gpu')}: "
+            "its guard_overhead is not copied into the bars")
+        return None
+    return guard["bars"]
+
+
+def finish(out: dict, stem_path: str) -> None:
+    """Computes ``out``'s bars over its graphs (and guard_overhead.json's beside it) and writes
+    ``<stem>.json`` and ``<stem>.md``."""
+    rows = [r for g in out["graphs"] for r in g["rows"]]
+    out["auto_over_best"] = auto_over_best(rows)
+    out["bars"] = bars(out["graphs"], guard_bars(os.path.dirname(stem_path) or ".", out["environment"]))
+    if "correctness" in out:  # --first-look
+        out["bars"]["first_look_correct"] = all(c["ok"] for c in out["correctness"])
+    with open(stem_path + ".json", "w") as f:
+        json.dump(out, f, indent=1)
+    write_markdown(stem_path + ".md", out)
+
+
+def refresh(stem_path: str) -> dict:
+    """Rewrites the result set at ``stem_path`` (.json, .md) with its bars computed again (after
+    guard_overhead.py has measured the guards on the same device); returns the bars."""
+    with open(stem_path + ".json") as f:
+        out = json.load(f)
+    finish(out, stem_path)
+    return out["bars"]
+
+
 def write_results(args, result: dict, stem_path: str) -> None:
     """``<stem>.json`` and ``<stem>.md`` of the graphs measured so far (with ``--merge``, beside
     the other graphs of the result set already there), with the bars computed over them all."""
     out = dict(result)
     if args.merge:
         out["graphs"] = merged_graphs(stem_path + ".json", result["environment"], result["graphs"])
-    rows = [r for g in out["graphs"] for r in g["rows"]]
-    out["auto_over_best"] = auto_over_best(rows)
-    out["bars"] = bars(out["graphs"])
-    if args.first_look:
-        out["bars"]["first_look_correct"] = all(c["ok"] for c in result["correctness"])
-    with open(stem_path + ".json", "w") as f:
-        json.dump(out, f, indent=1)
-    write_markdown(stem_path + ".md", out)
+    finish(out, stem_path)
     result["bars"] = out["bars"]
 
 

@@ -38,6 +38,10 @@ def check_build() -> List[Check]:
     if not info["with_cuda"] and torch.version.cuda is not None:
         checks.append(Check("WARN", "build", "torch has CUDA but this build is CPU-only: reinstall with "
                                              "FORCE_CUDA=1 pip install --no-build-isolation ."))
+    if info.get("unguarded_traversal"):
+        checks.append(Check("WARN", "build", "benchmark-only build without the traversal kernels' bounds checks "
+                                             "(ZEROCOPY_UNGUARDED_TRAVERSAL): a bad graph can fault the GPU; "
+                                             "reinstall without it"))
     return checks
 
 

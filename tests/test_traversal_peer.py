@@ -295,6 +295,22 @@ def test_merge_keeps_the_other_graphs_of_the_same_device(tmp_path):
     assert tp.merged_graphs(str(path), {"gpu": "NVIDIA H200"}, new) == new
 
 
+def test_guard_bars_are_copied_in_from_the_same_gpu_only(tmp_path):
+    out = tmp_path / "out"
+    assert tp.main(["--quick", "--graphs", "kron", "--kron-scale", "6", "--out", str(out)]) == 0
+    stem = str(out / "traversal_peer_quick")
+    assert "guard_overhead" not in tp.refresh(stem)  # no guard_overhead.json beside it
+    gpu = json.loads((out / "traversal_peer_quick.json").read_text())["environment"]["gpu"]
+    guard = {"guard_overhead": 0.012, "guard_overhead_within_3pct": True}
+    (out / tp.GUARD_RESULT).write_text(json.dumps({"environment": {"gpu": "another GPU"}, "bars": guard}))
+    assert "guard_overhead" not in tp.refresh(stem)
+    (out / tp.GUARD_RESULT).write_text(json.dumps({"environment": {"gpu": gpu}, "bars": guard}))
+    bars = tp.refresh(stem)
+    assert bars["guard_overhead"] == 0.012 and bars["guard_overhead_within_3pct"] is True
+    assert json.loads((out / "traversal_peer_quick.json").read_text())["bars"] == bars
+    assert "guard_overhead" in (out / "traversal_peer_quick.md").read_text()
+
+
 def test_help_names_the_sizes_and_emogi(capsys):
     with pytest.raises(SystemExit):
         tp.main(["--help"])
