@@ -26,6 +26,9 @@ Rows:
   chooses, behind the plan's default cache, samples queued two minibatches ahead and minibatches
   built one ahead, on side streams) and with
   ``pipeline=True`` (sampling and the gather of ``x`` in the pipeline's processes).
+* ``pyg_pipeline_normal`` (diagnostic, GPU runs under MPS only): ``pyg_pipeline`` with its
+  producer at MPS's normal client priority (``producer_yields=False`` in the loader's plan),
+  the setting its default (below normal) is measured against.
 * ``pyg_mapped`` / ``dgl_mapped``: the in-process loaders reading the mapped table without a
   cache (``feature_placement='unified', gpu_cache=None``), the earlier default; GPU runs only.
 * ``dgl`` / ``dgl_pipeline``: ``pytorch_zerocopy.dgl.DataLoader`` over the same graph
@@ -81,6 +84,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Callable, Dict, Optional
 
 import torch
@@ -99,6 +103,7 @@ from pytorch_zerocopy.dgl import DataLoader, NeighborSampler as DglNeighborSampl
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
 from pytorch_zerocopy.nn import GraphSAGE  # noqa: E402
 from pytorch_zerocopy.pipeline import make_plan  # noqa: E402
+from pytorch_zerocopy.pipeline.loader import loader_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.partition import MPS_CONTROL, run_as_client, this_process_client_env  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import available_cores  # noqa: E402
 from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
@@ -334,6 +339,10 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         return NodeLoader(stores, NeighborSampler(stores, FANOUTS), input_nodes=seeds, batch_size=batch,
                           shuffle=True, filter_per_worker=True, **workers)
 
+    def normal_priority():
+        plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
+        return NeighborLoader(data, pipeline=replace(plan, producer_yields=False), **common)
+
     rows = {
         "pyg": ("pyg", lambda: NeighborLoader(data, **common), False),
         "pyg_mapped": ("pyg", lambda: NeighborLoader(data, feature_placement="unified", gpu_cache=None, **common),
@@ -341,6 +350,7 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         "dgl_mapped": ("dgl", lambda: DataLoader(graph, seeds, sampler, feature_placement="unified",
                                                  gpu_cache=None, **dgl), False),
         "pyg_pipeline": ("pyg", lambda: NeighborLoader(data, pipeline=True, **common), True),
+        "pyg_pipeline_normal": ("pyg", normal_priority, True),
         "dgl": ("dgl", lambda: DataLoader(graph, seeds, sampler, **dgl), False),
         "dgl_pipeline": ("dgl", lambda: DataLoader(graph, seeds, sampler, pipeline=True, **dgl), True),
         "cpu_dma": ("pyg", lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common), False),
@@ -348,6 +358,8 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
     }
     if not gpu:  # the placements are where a GPU reads x from
         del rows["pyg_mapped"], rows["dgl_mapped"]
+    if this_process_client_env(100.0) is None:  # no MPS: no client priority to compare
+        del rows["pyg_pipeline_normal"]
     if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
         from torch_geometric.loader import NeighborLoader as PygNeighborLoader
 
@@ -393,6 +405,7 @@ def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
         slowest = max(stages.get("sample", 0.0), stages.get("gather", 0.0), own)
         bars["pyg_max_stage_ms"] = slowest
         bars["pyg_train_over_max_stage"] = ratio(train_ms(modes, "pyg_pipeline"), slowest)
+        bars["pyg_normal_priority_train_over_max_stage"] = ratio(train_ms(modes, "pyg_pipeline_normal"), slowest)
     tuned = {n: train_ms(modes, n) for n in ("tuned_cpu", "pyg_own") if train_ms(modes, n)}
     if tuned:
         best = min(tuned, key=tuned.get)

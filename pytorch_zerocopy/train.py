@@ -361,7 +361,7 @@ def _launch_ranks(plan: Plan, dataset, cached_rows: Optional[torch.Tensor], opti
     try:
         env = dict(cpu_role_environment(plan))
         if daemon is not None:
-            env.update(daemon.client_env(plan.producer_share))
+            env.update(daemon.client_env(plan.producer_share, below_normal=plan.producer_yields))
         sock = sup.listen()
         sup.start("gatherer", gatherer_main, (plan, dataset, cached_rows, sock), env)
         address = sock.getsockname()

@@ -91,6 +91,7 @@ BAD = [
     (dict(rank=2, world_size=2), "rank", "in [0, world_size = 2)"),
     (dict(world_size=0), "world_size", ">= 1"),
     (dict(trace="yes"), "trace", "True or False"),
+    (dict(producer_yields=1), "producer_yields", "True or False"),
     (dict(inject_failure=("trainer", "raise", 1)), "inject_failure", "a role of"),
     (dict(device="gpu"), "device", "'cpu' or 'cuda:N'"),
     (dict(device="cuda"), "device", "'cpu' or 'cuda:N'"),
@@ -283,3 +284,22 @@ def test_default_gather_batches_shrink_as_rows_widen():
 
 def test_describe_labels_the_replay_diagnostic():
     assert "DIAGNOSTIC" in Plan(replay=4).describe() and "DIAGNOSTIC" not in Plan().describe()
+
+
+def test_a_loaders_producer_yields_to_the_users_step_under_mps(gpu_machine, monkeypatch, tmp_path):
+    from pytorch_zerocopy.pipeline.loader import loader_plan
+    from pytorch_zerocopy.pipeline.partition import MpsDaemon, this_process_client_env
+
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    monkeypatch.setenv("CUDA_MPS_CLIENT_PRIORITY", "1")  # never inherited: each client's is set
+    plan = loader_plan([10, 15], 1024, 512, 512 << 20)
+    assert plan.partition is Partition.MPS and plan.producer_yields
+    assert "below-normal MPS priority" in plan.describe()
+    assert not make_plan("zerocopy", "auto", **GPU).producer_yields  # zerocopy train: its producer feeds its trainer
+    env = this_process_client_env(plan.producer_share, below_normal=plan.producer_yields)
+    assert env["CUDA_MPS_CLIENT_PRIORITY"] == "1" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert this_process_client_env(100.0)["CUDA_MPS_CLIENT_PRIORITY"] == "0"
+    daemon = MpsDaemon()
+    daemon.root = str(tmp_path)  # the environment only; no daemon is started
+    assert daemon.client_env(10, below_normal=True)["CUDA_MPS_CLIENT_PRIORITY"] == "1"
+    assert daemon.client_env(90)["CUDA_MPS_CLIENT_PRIORITY"] == "0"

@@ -66,6 +66,13 @@ constexpr double kListWasteBytes = 32;  // a top-down list read's alignment wast
 constexpr double kBytesSlack = 1.5;
 constexpr int kChunkBytes = 4096;  // a top-down work item's share of a long list
 constexpr int kLinesInFlight = 4;  // lines of a list a warp requests before it uses any
+// Blocks per SM the level kernels (frontier, direction) are compiled for: their reads are
+// latency-bound, so the compiler keeps them to the registers of this many resident blocks (with
+// 64-bit ids, fewer: three would spill).
+template <typename T>
+constexpr int level_blocks_per_sm() {
+  return sizeof(T) == 4 ? 3 : 2;
+}
 
 template <typename T>
 constexpr int64_t chunk_entries() {
@@ -314,16 +321,24 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
   // Claims and queues what ids u[j] (valid[j]) reach, read at positions pos(j) of the edge
   // array from the lists of owner(j) (warp-collective). The depths of all of them and the
   // offsets of those unvisited are loaded first, then they are claimed, so a step waits for one
-  // round of loads rather than one per id. Called by all lanes of a warp.
+  // round of loads rather than one per id. Ids that are no vertex are reported only after those
+  // loads: a conditional atomic between two loads keeps the second from being issued before it.
+  // Called by all lanes of a warp.
   auto claim = [&](const T (&u)[kLinesInFlight], const bool (&valid)[kLinesInFlight], auto&& pos, auto&& owner) {
-    bool fresh[kLinesInFlight];
+    bool fresh[kLinesInFlight], bad[kLinesInFlight];
     int64_t start[kLinesInFlight], end[kLinesInFlight];
 #pragma unroll
-    for (int j = 0; j < kLinesInFlight; ++j) fresh[j] = valid[j] && g.id(u[j], pos(j)) && depth[u[j]] == -1;
+    for (int j = 0; j < kLinesInFlight; ++j) bad[j] = valid[j] && !g.is_vertex(u[j]);
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) fresh[j] = valid[j] && !bad[j] && depth[u[j]] == -1;
 #pragma unroll
     for (int j = 0; j < kLinesInFlight; ++j) {
       start[j] = fresh[j] ? indptr[u[j]] : 0;
       end[j] = fresh[j] ? indptr[u[j] + 1] : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kLinesInFlight; ++j) {
+      if (bad[j]) g.report(kBadId, pos(j));
     }
 #pragma unroll
     for (int j = 0; j < kLinesInFlight; ++j) {
@@ -432,9 +447,9 @@ __device__ __forceinline__ void bfs_top_down(int64_t n, const int64_t* __restric
 }
 
 template <typename T>
-__global__ void bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
-                                    int32_t* depth, T* pred, Frontiers<T> f, long long* stats, GraphGuard g,
-                                    int64_t level) {
+__global__ void __launch_bounds__(kBlock, level_blocks_per_sm<T>())
+    bfs_frontier_kernel(int64_t n, const int64_t* __restrict__ indptr, const T* __restrict__ indices, int32_t* depth,
+                        T* pred, Frontiers<T> f, long long* stats, GraphGuard g, int64_t level) {
   if (!level_has_work(stats + 1, level)) return;
   if (blockIdx.x == 0 && threadIdx.x == 0) f.clear_ahead(level);
   bool found = false;
@@ -552,7 +567,9 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         const bool valid = searching && e >= lo && e < hi;
         const T u = valid ? in_indices[e] : T(0);
         if (valid) ++edges;
-        const bool hit = valid && g.id(u, e, kBadInId) && depth[u] == cur;
+        const bool bad = valid && !g.is_vertex(u);
+        const bool hit = valid && !bad && depth[u] == cur;
+        if (bad) g.report(kBadInId, e);  // after the depth load, which it would otherwise hold back
         const unsigned mine = (__ballot_sync(0xffffffffu, hit) >> (group * kGroup)) & kGroupMask;
         const int src = mine ? group * kGroup + __ffs(mine) - 1 : lane;
         const T from = __shfl_sync(0xffffffffu, u, src);
@@ -574,7 +591,9 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         if (pred) pred[v] = parent;
         start = indptr[v];
         end = indptr[v + 1];
-        out_sum += static_cast<unsigned long long>(checked_degree(indptr, v, g, kBadOffsets));
+        int64_t out_start = start, out_end = end;  // push checks the list itself
+        g.list(v, out_start, out_end, kBadOffsets);
+        out_sum += static_cast<unsigned long long>(out_end - out_start);
         in_sum += static_cast<unsigned long long>(hi - lo);
       }
       f.push(push, static_cast<T>(push ? v : 0), start, end, indices, g, cur, lane);
@@ -584,11 +603,11 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
 }
 
 template <typename T>
-__global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __restrict__ indptr,
-                                     const T* __restrict__ indices, const int64_t* __restrict__ in_indptr,
-                                     const T* __restrict__ in_indices, int32_t* depth, T* pred, Frontiers<T> f,
-                                     DirectionControl* ctl, long long* stats, GraphGuard g, int64_t level,
-                                     bool host_lists) {
+__global__ void __launch_bounds__(kBlock, level_blocks_per_sm<T>())
+    bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __restrict__ indptr, const T* __restrict__ indices,
+                         const int64_t* __restrict__ in_indptr, const T* __restrict__ in_indices, int32_t* depth,
+                         T* pred, Frontiers<T> f, DirectionControl* ctl, long long* stats, GraphGuard g,
+                         int64_t level, bool host_lists) {
   if (!level_has_work(stats + 1, level)) return;
   const int slot = static_cast<int>(level % 3), next = static_cast<int>((level + 1) % 3),
             prev = static_cast<int>((level + 2) % 3);
@@ -615,8 +634,11 @@ __global__ void bfs_direction_kernel(int64_t n, int64_t m, const int64_t* __rest
                   out_sum, in_sum);
   } else {
     bfs_top_down(n, indptr, indices, depth, pred, f, cur, g, edges, found, [&](int64_t u) {
-      out_sum += static_cast<unsigned long long>(checked_degree(indptr, u, g, kBadOffsets));
-      in_sum += static_cast<unsigned long long>(checked_degree(in_indptr, u, g, kBadInOffsets));
+      int64_t start = indptr[u], end = indptr[u + 1], in_start = in_indptr[u], in_end = in_indptr[u + 1];
+      g.list(u, start, end, kBadOffsets);  // both lists' offsets loaded before either check
+      g.list(u, in_start, in_end, kBadInOffsets);
+      out_sum += static_cast<unsigned long long>(end - start);
+      in_sum += static_cast<unsigned long long>(in_end - in_start);
     });
   }
   add_block_count(edges, stats);

@@ -166,13 +166,14 @@ def loader_plan(fanouts: Sequence[int], batch_size: int, row_bytes: int, table_b
     the loader's ``fanouts`` (input side first; a fanout of 0 sizes slots as 1) and
     ``batch_size`` on this machine. The GPU is partitioned with MPS only where this process is
     itself an MPS client (:func:`~.partition.this_process_client_env`; ``zerocopy mps`` runs a
-    script as one); elsewhere the producer's process and this one take turns on the GPU.
+    script as one), with the producer yielding to this process (``producer_yields``: the user's
+    step runs here); elsewhere the producer's process and this one take turns on the GPU.
     ``cache``: the plan's cache of the gathered table (None: the plan's default)."""
     partition = "mps" if this_process_client_env(100.0) is not None else "none"
     settings = {} if cache is None else {"cache": cache}
     return make_plan("zerocopy", partition, row_bytes=row_bytes, table_bytes=table_bytes,
                      fanouts=tuple(f if f != 0 else 1 for f in fanouts), batch_size=batch_size, cuda_graph=False,
-                     **settings)
+                     producer_yields=True, **settings)
 
 
 def check_plan(plan: Plan) -> Plan:
@@ -315,7 +316,7 @@ class LoaderProcesses:
                 sup.start("sampler", sampler_main, (plan, self.ds, w, batch_q, self.consumed, None, stage), env)
             producer_env = dict(env)
             if plan.partition is Partition.MPS:  # a client of this process's daemon (check_plan)
-                producer_env.update(this_process_client_env(plan.producer_share))
+                producer_env.update(this_process_client_env(plan.producer_share, below_normal=plan.producer_yields))
             sup.start("producer", producer_main, (plan, self.ds, batch_q, ready_q, free_q, cached_rows, stage),
                       producer_env)
             self.reader = RingReader(_Watched(ready_q, sup), free_q, self.device)

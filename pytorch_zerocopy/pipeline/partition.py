@@ -221,12 +221,14 @@ class MpsDaemon:
         assert self.root is not None, "MpsDaemon not started"
         return _daemon_env(self.root)
 
-    def client_env(self, share_percent: float) -> Dict[str, str]:
-        """Environment for a client process limited to ``share_percent`` of the GPU's threads."""
+    def client_env(self, share_percent: float, below_normal: bool = False) -> Dict[str, str]:
+        """Environment for a client process limited to ``share_percent`` of the GPU's threads, at
+        MPS's below-normal client priority if ``below_normal`` (:func:`client_priority_env`)."""
         if not 0 < share_percent <= 100:
             raise ValueError(f"an MPS thread share must be in (0, 100], got {share_percent}")
         env = dict(self.env)
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = f"{share_percent:g}"
+        env.update(client_priority_env(below_normal))
         return env
 
     def _control(self, command: str, timeout: float = 10.0) -> subprocess.CompletedProcess:
@@ -332,16 +334,26 @@ class MpsDaemon:
         self.stop()
 
 
-def this_process_client_env(share_percent: float) -> Optional[Dict[str, str]]:
+def client_priority_env(below_normal: bool) -> Dict[str, str]:
+    """The variable that sets an MPS client's scheduling priority: below normal (1) or normal
+    (0). The server schedules the pending work of normal clients before that of below-normal
+    ones; running blocks are not preempted. Set either way, so a client never inherits the
+    priority of the process that started it."""
+    return {"CUDA_MPS_CLIENT_PRIORITY": "1" if below_normal else "0"}
+
+
+def this_process_client_env(share_percent: float, below_normal: bool = False) -> Optional[Dict[str, str]]:
     """The environment of another client of the MPS daemon this process is a client of (its
     environment names the daemon's pipe directory), limited to ``share_percent`` of the GPU's
-    threads; None when this process is no MPS client. A running process cannot join a daemon
-    (the CUDA driver reads the variables once, at its first call), so a process that is not a
-    client already can start MPS clients but never share the GPU with them through MPS."""
+    threads, at below-normal priority if ``below_normal``; None when this process is no MPS
+    client. A running process cannot join a daemon (the CUDA driver reads the variables once,
+    at its first call), so a process that is not a client already can start MPS clients but
+    never share the GPU with them through MPS."""
     pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
     if not pipe_dir:
         return None
-    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe_dir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": f"{share_percent:g}"}
+    env = {"CUDA_MPS_PIPE_DIRECTORY": pipe_dir, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": f"{share_percent:g}",
+           **client_priority_env(below_normal)}
     if os.environ.get("CUDA_MPS_LOG_DIRECTORY"):
         env["CUDA_MPS_LOG_DIRECTORY"] = os.environ["CUDA_MPS_LOG_DIRECTORY"]
     return env

@@ -227,7 +227,10 @@ class Plan:
     ``unified`` when sampled on a GPU); :func:`make_plan` measures which host memory kind is
     faster instead, and sets ``feature_placement``.
 
-    Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS;
+    Partition: ``producer_share`` percent of the GPU's threads for the producer under MPS, and
+    with ``producer_yields`` at MPS's below-normal client priority, so that the trainer's pending
+    kernels are scheduled before the producer's (a loader's process way, which feeds a user's
+    step: that step is what must not wait);
     ``producer_sms`` SMs for the gathering stream under green contexts. ``gather_tuning``
     (:class:`~pytorch_zerocopy.ops.GatherTuning`): how the producer's gather kernel is launched.
     Under MPS the two processes' blocks share SMs; a full grid of gather blocks, stalled on host
@@ -283,6 +286,7 @@ class Plan:
     graph_placement: Optional[Placement] = None
     queue_depth: int = 4
     producer_share: float = PRODUCER_SHARE
+    producer_yields: bool = False
     producer_sms: int = 16
     gather_tuning: GatherTuning = GatherTuning()
     cuda_graph: bool = True
@@ -346,7 +350,7 @@ class Plan:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 self._fail(name, "a finite number")
-        for name in ("cuda_graph", "trace"):
+        for name in ("cuda_graph", "trace", "producer_yields"):
             if not isinstance(getattr(self, name), bool):
                 self._fail(name, "True or False")
         if any(isinstance(f, bool) or not isinstance(f, int) for f in self.fanouts):
@@ -568,6 +572,8 @@ class Plan:
         parts = [f"mode {self.mode.value}: {sampling}", gathering, f"training on {device}"]
         if self.partition is not Partition.NONE:
             parts.append(f"GPU partition {self.partition.value}")
+        if self.partition is Partition.MPS and self.producer_yields:
+            parts.append("the producer at below-normal MPS priority")
         if self.gather_in.ring and self.on_gpu and not self.host_slots:
             parts.append(f"{self.gather_batches} minibatch(es) per gather")
         if self.cache is not None:

@@ -374,7 +374,7 @@ def run_pipeline(plan: Plan, ds: NodeDataset, on_message: Optional[Callable[[obj
                 shared = daemon is not None
                 if daemon is None:
                     daemon = stack.enter_context(MpsDaemon())
-                producer_env.update(daemon.client_env(plan.producer_share))
+                producer_env.update(daemon.client_env(plan.producer_share, below_normal=plan.producer_yields))
                 consumer_env.update(daemon.client_env(100.0 - plan.producer_share))
                 dispatch(("progress", PartitionInfo(Partition.MPS, producer_share=plan.producer_share,
                                                     consumer_share=100.0 - plan.producer_share,
