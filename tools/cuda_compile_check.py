@@ -10,6 +10,7 @@ code that does not compile fails CI even where it cannot run.
 
 from __future__ import annotations
 
+import argparse
 import glob
 import os
 import subprocess
@@ -31,14 +32,21 @@ def cuda_home() -> str:
 
 
 def main(argv=None) -> int:
-    """Compiles every source, or those named in ``argv`` (paths, e.g. csrc/cuda/gather_rows.cu)."""
-    named = {os.path.realpath(p) for p in (sys.argv[1:] if argv is None else argv)}
+    """Compiles every source, or those named in ``argv`` (paths, e.g. csrc/cuda/gather_rows.cu);
+    ``--define NAME`` (repeatable) compiles them with ``-DNAME`` as well, as a build switch of
+    setup.py does (e.g. ZEROCOPY_UNGUARDED_TRAVERSAL)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="*")
+    parser.add_argument("--define", action="append", default=[], metavar="NAME")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    named = {os.path.realpath(p) for p in args.sources}
     includes = [os.path.join(ROOT, "csrc"), sysconfig.get_paths()["include"], *include_paths()]
     includes.append(os.path.join(cuda_home(), "include"))
     # Last, so a real CUDA torch's own generated header wins (see the shim's comment).
     includes.append(os.path.join(ROOT, "tools", "cuda_header_shim"))
     inc = [f"-I{p}" for p in includes]
-    defines = ["-DTORCH_EXTENSION_NAME=_C", "-DTORCH_API_INCLUDE_EXTENSION_H", "-D_GLIBCXX_USE_CXX11_ABI=1"]
+    defines = ["-DTORCH_EXTENSION_NAME=_C", "-DTORCH_API_INCLUDE_EXTENSION_H", "-D_GLIBCXX_USE_CXX11_ABI=1",
+               *(f"-D{name}" for name in args.define)]
     failures = 0
     sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cu")))
     host_sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp")))
