@@ -494,13 +494,19 @@ __device__ __forceinline__ bool bottom_up_reads_few_bytes(long long frontier, lo
   return static_cast<double>(unvisited) * kBottomUpStepBytes * blocks <= kBytesSlack * top_down;
 }
 
-// The length of v's list in `offsets` (indptr, or in_indptr with kind kBadInOffsets), 0 for
-// offsets that bound no list (reported through g): the direction rule's degree sums.
-__device__ __forceinline__ int64_t checked_degree(const int64_t* __restrict__ offsets, int64_t v, const GraphGuard& g,
+// The length of v's list [start, end) as read from its offsets (indptr, or in_indptr with kind
+// kBadInOffsets), 0 for offsets that bound no list (reported through g): the direction rule's
+// degree sums. Takes offsets already loaded, so a caller can load several lists' offsets first.
+__device__ __forceinline__ int64_t checked_length(const GraphGuard& g, int64_t v, int64_t start, int64_t end,
                                                   int kind) {
-  int64_t start = offsets[v], end = offsets[v + 1];
   g.list(v, start, end, kind);
   return end - start;
+}
+
+// checked_length of v's list in `offsets`.
+__device__ __forceinline__ int64_t checked_degree(const int64_t* __restrict__ offsets, int64_t v, const GraphGuard& g,
+                                                  int kind) {
+  return checked_length(g, v, offsets[v], offsets[v + 1], kind);
 }
 
 template <typename T>
@@ -591,9 +597,7 @@ __device__ __forceinline__ void bfs_bottom_up(int64_t n, const int64_t* __restri
         if (pred) pred[v] = parent;
         start = indptr[v];
         end = indptr[v + 1];
-        int64_t out_start = start, out_end = end;  // push checks the list itself
-        g.list(v, out_start, out_end, kBadOffsets);
-        out_sum += static_cast<unsigned long long>(out_end - out_start);
+        out_sum += static_cast<unsigned long long>(checked_length(g, v, start, end, kBadOffsets));
         in_sum += static_cast<unsigned long long>(hi - lo);
       }
       f.push(push, static_cast<T>(push ? v : 0), start, end, indices, g, cur, lane);
@@ -634,11 +638,10 @@ __global__ void __launch_bounds__(kBlock, level_blocks_per_sm<T>())
                   out_sum, in_sum);
   } else {
     bfs_top_down(n, indptr, indices, depth, pred, f, cur, g, edges, found, [&](int64_t u) {
-      int64_t start = indptr[u], end = indptr[u + 1], in_start = in_indptr[u], in_end = in_indptr[u + 1];
-      g.list(u, start, end, kBadOffsets);  // both lists' offsets loaded before either check
-      g.list(u, in_start, in_end, kBadInOffsets);
-      out_sum += static_cast<unsigned long long>(end - start);
-      in_sum += static_cast<unsigned long long>(in_end - in_start);
+      // Both lists' offsets loaded before either check.
+      const int64_t start = indptr[u], end = indptr[u + 1], in_start = in_indptr[u], in_end = in_indptr[u + 1];
+      out_sum += static_cast<unsigned long long>(checked_length(g, u, start, end, kBadOffsets));
+      in_sum += static_cast<unsigned long long>(checked_length(g, u, in_start, in_end, kBadInOffsets));
     });
   }
   add_block_count(edges, stats);
