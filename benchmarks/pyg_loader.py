@@ -58,8 +58,9 @@ Bars: ``pyg_loader_over_pipeline`` and ``dgl_loader_over_pipeline`` (the in-proc
 alone, ms per minibatch, over the pipeline's; the same ratios of the ``pipeline=True`` rows and
 of their training beside them); ``pyg_train_over_max_stage`` (the
 ``pyg_pipeline`` training step over its slowest stage: sample, gather, or the training
-process's own work, build plus the model step measured alone on held minibatches: 1.0 means
-loading is fully hidden behind the slowest stage); ``pyg_speedup_over_tuned_cpu_loader`` (the
+process's own work, build plus the model step measured alone on minibatches held from the
+start, timed after each training epoch: 1.0 means loading is fully hidden behind the slowest
+stage; the median of the epochs' ratios, their range beside it as ``_min`` and ``_max``); ``pyg_speedup_over_tuned_cpu_loader`` (the
 fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
@@ -113,6 +114,7 @@ from pytorch_zerocopy.train import run_plan  # noqa: E402
 FANOUTS = [15, 10]  # PyG's order: the first applies to the seeds
 DGL_FANOUTS = tuple(reversed(FANOUTS))  # DGL's and the pipeline's order: input side first
 HELD_BATCHES = 8  # minibatches held to time the model step alone
+STEP_ALONE_ROWS = ("pyg_pipeline", "pyg_pipeline_normal")  # rows whose training is compared with its stages
 PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse, and neither is "
                 "installed. The package index has no pyg-lib distribution; torch-sparse 0.6.18 and torch-scatter "
                 "2.1.2 come as source and build for the CPU (FORCE_ONLY_CPU=1 pip wheel --no-build-isolation).")
@@ -183,14 +185,20 @@ def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = 
                 edges=edges)
 
 
-def step_alone_ms(loader, family: Family) -> float:
-    """The model step alone: ms per minibatch over ``HELD_BATCHES`` minibatches held on the device."""
+def hold_batches(loader, family: Family) -> list:
+    """``HELD_BATCHES`` minibatches of ``loader``, on the device (an epoch left early)."""
     held = []
     for batch in loader:
         held.append(family.to_device(batch))
         if len(held) == HELD_BATCHES:
             break
     family.step(held[0])
+    sync(family.device)
+    return held
+
+
+def step_alone_ms(held: list, family: Family) -> float:
+    """The model step alone: ms per minibatch over the ``held`` minibatches."""
     sync(family.device)
     start = time.perf_counter()
     for batch in held:
@@ -213,11 +221,19 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     ours = hasattr(loader, "stage_times")
     if processes:  # the producer traces from its start: its timings are event pairs, no synchronisation
         loader.stage_times = StageTimes()
+    # The model step alone is timed after each training epoch, on minibatches held from the
+    # start: each epoch's ratio to its slowest stage compares times of one stretch of the run.
+    held = hold_batches(loader, family) if name in STEP_ALONE_ROWS else None
+    steps = []
     for kind, train in (("loader_only", False), ("train", True)):
         run_epoch(loader, family, train)  # warm-up (starts the processes of the process way)
         if processes and train:
             loader.stage_times.clear()
-        runs = [run_epoch(loader, family, train) for _ in range(args.epochs)]
+        runs = []
+        for _ in range(args.epochs):
+            runs.append(run_epoch(loader, family, train))
+            if train and held:
+                steps.append(step_alone_ms(held, family))
         if any(r["batches"] != len(loader) for r in runs):  # every epoch whole
             raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {len(loader)}")
         med = statistics.median(r["seconds"] for r in runs)
@@ -240,9 +256,11 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
         print(f"{name:>13} stages (ms p50): {result['stages_ms']}; mean: {result['stages_mean_ms']}", flush=True)
     if processes:
         result["plan"] = loader.processes.plan.describe()
-    if name == "pyg_pipeline":
-        result["step_alone_ms"] = step_alone_ms(loader, family)
-        print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms", flush=True)
+    if steps:
+        result["step_alone_ms"], result["step_alone_ms_all"] = statistics.median(steps), steps
+        print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms (after each training epoch: "
+              f"{', '.join(f'{t:.2f}' for t in steps)})", flush=True)
+    del held
     if hasattr(loader, "close"):
         loader.close()
     del loader
@@ -377,6 +395,22 @@ def loader_ms(modes: Dict, name: str) -> Optional[float]:
     return row["loader_only"]["ms_per_batch"] if "loader_only" in row else None
 
 
+def over_max_stage(row: Dict) -> Optional[Dict[str, float]]:
+    """A process-way row's training epochs over their slowest stage: sample, gather, or the
+    training process's own work (build plus the model step alone timed after the same epoch).
+    The median over the epochs (the bar), their range, and the slowest stage at the median
+    step; None without the timings."""
+    stages, steps = row.get("stages_ms", {}), row.get("step_alone_ms_all")
+    if not stages or not steps or "train" not in row:
+        return None
+    train = row["train"]
+    loading = max(stages.get("sample", 0.0), stages.get("gather", 0.0))
+    ratios = [epoch / train["batches"] * 1e3 / max(loading, stages.get("build", 0.0) + step)
+              for epoch, step in zip(train["epoch_s_all"], steps)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "max_stage_ms": max(loading, stages.get("build", 0.0) + statistics.median(steps))}
+
+
 def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
     """The issue's bars (its targets are for a GPU machine; ``on_gpu``, whether the rows ran on
     one): ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
@@ -398,14 +432,13 @@ def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
     bars["dgl_pipeline_loader_over_pipeline"] = ratio(loader_ms(modes, "dgl_pipeline"), pipe)
     bars["pyg_pipeline_train_over_pipeline"] = ratio(train_ms(modes, "pyg_pipeline"), pipe)
     bars["pyg_in_process_train_over_pipeline"] = ratio(train_ms(modes, "pyg"), pipe)
-    row = modes.get("pyg_pipeline") or {}
-    stages = row.get("stages_ms", {})
-    if "step_alone_ms" in row and stages:
-        own = stages.get("build", 0.0) + row["step_alone_ms"]
-        slowest = max(stages.get("sample", 0.0), stages.get("gather", 0.0), own)
-        bars["pyg_max_stage_ms"] = slowest
-        bars["pyg_train_over_max_stage"] = ratio(train_ms(modes, "pyg_pipeline"), slowest)
-        bars["pyg_normal_priority_train_over_max_stage"] = ratio(train_ms(modes, "pyg_pipeline_normal"), slowest)
+    for name, bar in (("pyg_pipeline", "pyg_train_over_max_stage"),
+                      ("pyg_pipeline_normal", "pyg_normal_priority_train_over_max_stage")):
+        over = over_max_stage(modes.get(name) or {})
+        if over is not None:
+            if name == "pyg_pipeline":
+                bars["pyg_max_stage_ms"] = over["max_stage_ms"]
+            bars[bar], bars[f"{bar}_min"], bars[f"{bar}_max"] = over["median"], over["min"], over["max"]
     tuned = {n: train_ms(modes, n) for n in ("tuned_cpu", "pyg_own") if train_ms(modes, n)}
     if tuned:
         best = min(tuned, key=tuned.get)
@@ -572,6 +605,9 @@ def write_markdown(r: Dict, path: str) -> None:
     for name, m in r["modes"].items():
         if m.get("plan"):
             lines += ["", f"`{name}`'s processes: {m['plan']}."]
+        if m.get("step_alone_ms_all"):
+            lines += ["", f"`{name}`'s model step alone, ms per minibatch, after each training epoch: "
+                          f"{', '.join(f'{t:.2f}' for t in m['step_alone_ms_all'])}."]
     if r.get("pyg_not_measured"):
         lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
     lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]

@@ -134,6 +134,55 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
     assert seen_batches == 7 + 2 + 2  # training, validation, test
 
 
+def test_each_phase_starts_with_small_groups(small, monkeypatch):
+    """From the run's start and after every epoch mark the producer gathers groups of 1, 2,
+    4, ... minibatches up to ``gather_batches`` (the trainer's first minibatch of a phase waits
+    for one gather), the last group of a phase cut at its mark; every minibatch arrives with its
+    own rows."""
+    import pytorch_zerocopy.pipeline.producer as producer
+
+    calls = []
+    gather = producer._GroupGather.__call__
+
+    def recording(self, slots, batches):
+        calls.append(len(batches))
+        return gather(self, slots, batches)
+
+    monkeypatch.setattr(producer._GroupGather, "__call__", recording)
+    plan = cpu_ring(num_slots=8, gather_batches=4, batch_size=100, epochs=2, max_batches=9, val_batches=3,
+                    fanouts=(3, 3))
+    batch_q, ready_q, free_q = queue.Queue(), queue.Queue(), queue.Queue()
+    sampler_main(plan, small, 0, batch_q, _Done())
+    phases, run = [], 0
+    for item in list(batch_q.queue):
+        if isinstance(item, Minibatch):
+            run += 1
+        elif isinstance(item, EpochMark) and run:
+            phases.append(run)
+            run = 0
+    want = []
+    for n in phases:
+        size = 1
+        while n:
+            want.append(min(size, 4, n))
+            n -= want[-1]
+            size *= 2
+    thread = threading.Thread(target=producer_main, args=(plan, small, batch_q, ready_q, free_q), daemon=True)
+    thread.start()
+    source = RingReader(ready_q, free_q, torch.device("cpu"))
+    delivered = 0
+    for item, feats in source:
+        if isinstance(item, SlotReady):
+            assert torch.equal(feats, small.features[item.batch.input_nodes])
+            delivered += 1
+            source.release(item)
+    source.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert phases[:3] == [9, 3, 9] and delivered == sum(phases)
+    assert calls == want  # 9 training minibatches: 1, 2, 4, 2; 3 validation: 1, 2; ...
+
+
 def test_sampler_replay_and_packing(small):
     """Replay sends the first ``replay`` samples again in turn; a minibatch's tensors unpack
     from one packed tensor to exactly what was sampled."""

@@ -186,6 +186,14 @@ class SlotReady:
 
 
 @dataclass
+class SlotsReady:
+    """Producer -> trainer: a group's slots (:class:`SlotReady` each, in order), ready together,
+    in one message: the trainer receives a group once instead of once per minibatch."""
+
+    items: List[SlotReady]
+
+
+@dataclass
 class RingHandles:
     """Producer -> trainer, once at start: the slot buffers, their "ready" events and (GPU
     slots) each slot's buffer for the minibatch's packed tensor."""

@@ -22,7 +22,10 @@ Groups: ``Plan.gather_batches`` minibatches are gathered by one call: a minibatc
 few and scattered over the whole table, so one gather of several minibatches' rows walks each
 page of the table once for more rows (rows per second rise with rows per call). The rows then
 move to their slots by device-to-device copies, on a stream of their own that overlaps them
-with the next group's gather. Every minibatch of a group is ready when the group is.
+with the next group's gather. Every minibatch of a group is ready when the group is. A phase
+(the run's start, and after each epoch mark) starts with groups of 1, 2, 4, ... minibatches up
+to ``Plan.gather_batches`` (:func:`group_sizes`): the trainer's first minibatch of a phase waits
+for one sample and one gather, not for a whole group's, while the later groups form behind it.
 
 Grid: ``Plan.gather_tuning`` reaches the gather op as arguments (it may bound the kernel's grid
 to a few blocks per SM of the producer's share).
@@ -38,7 +41,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Iterable, List, Optional, Union
+from typing import Iterable, Iterator, List, Optional, Union
 
 import torch
 
@@ -146,10 +149,9 @@ class _Flush:
 
     def publish(self, slots: List[int], batches: List[Minibatch], complete_on: Optional["torch.cuda.Stream"],
                 traces: Iterable[Optional[dict]]) -> None:
-        """Hands each slot to the trainer with the next of ``traces``, then counts the cache's
-        hits (after the slots' ready events: the trainer does not wait for it)."""
-        for slot, batch, trace in zip(slots, batches, traces):
-            self.ring.publish(slot, batch, trace, complete_on)
+        """Hands the slots to the trainer (one message), each with the next of ``traces``, then
+        counts the cache's hits (after the slots' ready events: the trainer does not wait for it)."""
+        self.ring.publish(slots, batches, [trace for _, trace in zip(slots, traces)], complete_on)
         if self.hits is not None:
             for b in batches:
                 self.hits.add(b.epoch, b.phase, b.input_nodes)
@@ -259,28 +261,42 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
             remote.close()  # after the ring's close, which waited for this process's GPU work
 
 
+def group_sizes(largest: int) -> Iterator[int]:
+    """The sizes of a phase's groups (module docstring): 1, 2, 4, ... up to ``largest``, then
+    ``largest`` for good."""
+    size = 1
+    while True:
+        yield min(size, largest)
+        size *= 2
+
+
 def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
             tracer: Optional[ProducerTrace]) -> None:
-    """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, groups
-    of ``plan.gather_batches`` (timed into ``tracer`` when given), forwarding each epoch mark
-    after the minibatches before it (with the cache's hit counts when ``reader`` is a
-    :class:`CachedTable`), then closes the ring."""
+    """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, in groups
+    of :func:`group_sizes` of ``plan.gather_batches`` from each phase's start (timed into
+    ``tracer`` when given), forwarding each epoch mark after the minibatches before it (with the
+    cache's hit counts when ``reader`` is a :class:`CachedTable`), then closes the ring."""
     flush = _Flush(reader, ring)
     hits = flush.hits
     if tracer is not None:
         flush = _TracedFlush(flush, tracer)
     group: List[Sampled] = []
+    sizes = group_sizes(plan.gather_batches)
+    size = next(sizes)
     for item in source:
         if isinstance(item, EpochMark):
             if group:  # the minibatches before a mark reach the trainer before it
                 flush(group)
                 group = []
             ring.mark(item if hits is None else replace(item, cache=hits.take(item.epoch, item.phase)))
+            sizes = group_sizes(plan.gather_batches)
+            size = next(sizes)
             continue
         group.append(item)
-        if len(group) >= plan.gather_batches:
+        if len(group) >= size:
             flush(group)
             group = []
+            size = next(sizes)
     if group:
         flush(group)
     ring.close()

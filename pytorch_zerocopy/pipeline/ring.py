@@ -4,8 +4,8 @@ and :class:`RingReader` (trainer side).
 Slot ownership is a pair of blocking queues (``ready``: producer -> trainer, ``free``: trainer
 -> producer; both directions of one connection with the machine's gatherer, :mod:`.machine`),
 so neither side sleeps or polls. Slot ``s`` belongs to the producer from the
-moment it takes ``s`` from ``free`` until it puts ``SlotReady(s)`` on ``ready``; then to the
-trainer until it puts ``s`` back. On a GPU the ordering of the GPU work itself is carried by
+moment it takes ``s`` from ``free`` until it puts ``SlotReady(s)`` on ``ready`` (a group's slots
+travel in one :class:`~.messages.SlotsReady`); then to the trainer until it puts ``s`` back. On a GPU the ordering of the GPU work itself is carried by
 one IPC-shared CUDA event per slot and direction, recorded by the side that finished with the
 slot and waited on by the other side's stream: a hand-off costs one queue message and no host
 synchronisation.
@@ -29,7 +29,8 @@ import torch
 
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..unified import to_unified
-from .messages import RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady, TableReady
+from .messages import (RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady, SlotsReady,
+                       TableReady)
 from .plan import Plan
 
 
@@ -146,16 +147,20 @@ class RingWriter:
         """The first ``n`` feature rows of ``slot`` (to gather into)."""
         return self.buffers[slot][:n]
 
-    def publish(self, slot: int, batch: Minibatch, trace: Optional[dict] = None,
+    def publish(self, slots: List[int], batches: List[Minibatch], traces: List[Optional[dict]],
                 complete_on: Optional["torch.cuda.Stream"] = None) -> None:
-        """Hands ``slot`` (loaded with ``batch`` and gathered into) to the trainer; on a GPU its
-        "ready" event is recorded first on ``complete_on``, the stream whose queued work
-        completes the slot (after the current stream's: default the current stream)."""
-        if self.on_gpu:
-            self.ready_events[slot].record(complete_on or self.stream)
-            batch = batch.with_packed(None)
-        self.ready_q.put(SlotReady(slot, batch.layout.input_rows, batch, self._grown_rows.pop(slot, None),
-                                   trace, self._grown_packed.pop(slot, None)))
+        """Hands ``slots`` (loaded with ``batches`` and gathered into) to the trainer, in one
+        message; on a GPU each slot's "ready" event is recorded first on ``complete_on``, the
+        stream whose queued work completes the slots (after the current stream's: default the
+        current stream). ``traces``: each slot's producer timings (None: none)."""
+        items = []
+        for slot, batch, trace in zip(slots, batches, traces):
+            if self.on_gpu:
+                self.ready_events[slot].record(complete_on or self.stream)
+                batch = batch.with_packed(None)
+            items.append(SlotReady(slot, batch.layout.input_rows, batch, self._grown_rows.pop(slot, None), trace,
+                                   self._grown_packed.pop(slot, None)))
+        self.ready_q.put(SlotsReady(items))
 
     def mark(self, mark: EpochMark) -> None:
         self.ready_q.put(mark)
@@ -220,33 +225,40 @@ class RingReader:
 
     def __iter__(self) -> Iterator[Tuple[object, Optional[torch.Tensor]]]:
         while True:
-            item = self.ready_q.get()
-            if item is None:
+            message = self.ready_q.get()
+            if message is None:
                 return
-            if isinstance(item, GathererFailed):
-                raise RuntimeError(f"the machine's gatherer failed:\n{item.remote_traceback}")
-            if isinstance(item, EpochMark):
-                yield item, None
-                continue
-            if item.buffer is not None or item.packed_buffer is not None:
-                self._adopt(item)
-            view = self.buffers[item.slot][: item.rows]
-            if self.gpu_slots:
-                torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
-                item.batch = item.batch.with_packed(self.packed[item.slot][: item.batch.layout.numel])
-                yield item, view
-            elif self.copy_in:
-                compute = torch.cuda.current_stream(self.device)
-                with torch.cuda.stream(self.copy_stream):
-                    feats = view.to(self.device, non_blocking=True)
-                    done = torch.cuda.Event()
-                    done.record(self.copy_stream)
-                compute.wait_event(done)
-                feats.record_stream(compute)
-                self._copy_done = done
-                yield item, feats
+            if isinstance(message, GathererFailed):
+                raise RuntimeError(f"the machine's gatherer failed:\n{message.remote_traceback}")
+            if isinstance(message, EpochMark):
+                yield message, None
+            elif isinstance(message, SlotsReady):
+                for item in message.items:
+                    yield item, self._features(item)
             else:
-                yield item, view
+                raise RuntimeError(f"trainer: expected slots or an epoch mark from the producer, got {message!r}")
+
+    def _features(self, item: SlotReady) -> torch.Tensor:
+        """The feature rows of a ready slot, for the current stream (``item.batch`` given the
+        slot's packed tensor, with GPU slots)."""
+        if item.buffer is not None or item.packed_buffer is not None:
+            self._adopt(item)
+        view = self.buffers[item.slot][: item.rows]
+        if self.gpu_slots:
+            torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
+            item.batch = item.batch.with_packed(self.packed[item.slot][: item.batch.layout.numel])
+            return view
+        if not self.copy_in:
+            return view
+        compute = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self.copy_stream):
+            feats = view.to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        compute.wait_event(done)
+        feats.record_stream(compute)
+        self._copy_done = done
+        return feats
 
     def release(self, item: SlotReady) -> None:
         if self.gpu_slots:

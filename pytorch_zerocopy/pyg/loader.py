@@ -447,13 +447,21 @@ class NeighborLoader(ProcessWay, NodeLoader):
             cls.sample_seeds_async is NeighborSampler.sample_seeds_async
 
     def _epoch_seeds(self) -> Optional[Iterator[Tuple[torch.Tensor, torch.Tensor]]]:
-        """``(input ids, seeds)`` of each minibatch of an epoch, where this package's sampler
-        samples (:meth:`_own_sampling`) batches of torch's own batch sampler
-        (:func:`_epoch_order`): the batches of :meth:`_input_batches` (the same draw of torch's
-        generator, at the first minibatch), sliced from the epoch's input ids and seeds, which
-        on a GPU are moved there once (one copy and one wait for it per epoch, instead of a
+        """``(input ids, seeds)`` of each minibatch of an epoch on the sampling device, where
+        this package's sampler samples (:meth:`_own_sampling`) batches of torch's own batch
+        sampler (:meth:`_epoch_slices`; on a GPU one copy and one wait per epoch instead of a
         staged copy per minibatch). None otherwise."""
-        draw = _epoch_order(self.batch_sampler) if self._auto_collation and self._own_sampling() else None
+        if not self._own_sampling():
+            return None
+        return self._epoch_slices(self.device)
+
+    def _epoch_slices(self, device: torch.device) -> Optional[Iterator[Tuple[torch.Tensor, torch.Tensor]]]:
+        """``(input ids, seeds)`` of each minibatch of an epoch of torch's own batch sampler
+        (:func:`_epoch_order`), sliced from the epoch's input ids and seeds: the batches of
+        :meth:`_input_batches` (the same draw of torch's generator, at the first minibatch)
+        without indexing the input per minibatch. On a GPU ``device`` they are moved there
+        first, once. None for any other batch sampler."""
+        draw = _epoch_order(self.batch_sampler) if self._auto_collation else None
         if draw is None:
             return None
         source = self.input_data
@@ -462,12 +470,12 @@ class NeighborLoader(ProcessWay, NodeLoader):
             order = draw()
             ids = order if source.input_id is None else source.input_id[order]
             nodes = source.node[order]
-            if self.device.type == "cuda":
+            if device.type == "cuda":
                 n = order.numel()
-                both = cat_to_device_async([ids, nodes], self.device, torch.int64)
+                both = cat_to_device_async([ids, nodes], device, torch.int64)
                 # The minibatches are started on side streams, which never wait for this one;
                 # each sample keeps its slice alive until its kernels have run.
-                torch.cuda.current_stream(self.device).synchronize()
+                torch.cuda.current_stream(device).synchronize()
                 ids, nodes = both[:n], both[n:]
             for cut in _cuts(order.numel(), self.batch_sampler):
                 yield ids[cut], nodes[cut]
@@ -509,9 +517,17 @@ class NeighborLoader(ProcessWay, NodeLoader):
             yield self.filter_fn(out, {"x": x.view((x.shape[0],) + tuple(shape))})
 
     def _seed_batches(self) -> Iterator[LoaderBatch]:
-        """Each minibatch of an epoch, drawn as the in-process loader draws it
-        (:meth:`_input_batches`; one sampling seed per minibatch), its input ids carried along."""
-        for batch in self._input_batches():
+        """Each minibatch of an epoch, drawn as the in-process loader draws it (one sampling
+        seed per minibatch), its input ids carried along: CPU slices of the epoch's order
+        (:meth:`_epoch_slices`) where torch's own batch sampler cuts it, else
+        :meth:`_input_batches`."""
+        indices = torch.utils.data.DataLoader._get_iterator(self)  # draws its base seed, as in-process
+        slices = self._epoch_slices(torch.device("cpu"))
+        if slices is not None:
+            for input_id, node in slices:
+                yield LoaderBatch(node, draw_seed(), carried=input_id)
+            return
+        for batch in self._input_batches(indices):
             yield LoaderBatch(batch.node, draw_seed(), carried=batch.input_id)
 
     def collate_fn(self, index) -> Any:
