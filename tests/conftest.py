@@ -35,8 +35,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("device", params)
 
 
+def _parallel_workers() -> int:
+    """How many pytest-xdist workers run this session's tests (1 without xdist)."""
+    import os
+
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+
+
 def pytest_collection_modifyitems(config, items):
     if cuda_available():
+        # A test that takes (almost) all of the GPU's memory must not run beside others: under
+        # xdist the other workers' allocations fail, or managed memory asked for meanwhile
+        # can hang the GPU. It runs in a session of its own: pytest -m whole_gpu (no -n).
+        if _parallel_workers() > 1:
+            alone = pytest.mark.skip(reason="takes the whole GPU: run it alone (pytest -m whole_gpu, without -n)")
+            for item in items:
+                if "whole_gpu" in item.keywords:
+                    item.add_marker(alone)
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

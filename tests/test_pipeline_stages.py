@@ -200,3 +200,24 @@ def test_seed_batches_travel_by_value():
     assert torch.equal(strided.seeds, seeds[::3]) and strided.carried is None
     carried = pickle.loads(bytes(ForkingPickler.dumps(SeedBatch(Phase.TRAIN, 0, 1, seeds, None, seeds[::2] + 1))))
     assert torch.equal(carried.carried, seeds[::2] + 1) and torch.equal(carried.seeds, seeds)
+
+
+@pytest.mark.cuda
+def test_producer_trace_take_all_waits_for_pending_spans():
+    """take() returns the GPU timings complete so far; take_all() (at an epoch mark) waits for
+    the pending ones, so the mark carries every timing of its phase not yet sent."""
+    trace = ProducerTrace(on_gpu=True)
+    span = trace.span()
+    span[0].record()
+    torch.cuda._sleep(50_000_000)  # keeps the end event pending for a while
+    span[1].record()
+    trace.gpu("gather_ms", [span], 2)
+    assert trace.take()["gather_ms"] == []
+    got = trace.take_all()["gather_ms"]
+    assert len(got) == 2 and got[0] == got[1] > 0
+    assert trace.take_all()["gather_ms"] == [] and not trace.pending
+
+
+def test_epoch_marks_equal_by_what_they_mark():
+    """A mark's producer timings do not take part in its equality."""
+    assert EpochMark(1, Phase.TRAIN, trace={"gather_ms": [1.0]}) == EpochMark(1, Phase.TRAIN)

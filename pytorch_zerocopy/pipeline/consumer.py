@@ -215,6 +215,7 @@ def consumer_main(plan: Plan, ds: NodeDataset, queues: Dict, cached_rows: Option
             break
         waited = time.perf_counter() - t_wait
         if isinstance(item, EpochMark):
+            trace.mark_arrives(item)
             if item.cache is not None and item.phase is Phase.TRAIN:
                 epoch(item.epoch).cache_counted(item.cache)
             marks[(item.epoch, item.phase)] += 1

@@ -231,10 +231,11 @@ class _Watched:
 
 class _Epoch:
     """One epoch's seed batches, sent ``limit`` ahead of delivery; the seed rows of those in
-    flight, by step; the marks received."""
+    flight, by step; the marks received; ``times``, where its stages are recorded (or None)."""
 
-    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows):
-        self.queues, self.epoch, self.todo, self.rows = queues, epoch, todo, rows
+    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows,
+                 times: Optional[StageTimes] = None):
+        self.queues, self.epoch, self.todo, self.rows, self.times = queues, epoch, todo, rows, times
         self.limit = rows.slots
         self.rows_in_flight: Dict[int, int] = {}  # step -> its seed row
         self.sent = self.marks = 0
@@ -380,7 +381,7 @@ class LoaderProcesses:
         if self.open is not None:
             raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
                                "iterator before starting another")
-        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows)
+        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows, times)
         self.epochs += 1
         take = self._next if times is None else _timed_delivery(self._next, times)
         try:
@@ -405,6 +406,8 @@ class LoaderProcesses:
             item, feats = self._receive()
             if isinstance(item, EpochMark):
                 run.marks += 1
+                if run.times is not None:  # the producer's last timings of the epoch
+                    _add_producer_timings(run.times, item.trace)
                 continue
             batch, feats = self._take(item, feats)
             return item, batch, feats
@@ -457,11 +460,16 @@ def _timed_delivery(take: Callable[[_Epoch], Optional[Tuple[SlotReady, Minibatch
         got = take(run)
         if got is not None:
             times.end(Stage.DELIVER, began)
-            for key, values in (got[0].trace or {}).items():
-                if key in _PRODUCER_STAGES:
-                    times.add(_PRODUCER_STAGES[key], values)
+            _add_producer_timings(times, got[0].trace)
         return got
     return timed_take
+
+
+def _add_producer_timings(times: StageTimes, trace: Optional[dict]) -> None:
+    """The sample and gather times the producer measured (a message's ``trace``) into ``times``."""
+    for key, values in (trace or {}).items():
+        if key in _PRODUCER_STAGES:
+            times.add(_PRODUCER_STAGES[key], values)
 
 
 class ProcessWay:

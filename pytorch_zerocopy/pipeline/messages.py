@@ -159,11 +159,14 @@ class CacheCounts:
 class EpochMark:
     """Sent by each sampling source after its share of an epoch's ``phase`` minibatches. The
     gathering side adds ``cache``: its cache's counts over that phase's minibatches gathered
-    since its previous mark of the phase (None without a cache)."""
+    since its previous mark of the phase (None without a cache), and with ``Plan.trace``
+    ``trace``: its timings of that phase not yet sent with a slot (:class:`SlotReady`), all
+    complete (not compared: marks equal by what they mark)."""
 
     epoch: int
     phase: Phase
     cache: Optional[CacheCounts] = None
+    trace: Optional[dict] = field(default=None, compare=False)
 
 
 @dataclass

@@ -288,7 +288,9 @@ def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: Fea
             if group:  # the minibatches before a mark reach the trainer before it
                 flush(group)
                 group = []
-            ring.mark(item if hits is None else replace(item, cache=hits.take(item.epoch, item.phase)))
+            if hits is not None:
+                item = replace(item, cache=hits.take(item.epoch, item.phase))
+            ring.mark(item if tracer is None else replace(item, trace=tracer.take_all()))
             sizes = group_sizes(plan.gather_batches)
             size = next(sizes)
             continue

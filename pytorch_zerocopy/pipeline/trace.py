@@ -110,6 +110,14 @@ class ProducerTrace:
         out, self.done = self.done, {k: [] for k in PRODUCER_KEYS}
         return out
 
+    def take_all(self) -> Dict[str, List[float]]:
+        """:meth:`take` after waiting for every pending span's end (a host synchronisation:
+        at a phase's end, so that its mark carries the phase's last timings)."""
+        for _, spans, _ in self.pending:
+            for _, end in spans:
+                end.synchronize()
+        return self.take()
+
 
 class TracedSampling:
     """GPU sampling ``steps`` (:class:`~.minibatches.SampleSteps`) with each step timed into
@@ -267,6 +275,10 @@ class StepHook:
         """The host has ``item`` (a :class:`~.messages.SlotReady`) after ``waited`` seconds, and
         the current stream waits for its features; nothing of the step is issued yet."""
 
+    def mark_arrives(self, mark) -> None:
+        """An :class:`~.messages.EpochMark` arrived (with the gathering side's last timings of
+        its phase)."""
+
     def inputs_copied(self) -> None:
         """The minibatch's blocks and labels have been issued for copying to the device."""
 
@@ -291,6 +303,9 @@ class TrainerTrace(StepHook):
         self.epochs: Dict[int, ConsumerTrace] = defaultdict(lambda: ConsumerTrace(on_gpu))
         self.producer = ProducerTimings()
         self.current: Optional[ConsumerTrace] = None  # the trace of the step in progress, if timed
+
+    def mark_arrives(self, mark) -> None:
+        self.producer.add(mark.trace)
 
     def step_begins(self, item, waited: float) -> None:
         self.producer.add(item.trace)
