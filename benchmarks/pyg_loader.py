@@ -60,8 +60,8 @@ of their training beside them); ``pyg_train_over_max_stage`` (the
 ``pyg_pipeline`` training step over its slowest stage: sample, gather, or the training
 process's own work, build plus the model step measured alone on minibatches held from the
 start, timed after each training epoch: 1.0 means loading is fully hidden behind the slowest
-stage; the median of the epochs' ratios, their range beside it as ``_min`` and ``_max``); ``pyg_speedup_over_tuned_cpu_loader`` (the
-fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
+stage; the median of the epochs' ratios, their range beside it as ``_min`` and ``_max``);
+``pyg_speedup_over_tuned_cpu_loader`` (the fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
 where the host time of N loader-only minibatches goes, and for ``pyg_pipeline`` that of N

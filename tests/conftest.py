@@ -11,6 +11,7 @@ fixtures is not counted: they are set up before the snapshot and torn down after
 """
 
 import gc
+import os
 import sys
 
 import pytest
@@ -37,8 +38,6 @@ def pytest_generate_tests(metafunc):
 
 def _parallel_workers() -> int:
     """How many pytest-xdist workers run this session's tests (1 without xdist)."""
-    import os
-
     return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
 
 

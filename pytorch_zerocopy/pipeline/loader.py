@@ -404,10 +404,10 @@ class LoaderProcesses:
             raise RuntimeError("this epoch was ended: the loader's processes were closed during it")
         while not run.complete:
             item, feats = self._receive()
+            if run.times is not None:  # what the producer measured, with a slot or at the mark
+                _add_producer_timings(run.times, item.trace)
             if isinstance(item, EpochMark):
                 run.marks += 1
-                if run.times is not None:  # the producer's last timings of the epoch
-                    _add_producer_timings(run.times, item.trace)
                 continue
             batch, feats = self._take(item, feats)
             return item, batch, feats
@@ -452,15 +452,14 @@ class LoaderProcesses:
 
 def _timed_delivery(take: Callable[[_Epoch], Optional[Tuple[SlotReady, Minibatch, torch.Tensor]]], times: StageTimes):
     """``take`` (:meth:`LoaderProcesses._next`) with each minibatch's delivery timed into
-    ``times`` (the deliver stage: the wait for it and its taking out of the ring), and the
-    sample and gather times the producer measured for it added."""
+    ``times`` (the deliver stage: the wait for it and its taking out of the ring; ``_next`` adds
+    the sample and gather times the producer measured)."""
 
     def timed_take(run: _Epoch):
         began = times.begin()
         got = take(run)
         if got is not None:
             times.end(Stage.DELIVER, began)
-            _add_producer_timings(times, got[0].trace)
         return got
     return timed_take
 

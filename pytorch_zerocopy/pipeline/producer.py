@@ -24,7 +24,7 @@ page of the table once for more rows (rows per second rise with rows per call). 
 move to their slots by device-to-device copies, on a stream of their own that overlaps them
 with the next group's gather. Every minibatch of a group is ready when the group is. A phase
 (the run's start, and after each epoch mark) starts with groups of 1, 2, 4, ... minibatches up
-to ``Plan.gather_batches`` (:func:`group_sizes`): the trainer's first minibatch of a phase waits
+to ``Plan.gather_batches``: the trainer's first minibatch of a phase waits
 for one sample and one gather, not for a whole group's, while the later groups form behind it.
 
 Grid: ``Plan.gather_tuning`` reaches the gather op as arguments (it may bound the kernel's grid
@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Iterable, Iterator, List, Optional, Union
+from typing import Iterable, List, Optional, Union
 
 import torch
 
@@ -261,19 +261,10 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
             remote.close()  # after the ring's close, which waited for this process's GPU work
 
 
-def group_sizes(largest: int) -> Iterator[int]:
-    """The sizes of a phase's groups (module docstring): 1, 2, 4, ... up to ``largest``, then
-    ``largest`` for good."""
-    size = 1
-    while True:
-        yield min(size, largest)
-        size *= 2
-
-
 def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
             tracer: Optional[ProducerTrace]) -> None:
     """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, in groups
-    of :func:`group_sizes` of ``plan.gather_batches`` from each phase's start (timed into
+    of 1, 2, 4, ... up to ``plan.gather_batches`` from each phase's start (timed into
     ``tracer`` when given), forwarding each epoch mark after the minibatches before it (with the
     cache's hit counts when ``reader`` is a :class:`CachedTable`), then closes the ring."""
     flush = _Flush(reader, ring)
@@ -281,8 +272,7 @@ def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: Fea
     if tracer is not None:
         flush = _TracedFlush(flush, tracer)
     group: List[Sampled] = []
-    sizes = group_sizes(plan.gather_batches)
-    size = next(sizes)
+    size = 1  # of the next group: doubles from each phase's start up to plan.gather_batches
     for item in source:
         if isinstance(item, EpochMark):
             if group:  # the minibatches before a mark reach the trainer before it
@@ -291,14 +281,13 @@ def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: Fea
             if hits is not None:
                 item = replace(item, cache=hits.take(item.epoch, item.phase))
             ring.mark(item if tracer is None else replace(item, trace=tracer.take_all()))
-            sizes = group_sizes(plan.gather_batches)
-            size = next(sizes)
+            size = 1
             continue
         group.append(item)
         if len(group) >= size:
             flush(group)
             group = []
-            size = next(sizes)
+            size = min(2 * size, plan.gather_batches)
     if group:
         flush(group)
     ring.close()
