@@ -12,7 +12,7 @@ import torch
 from pytorch_zerocopy.datasets import community_graph
 from test_pipeline_failures import _assert_nothing_left, snapshot
 from pytorch_zerocopy.pipeline import EpochStats, Mode, Phase, Plan, SampleOn, StepDone, run_pipeline
-from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch, SlotReady
+from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch, RingHandles, SlotReady
 from pytorch_zerocopy.pipeline.minibatches import epoch_batches
 from pytorch_zerocopy.pipeline.producer import producer_main
 from pytorch_zerocopy.pipeline.ring import RingReader
@@ -181,6 +181,17 @@ def test_each_phase_starts_with_small_groups(small, monkeypatch):
     assert not thread.is_alive()
     assert phases[:3] == [9, 3, 9] and delivered == sum(phases)
     assert calls == want  # 9 training minibatches: 1, 2, 4, 2; 3 validation: 1, 2; ...
+
+
+def test_ring_reader_refuses_a_message_it_does_not_know():
+    """Anything but slots, an epoch mark, a gatherer's failure or the end on the ready queue is
+    a clear error, not a minibatch read from garbage."""
+    ready_q, free_q = queue.Queue(), queue.Queue()
+    ready_q.put(RingHandles([torch.zeros(4, 2)]))
+    reader = RingReader(ready_q, free_q, torch.device("cpu"))
+    ready_q.put(SlotReady(0, 1, None))  # a bare slot: slots travel in a SlotsReady
+    with pytest.raises(RuntimeError, match="expected slots or an epoch mark from the producer"):
+        next(iter(reader))
 
 
 def test_sampler_replay_and_packing(small):
