@@ -49,19 +49,27 @@ Rows:
   false in the bars, whose targets are for a GPU machine): ``--name pyg_loader_cpu`` keeps such
   a run beside the GPU machine's.
 
-Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50 and mean): for the
-``pipeline=True`` rows over their training epochs (sample and gather measured in the producer
-process, build and deliver in the training process), for the in-process rows over one extra
-training epoch with a GPU synchronisation around each stage.
+Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch, p50 and mean),
+apart from the timed epochs (which run untimed, as a user's loader does): for the
+``pipeline=True`` rows over one training epoch of a second loader whose processes trace from
+their start (sample and gather measured in the producer process, build and deliver in the
+training process), for the in-process rows over one extra training epoch with a GPU
+synchronisation around each stage.
 
 Bars: ``pyg_loader_over_pipeline`` and ``dgl_loader_over_pipeline`` (the in-process loader
 alone, ms per minibatch, over the pipeline's; the same ratios of the ``pipeline=True`` rows and
-of their training beside them); ``pyg_train_over_max_stage`` (the
-``pyg_pipeline`` training step over its slowest stage: sample, gather, or the training
-process's own work, build plus the model step measured alone on minibatches held from the
-start, timed after each training epoch: 1.0 means loading is fully hidden behind the slowest
-stage; the median of the epochs' ratios, their range beside it as ``_min`` and ``_max``);
+of their training beside them); ``pyg_train_over_max_stage`` (a ``pyg_pipeline`` training
+epoch, ms per minibatch, over the larger of its loader alone and the PyG model step alone,
+the step timed on minibatches held from the start after each training epoch: 1.0 means loading
+is wholly hidden behind the step; the median of the epochs' ratios, their range beside it as
+``_min`` and ``_max``);
 ``pyg_speedup_over_tuned_cpu_loader`` (the fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
+
+Where a training epoch's host time goes: each row's ``host_loader_ms`` (in the loader's
+``next()`` and the move to the device) and ``host_step_ms`` (in the step) per minibatch, and the
+step alone's host share (``step_alone_host_ms_all``): a step whose host share is its time is
+bound by the host thread, which the loader's work in the training process then adds to.
+``--variants`` (diagnostic) adds ``pyg_pipeline`` rows with other settings of the loader's plan.
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
 where the host time of N loader-only minibatches goes, and for ``pyg_pipeline`` that of N
@@ -86,7 +94,7 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -103,6 +111,7 @@ from pytorch_zerocopy.datasets import papers_like  # noqa: E402
 from pytorch_zerocopy.dgl import DataLoader, NeighborSampler as DglNeighborSampler  # noqa: E402
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
 from pytorch_zerocopy.nn import GraphSAGE  # noqa: E402
+from pytorch_zerocopy.ops import GatherTuning  # noqa: E402
 from pytorch_zerocopy.pipeline import make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.loader import loader_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.partition import MPS_CONTROL, run_as_client, this_process_client_env  # noqa: E402
@@ -115,6 +124,7 @@ FANOUTS = [15, 10]  # PyG's order: the first applies to the seeds
 DGL_FANOUTS = tuple(reversed(FANOUTS))  # DGL's and the pipeline's order: input side first
 HELD_BATCHES = 8  # minibatches held to time the model step alone
 STEP_ALONE_ROWS = ("pyg_pipeline", "pyg_pipeline_normal")  # rows whose training is compared with its stages
+VARIANT_PREFIX = "pyg_pipeline_v_"  # --variants rows: also compared with their stages
 PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse, and neither is "
                 "installed. The package index has no pyg-lib distribution; torch-sparse 0.6.18 and torch-scatter "
                 "2.1.2 come as source and build for the CPU (FORCE_ONLY_CPU=1 pip wheel --no-build-isolation).")
@@ -172,17 +182,26 @@ def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = 
     sync(family.device)
     start = time.perf_counter()
     batches = feature_bytes = nodes = edges = 0
-    for batch in loader:
+    host_loader = host_step = 0.0  # host seconds in the loader's next() and in the step
+    it = iter(loader)
+    while True:
+        began = time.perf_counter()
+        batch = next(it, None)
+        if batch is None:
+            break
         batch = family.to_device(batch)
+        stepped = time.perf_counter()
+        host_loader += stepped - began
         if train:
             family.step(batch)
+            host_step += time.perf_counter() - stepped
         sizes = family.sizes(batch)
         batches, feature_bytes, nodes, edges = batches + 1, feature_bytes + sizes[0], nodes + sizes[1], edges + sizes[2]
         if batches == max_batches:
             break
     sync(family.device)
     return dict(seconds=time.perf_counter() - start, batches=batches, feature_bytes=feature_bytes, nodes=nodes,
-                edges=edges)
+                edges=edges, host_loader_s=host_loader, host_step_s=host_step)
 
 
 def hold_batches(loader, family: Family) -> list:
@@ -197,14 +216,16 @@ def hold_batches(loader, family: Family) -> list:
     return held
 
 
-def step_alone_ms(held: list, family: Family) -> float:
-    """The model step alone: ms per minibatch over the ``held`` minibatches."""
+def step_alone_ms(held: list, family: Family) -> Tuple[float, float]:
+    """The model step alone over the ``held`` minibatches: ms per minibatch, and the host's
+    share of it (ms per minibatch until the last step is queued, before the final wait)."""
     sync(family.device)
     start = time.perf_counter()
     for batch in held:
         family.step(batch)
+    queued = time.perf_counter()
     sync(family.device)
-    return (time.perf_counter() - start) / len(held) * 1e3
+    return (time.perf_counter() - start) / len(held) * 1e3, (queued - start) / len(held) * 1e3
 
 
 def stage_stat(times: StageTimes, stat: str) -> Dict[str, float]:
@@ -219,45 +240,56 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     loader = make_loader()
     result: Dict = {"setup_s": time.perf_counter() - start}
     ours = hasattr(loader, "stage_times")
-    if processes:  # the producer traces from its start: its timings are event pairs, no synchronisation
-        loader.stage_times = StageTimes()
     # The model step alone is timed after each training epoch, on minibatches held from the
     # start: each epoch's ratio to its slowest stage compares times of one stretch of the run.
-    held = hold_batches(loader, family) if name in STEP_ALONE_ROWS else None
-    steps = []
+    held = hold_batches(loader, family) if name in STEP_ALONE_ROWS or name.startswith(VARIANT_PREFIX) else None
+    steps, steps_host = [], []
     for kind, train in (("loader_only", False), ("train", True)):
         run_epoch(loader, family, train)  # warm-up (starts the processes of the process way)
-        if processes and train:
-            loader.stage_times.clear()
         runs = []
         for _ in range(args.epochs):
             runs.append(run_epoch(loader, family, train))
             if train and held:
-                steps.append(step_alone_ms(held, family))
+                wall, host = step_alone_ms(held, family)
+                steps.append(wall)
+                steps_host.append(host)
         if any(r["batches"] != len(loader) for r in runs):  # every epoch whole
             raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {len(loader)}")
         med = statistics.median(r["seconds"] for r in runs)
         r0 = runs[0]
+        per_batch = 1e3 / r0["batches"]
         result[kind] = dict(epoch_s=med, epoch_s_all=[r["seconds"] for r in runs], batches=r0["batches"],
-                            ms_per_batch=med / r0["batches"] * 1e3, feature_gbs=r0["feature_bytes"] / med / 1e9,
-                            nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"])
+                            ms_per_batch=med * per_batch, feature_gbs=r0["feature_bytes"] / med / 1e9,
+                            nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"],
+                            host_loader_ms=statistics.median(r["host_loader_s"] for r in runs) * per_batch,
+                            host_step_ms=statistics.median(r["host_step_s"] for r in runs) * per_batch)
         print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
-              f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s)", flush=True)
+              f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s; host in the loader "
+              f"{result[kind]['host_loader_ms']:.2f} ms, in the step {result[kind]['host_step_ms']:.2f} ms)", flush=True)
+    if processes:
+        result["plan"] = loader.processes.plan.describe()
     if ours:
-        if not processes:  # one more training epoch, timed by stage
-            loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
+        # Timed by stage apart from the epochs above, as a user's loader runs untimed. The
+        # process way's producer traces from its start (event pairs, no synchronisation): a
+        # second loader, one warm-up and one traced training epoch.
+        if processes:
+            loader.close()
+            loader = make_loader()
+            loader.stage_times = StageTimes()
             run_epoch(loader, family, True)
+            loader.stage_times.clear()
+        else:
+            loader.stage_times = StageTimes(synchronize=family.device.type == "cuda")
+        run_epoch(loader, family, True)
         # Means beside medians: a producer that gathers several minibatches at once delivers
         # them in bursts, so most deliveries wait for nothing and the median hides the waits.
         result["stages_ms"] = stage_stat(loader.stage_times, "p50")
         result["stages_mean_ms"] = stage_stat(loader.stage_times, "mean")
-        if not processes:
-            loader.stage_times = None
+        loader.stage_times = None
         print(f"{name:>13} stages (ms p50): {result['stages_ms']}; mean: {result['stages_mean_ms']}", flush=True)
-    if processes:
-        result["plan"] = loader.processes.plan.describe()
     if steps:
         result["step_alone_ms"], result["step_alone_ms_all"] = statistics.median(steps), steps
+        result["step_alone_host_ms_all"] = steps_host
         print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms (after each training epoch: "
               f"{', '.join(f'{t:.2f}' for t in steps)})", flush=True)
     del held
@@ -361,7 +393,12 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
         return NeighborLoader(data, pipeline=replace(plan, producer_yields=False), **common)
 
-    rows = {
+    def variant(settings: Dict):
+        plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
+        return lambda: NeighborLoader(data, pipeline=replace(plan, **settings), **common)
+
+    rows = {VARIANT_PREFIX + name: ("pyg", variant(settings), True) for name, settings in args.variants.items()}
+    rows.update({
         "pyg": ("pyg", lambda: NeighborLoader(data, **common), False),
         "pyg_mapped": ("pyg", lambda: NeighborLoader(data, feature_placement="unified", gpu_cache=None, **common),
                        False),
@@ -373,7 +410,7 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         "dgl_pipeline": ("dgl", lambda: DataLoader(graph, seeds, sampler, pipeline=True, **dgl), True),
         "cpu_dma": ("pyg", lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common), False),
         "tuned_cpu": ("pyg", tuned_cpu, False),
-    }
+    })
     if not gpu:  # the placements are where a GPU reads x from
         del rows["pyg_mapped"], rows["dgl_mapped"]
     if this_process_client_env(100.0) is None:  # no MPS: no client priority to compare
@@ -396,26 +433,26 @@ def loader_ms(modes: Dict, name: str) -> Optional[float]:
 
 
 def over_max_stage(row: Dict) -> Optional[Dict[str, float]]:
-    """A process-way row's training epochs over their slowest stage: sample, gather, or the
-    training process's own work (build plus the model step alone timed after the same epoch).
-    The median over the epochs (the bar), their range, and the slowest stage at the median
-    step; None without the timings."""
-    stages, steps = row.get("stages_ms", {}), row.get("step_alone_ms_all")
-    if not stages or not steps or "train" not in row:
+    """A process-way row's training epochs over the larger of its loader alone (the median of
+    its loader-only epochs, ms per minibatch) and the model step alone (timed after the same
+    epoch): the issue's ratio, 1.0 when loading is wholly hidden behind the step. The median over
+    the epochs (the bar), their range, and the larger stage at the median step; None without
+    the timings."""
+    steps = row.get("step_alone_ms_all")
+    if not steps or "train" not in row or "loader_only" not in row:
         return None
-    train = row["train"]
-    loading = max(stages.get("sample", 0.0), stages.get("gather", 0.0))
-    ratios = [epoch / train["batches"] * 1e3 / max(loading, stages.get("build", 0.0) + step)
-              for epoch, step in zip(train["epoch_s_all"], steps)]
+    train, loading = row["train"], row["loader_only"]["ms_per_batch"]
+    ratios = [epoch / train["batches"] * 1e3 / max(loading, step) for epoch, step in zip(train["epoch_s_all"], steps)]
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-            "max_stage_ms": max(loading, stages.get("build", 0.0) + statistics.median(steps))}
+            "max_stage_ms": max(loading, statistics.median(steps))}
 
 
 def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
     """The issue's bars (its targets are for a GPU machine; ``on_gpu``, whether the rows ran on
     one): ``pyg_loader_over_pipeline`` / ``dgl_loader_over_pipeline`` (the
     in-process loader alone over the pipeline's ms per minibatch), ``pyg_train_over_max_stage``
-    (the ``pipeline=True`` PyG training epoch over its slowest stage) and
+    (a ``pipeline=True`` PyG training epoch over the larger of its loader alone and the step
+    alone) and
     ``pyg_speedup_over_tuned_cpu_loader``; beside them the same ratios for the other rows."""
     pipe = pipeline.get("ms_per_batch")
     bars: Dict = {"on_gpu": on_gpu, "pipeline_ms_per_minibatch": pipe,
@@ -432,8 +469,10 @@ def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
     bars["dgl_pipeline_loader_over_pipeline"] = ratio(loader_ms(modes, "dgl_pipeline"), pipe)
     bars["pyg_pipeline_train_over_pipeline"] = ratio(train_ms(modes, "pyg_pipeline"), pipe)
     bars["pyg_in_process_train_over_pipeline"] = ratio(train_ms(modes, "pyg"), pipe)
-    for name, bar in (("pyg_pipeline", "pyg_train_over_max_stage"),
-                      ("pyg_pipeline_normal", "pyg_normal_priority_train_over_max_stage")):
+    compared = [("pyg_pipeline", "pyg_train_over_max_stage"),
+                ("pyg_pipeline_normal", "pyg_normal_priority_train_over_max_stage")]
+    compared += [(name, f"{name}_train_over_max_stage") for name in modes if name.startswith(VARIANT_PREFIX)]
+    for name, bar in compared:
         over = over_max_stage(modes.get(name) or {})
         if over is not None:
             if name == "pyg_pipeline":
@@ -447,6 +486,25 @@ def compute_bars(modes: Dict, pipeline: Dict, on_gpu: bool) -> Dict:
     return bars
 
 
+def parse_variants(text: str) -> Dict[str, Dict]:
+    """``--variants``: ``{name: {plan setting: value}}``."""
+    variants: Dict[str, Dict] = {}
+    for spec in filter(None, (v.strip() for v in text.split(";"))):
+        name, _, settings = spec.partition(":")
+        parsed: Dict = {}
+        for item in filter(None, settings.split(",")):
+            key, _, value = item.partition("=")
+            if key == "gather_tuning":
+                blocks, _, unroll = value.partition("/")
+                parsed[key] = GatherTuning(int(blocks), int(unroll or 0))
+            elif value in ("True", "False"):
+                parsed[key] = value == "True"
+            else:
+                parsed[key] = float(value) if "." in value else int(value)
+        variants[name] = parsed
+    return variants
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="tiny graph, 1 timed epoch: a smoke test")
@@ -454,7 +512,7 @@ def main(argv=None) -> int:
     p.add_argument("--feature-dim", type=int, default=128)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--epochs", type=int, default=3, help="timed epochs per loader and kind (median)")
+    p.add_argument("--epochs", type=int, default=5, help="timed epochs per loader and kind (median)")
     p.add_argument("--epoch-batches", type=int, default=100,
                    help="minibatches per epoch: the loaders' input nodes are that many batches' worth of the "
                         "training nodes, so every epoch runs whole")
@@ -468,6 +526,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile-rows", default=None,
                    help=f"with --profile, the rows to profile, comma-separated (default: those of "
                         f"{sorted(PROFILED_ROWS)} that run)")
+    p.add_argument("--variants", type=parse_variants, default={},
+                   help="diagnostic rows: 'NAME:SETTING=VALUE,...;...' runs pyg_pipeline with those settings of the "
+                        "loader's plan as row pyg_pipeline_v_NAME (gather_tuning=BLOCKS/UNROLL); no bar reads them")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     p.add_argument("--name", default="pyg_loader", help="output file name stem")
     p.add_argument("--mps", choices=("auto", "off"), default="auto",

@@ -12,10 +12,11 @@ import torch
 from pytorch_zerocopy.datasets import community_graph
 from test_pipeline_failures import _assert_nothing_left, snapshot
 from pytorch_zerocopy.pipeline import EpochStats, Mode, Phase, Plan, SampleOn, StepDone, run_pipeline
-from pytorch_zerocopy.pipeline.messages import EpochMark, Minibatch, RingHandles, SlotReady
+from pytorch_zerocopy.pipeline.messages import (EpochMark, FreeEvents, FreeSlots, Minibatch, RingHandles, SlotReady,
+                                                SlotsReady)
 from pytorch_zerocopy.pipeline.minibatches import epoch_batches
 from pytorch_zerocopy.pipeline.producer import producer_main
-from pytorch_zerocopy.pipeline.ring import RingReader
+from pytorch_zerocopy.pipeline.ring import RingReader, RingWriter
 from pytorch_zerocopy.pipeline.sampler import sampler_main
 from pytorch_zerocopy.train import _printer
 
@@ -192,6 +193,43 @@ def test_ring_reader_refuses_a_message_it_does_not_know():
     ready_q.put(SlotReady(0, 1, None))  # a bare slot: slots travel in a SlotsReady
     with pytest.raises(RuntimeError, match="expected slots or an epoch mark from the producer"):
         next(iter(reader))
+
+
+def test_ring_reader_gives_a_groups_slots_back_together():
+    """A group's slots go back to the producer in one message once the last of them is
+    released, in any order; a slot released twice (or never received) is a clear error."""
+    ready_q, free_q = queue.Queue(), queue.Queue()
+    ready_q.put(RingHandles([torch.zeros(4, 2) for _ in range(4)]))
+    reader = RingReader(ready_q, free_q, torch.device("cpu"))
+    assert isinstance(free_q.get_nowait(), FreeEvents)
+    ready_q.put(SlotsReady([SlotReady(s, 1, None) for s in (2, 0, 3)]))
+    ready_q.put(SlotsReady([SlotReady(1, 1, None)]))
+    items = iter(reader)
+    group = [next(items)[0] for _ in range(3)]
+    reader.release(group[1])
+    reader.release(group[0])
+    assert free_q.empty()  # one slot of the group is still the trainer's
+    alone = next(items)[0]
+    reader.release(alone)
+    reader.release(group[2])
+    assert free_q.get_nowait() == FreeSlots((1,))
+    assert free_q.get_nowait() == FreeSlots((0, 2, 3))
+    with pytest.raises(RuntimeError, match="slot 1 was released twice, or never received"):
+        reader.release(alone)
+
+
+def test_ring_writer_takes_slots_given_back_in_groups(small):
+    """The producer's end takes the ring's unused slots first, then those given back, a group's
+    at a time, in order; anything else on the free queue is a clear error."""
+    ready_q, free_q = queue.Queue(), queue.Queue()
+    free_q.put(FreeEvents([]))
+    writer = RingWriter(cpu_ring(num_slots=3, batch_size=4, fanouts=(2,)), small, torch.device("cpu"), ready_q, free_q)
+    assert writer.take(2) == [0, 1]
+    free_q.put(FreeSlots((1, 0)))
+    assert writer.take(3) == [2, 1, 0]
+    free_q.put(7)
+    with pytest.raises(RuntimeError, match="expected slots given back by the trainer, got 7"):
+        writer.take(1)
 
 
 def test_sampler_replay_and_packing(small):

@@ -237,7 +237,7 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     import queue
 
     from pytorch_zerocopy.graph import CSRGraph
-    from pytorch_zerocopy.pipeline.loader import FedStage, SeedSpan, _SeedRows
+    from pytorch_zerocopy.pipeline.loader import FedStage, SeedSpan, SeedSpans, _SeedRows
 
     host_to = CSRGraph.to
     monkeypatch.setattr(CSRGraph, "to", lambda self, placement, device=None: host_to(self, "cpu"))
@@ -258,7 +258,7 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
 
     def send(epoch, i, batch, carried=None):  # as the loader's process sends a batch
         count = 0 if carried is None else carried.numel()
-        seeds.put(SeedSpan(epoch, i, rows.put(batch, [seeds], carried), batch.numel(), None, count))
+        seeds.put(SeedSpans((SeedSpan(epoch, i, rows.put(batch, [seeds], carried), batch.numel(), None, count),)))
 
     for i, batch in enumerate(directed.train_idx[:24].split(8)):
         send(0, i, batch)
@@ -315,10 +315,41 @@ def test_a_loader_epoch_yields_loader_batches_only():
         put = list.append
 
     q = Q()
-    run = _Epoch([q], 0, iter([(torch.tensor([1, 2]), torch.tensor([1, 2]), 5)]), _SeedRows(2, 4))
+    run = _Epoch([q], 0, iter([(torch.tensor([1, 2]), torch.tensor([1, 2]), 5)]), _SeedRows(2, 4), 1)
     with pytest.raises(TypeError, match="LoaderBatch"):
         run.top_up()
     assert q == []
-    ok = _Epoch([q], 0, iter([LoaderBatch(torch.tensor([1, 2]), 5)]), _SeedRows(2, 4))
+    ok = _Epoch([q], 0, iter([LoaderBatch(torch.tensor([1, 2]), 5)]), _SeedRows(2, 4), 1)
     ok.top_up()
-    assert [type(m).__name__ for m in q] == ["SeedSlots", "SeedSpan", "EpochMark"] and ok.ended
+    assert [type(m).__name__ for m in q] == ["SeedSlots", "SeedSpans", "EpochMark"] and ok.ended
+
+
+def test_a_loader_epoch_tops_up_a_group_at_a_time():
+    """Seed rows are sent once a group's worth is free, a top-up's spans in one message per
+    role (round robin by step); rows remade wider go out after the spans of the old rows."""
+    from pytorch_zerocopy.pipeline.loader import LoaderBatch, SeedSlots, SeedSpans, _Epoch, _SeedRows
+
+    class Q(list):
+        put = list.append
+
+    queues = [Q(), Q()]
+    batches = [LoaderBatch(torch.arange(3), k) for k in range(7)] + [LoaderBatch(torch.arange(9), 7)]
+    run = _Epoch(queues, 0, iter(batches), _SeedRows(5, 4), 3)
+    run.top_up()  # all five rows
+    assert [type(m) for m in queues[0]] == [SeedSlots, SeedSpans] and [type(m) for m in queues[1]] == [SeedSlots, SeedSpans]
+    assert [s.index for s in queues[0][1].spans] == [0, 2, 4] and [s.index for s in queues[1][1].spans] == [1, 3]
+    for step in (0, 1):
+        run.delivered(step)
+        run.top_up()  # fewer than three rows free: nothing sent
+    assert len(queues[0]) == len(queues[1]) == 2
+    run.delivered(2)
+    run.top_up()  # three free: steps 5, 6, then 7, wider than the rows
+    assert [type(m) for m in queues[1]] == [SeedSlots, SeedSpans, SeedSpans, SeedSlots, SeedSpans]
+    assert [s.index for s in queues[1][2].spans] == [5] and [s.index for s in queues[1][4].spans] == [7]
+    assert [type(m) for m in queues[0]] == [SeedSlots, SeedSpans, SeedSpans, SeedSlots]
+    assert [s.index for s in queues[0][2].spans] == [6] and queues[0][3].rows.shape[1] == 9
+    assert not run.ended
+    for step in (3, 4, 5):
+        run.delivered(step)
+    run.top_up()  # nothing left: the marks
+    assert type(queues[0][-1]).__name__ == type(queues[1][-1]).__name__ == "EpochMark" and run.ended

@@ -10,11 +10,12 @@ them out, builds the loader's minibatch and hands it to the training loop while 
 minibatches are sampled and gathered, so loading overlaps the loop's step.
 
 Seeds: the calling process decides them, in the loader's own order (shuffling draws from
-torch's generator there, as in-process), and keeps ``Plan.num_slots + Plan.queue_depth``
-batches in flight (:class:`LoaderBatch` es). A batch's seeds, and what the loader carries
+torch's generator there, as in-process), and keeps up to ``Plan.num_slots + Plan.queue_depth
++ Plan.gather_batches`` batches in flight (:class:`LoaderBatch` es), topped up a group
+(``gather_batches``) at a time. A batch's seeds, and what the loader carries
 along for its minibatch's labels part, go into a row of the seed slots, a buffer in shared
-memory made once (:class:`SeedSlots`), and the sampling role is sent only which row (a
-:class:`SeedSpan` of ints): per minibatch no tensor and no array crosses a queue, whose
+memory made once (:class:`SeedSlots`), and the sampling role is sent only which rows (a
+top-up's :class:`SeedSpan` s of ints in one :class:`SeedSpans`): no tensor and no array crosses a queue, whose
 feeder thread would need the calling process's GIL (held by a training step written in
 Python) for every one. A row is reused once its minibatch is delivered; an epoch ends with an
 :class:`~.messages.EpochMark` from every sampling role.
@@ -74,6 +75,11 @@ class LoaderBatch:
     sample_seed: Optional[int]
     carried: Optional[torch.Tensor] = None
 
+    @property
+    def width(self) -> int:
+        """The values it takes in a row of the seed slots."""
+        return self.seeds.numel() + (0 if self.carried is None else self.carried.numel())
+
 
 @dataclass(frozen=True)
 class SeedSlots:
@@ -97,6 +103,14 @@ class SeedSpan:
     carried: int = 0
 
 
+@dataclass(frozen=True)
+class SeedSpans:
+    """Calling process -> a sampling role: :class:`SeedSpan` s sent together (a top-up of
+    several rows costs one queue write)."""
+
+    spans: Tuple[SeedSpan, ...]
+
+
 class _SeedRows:
     """The calling process's side of the seed slots: the shared rows and the free ones. A row
     is taken when a batch is sent and given back when its minibatch is delivered (or, for an
@@ -106,6 +120,10 @@ class _SeedRows:
         self.slots, self.capacity = slots, max(1, capacity)
         self.rows: Optional[torch.Tensor] = None
         self.free = list(range(slots))
+
+    def fits(self, batch: "LoaderBatch") -> bool:
+        """Whether ``batch`` fits a row of the rows as they are (else :meth:`put` remakes them)."""
+        return self.rows is not None and batch.width <= self.rows.shape[1]
 
     def put(self, seeds: torch.Tensor, queues: list, carried: Optional[torch.Tensor] = None) -> int:
         """Writes ``seeds``, then ``carried``, into a free row (the rows made, or remade larger,
@@ -146,11 +164,12 @@ class FedStage(SampleStage):
                 return
             if isinstance(item, SeedSlots):
                 rows = item.rows
-            elif isinstance(item, SeedSpan):
-                # Views of the row: read before the minibatch is delivered, then reused.
-                row = rows[item.row]
-                carried = row[item.count:item.count + item.carried] if item.carried else None
-                yield SeedBatch(Phase.TRAIN, item.epoch, item.index, row[:item.count], item.sample_seed, carried)
+            elif isinstance(item, SeedSpans):
+                for span in item.spans:
+                    # Views of the row: read before the minibatch is delivered, then reused.
+                    row = rows[span.row]
+                    carried = row[span.count:span.count + span.carried] if span.carried else None
+                    yield SeedBatch(Phase.TRAIN, span.epoch, span.index, row[:span.count], span.sample_seed, carried)
             elif isinstance(item, EpochMark):
                 yield item
             else:
@@ -233,28 +252,43 @@ class _Epoch:
     """One epoch's seed batches, sent ``limit`` ahead of delivery; the seed rows of those in
     flight, by step; the marks received; ``times``, where its stages are recorded (or None)."""
 
-    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows,
+    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows, chunk: int,
                  times: Optional[StageTimes] = None):
         self.queues, self.epoch, self.todo, self.rows, self.times = queues, epoch, todo, rows, times
-        self.limit = rows.slots
+        self.limit, self.chunk = rows.slots, max(1, min(chunk, rows.slots))
         self.rows_in_flight: Dict[int, int] = {}  # step -> its seed row
         self.sent = self.marks = 0
         self.ended = False
 
     def top_up(self) -> None:
+        """Fills the free seed rows, once at least ``chunk`` are free (or the epoch's last
+        batches remain), with one message per sampling role."""
+        if self.ended or self.limit - len(self.rows_in_flight) < self.chunk:
+            return
+        spans: List[List[SeedSpan]] = [[] for _ in self.queues]
         while not self.ended and len(self.rows_in_flight) < self.limit:
             nxt = next(self.todo, None)
             if nxt is None:
+                self._send(spans)
                 self.end()
                 return
             if not isinstance(nxt, LoaderBatch):
                 raise TypeError(f"a loader's epoch yields LoaderBatch es, got {type(nxt).__name__}")
+            if not self.rows.fits(nxt):  # the rows are remade: what refers to the old ones goes first
+                self._send(spans)
             row = self.rows.put(nxt.seeds, self.queues, nxt.carried)
             self.rows_in_flight[self.sent] = row
             carried = 0 if nxt.carried is None else nxt.carried.numel()
-            span = SeedSpan(self.epoch, self.sent, row, nxt.seeds.numel(), nxt.sample_seed, carried)
-            self.queues[self.sent % len(self.queues)].put(span)
+            spans[self.sent % len(self.queues)].append(
+                SeedSpan(self.epoch, self.sent, row, nxt.seeds.numel(), nxt.sample_seed, carried))
             self.sent += 1
+        self._send(spans)
+
+    def _send(self, spans: List[List[SeedSpan]]) -> None:
+        for q, some in zip(self.queues, spans):
+            if some:
+                q.put(SeedSpans(tuple(some)))
+                some.clear()
 
     def end(self) -> None:
         if not self.ended:
@@ -289,7 +323,10 @@ class LoaderProcesses:
         self.incoming: Optional[Iterator] = None
         self.queues: List = []
         self.open: Optional[_Epoch] = None
-        self.seed_rows = _SeedRows(self.plan.num_slots + self.plan.queue_depth, self.plan.batch_size)
+        # In flight: what the ring and the queue hold, and a group's worth more, so that rows
+        # are sent a group at a time (one write per role) and the roles never run short.
+        self.seed_rows = _SeedRows(self.plan.num_slots + self.plan.queue_depth + self.plan.gather_batches,
+                                   self.plan.batch_size)
         self.epochs = 0
         self.closed = False
 
@@ -381,7 +418,7 @@ class LoaderProcesses:
         if self.open is not None:
             raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
                                "iterator before starting another")
-        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows, times)
+        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows, self.plan.gather_batches, times)
         self.epochs += 1
         take = self._next if times is None else _timed_delivery(self._next, times)
         try:

@@ -214,6 +214,14 @@ class FreeEvents:
     events: List = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FreeSlots:
+    """Trainer -> producer: slots given back together, those of one :class:`SlotsReady` once
+    the trainer has released every one of them (one message per group, not per minibatch)."""
+
+    slots: Tuple[int, ...]
+
+
 RELEASED = "released"  # trainer -> producer: all shared buffers dropped; the producer may exit
 
 

@@ -5,7 +5,10 @@ Slot ownership is a pair of blocking queues (``ready``: producer -> trainer, ``f
 -> producer; both directions of one connection with the machine's gatherer, :mod:`.machine`),
 so neither side sleeps or polls. Slot ``s`` belongs to the producer from the
 moment it takes ``s`` from ``free`` until it puts ``SlotReady(s)`` on ``ready`` (a group's slots
-travel in one :class:`~.messages.SlotsReady`); then to the trainer until it puts ``s`` back. On a GPU the ordering of the GPU work itself is carried by
+travel in one :class:`~.messages.SlotsReady`); then to the trainer until it puts ``s`` back (a
+group's slots go back together, in one :class:`~.messages.FreeSlots`, once the trainer has
+released the last of them: the producer takes a whole group's slots before it gathers into
+them, so it waits no longer). On a GPU the ordering of the GPU work itself is carried by
 one IPC-shared CUDA event per slot and direction, recorded by the side that finished with the
 slot and waited on by the other side's stream: a hand-off costs one queue message and no host
 synchronisation.
@@ -22,15 +25,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
 import torch
 
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..unified import to_unified
-from .messages import (RELEASED, EpochMark, FreeEvents, GathererFailed, Minibatch, RingHandles, SlotReady, SlotsReady,
-                       TableReady)
+from .messages import (RELEASED, EpochMark, FreeEvents, FreeSlots, GathererFailed, Minibatch, RingHandles, SlotReady,
+                       SlotsReady, TableReady)
 from .plan import Plan
 
 
@@ -99,6 +102,7 @@ class RingWriter:
             raise RuntimeError(f"producer: expected the trainer's events first, got {handshake!r}")
         self.free_events = handshake.events
         self._unused = deque(range(plan.num_slots))  # slots never handed out yet
+        self._given_back: deque = deque()  # slots the trainer gave back, not taken yet
 
     def buffers_for_reuse(self) -> Optional[SlotBuffers]:
         """This ring's GPU buffers for the next writer of its device, once no GPU work of this
@@ -117,11 +121,21 @@ class RingWriter:
     def take(self, n: int) -> List[int]:
         """``n`` free slots (blocks until the trainer gives them back); on a GPU the current
         stream then waits for the trainer's last use of each."""
-        slots = [self._unused.popleft() if self._unused else self.free_q.get() for _ in range(n)]
+        slots = [self._free_slot() for _ in range(n)]
         if self.on_gpu:
             for slot in slots:
                 self.stream.wait_event(self.free_events[slot])
         return slots
+
+    def _free_slot(self) -> int:
+        if self._unused:
+            return self._unused.popleft()
+        while not self._given_back:
+            message = self.free_q.get()
+            if not isinstance(message, FreeSlots):
+                raise RuntimeError(f"producer: expected slots given back by the trainer, got {message!r}")
+            self._given_back.extend(message.slots)
+        return self._given_back.popleft()
 
     def load(self, slot: int, batch: Minibatch) -> Minibatch:
         """Makes ``slot`` hold ``batch``'s feature rows (growing it if needed) and, on a GPU, its
@@ -175,6 +189,14 @@ class RingWriter:
             torch.cuda.synchronize(self.device)
 
 
+@dataclass
+class _Released:
+    """The slots of one received group released so far, of its ``size``."""
+
+    size: int
+    slots: List[int] = field(default_factory=list)
+
+
 class RingReader:
     """The trainer's end: yields ``(SlotReady, features)`` (and ``(EpochMark, None)``) and gives
     slots back with :meth:`release`.
@@ -209,6 +231,7 @@ class RingReader:
             self.copy_stream = torch.cuda.Stream(device)
         self.free_q.put(FreeEvents(self.free_events))
         self._copy_done = None
+        self._group_of: dict = {}  # slot received and not released -> its group's _Released
 
     def _adopt(self, item: SlotReady) -> None:
         """Switches to a slot's grown buffers."""
@@ -233,6 +256,9 @@ class RingReader:
             if isinstance(message, EpochMark):
                 yield message, None
             elif isinstance(message, SlotsReady):
+                group = _Released(len(message.items))
+                for item in message.items:
+                    self._group_of[item.slot] = group
                 for item in message.items:
                     yield item, self._features(item)
             else:
@@ -261,11 +287,17 @@ class RingReader:
         return feats
 
     def release(self, item: SlotReady) -> None:
+        """Gives ``item``'s slot back: its group's slots go to the producer once all are."""
+        group = self._group_of.pop(item.slot, None)
+        if group is None:
+            raise RuntimeError(f"trainer: slot {item.slot} was released twice, or never received")
         if self.gpu_slots:
             self.free_events[item.slot].record(torch.cuda.current_stream(self.device))
         elif self.copy_in:
             self._copy_done.synchronize()  # the host slot may be refilled once copied out
-        self.free_q.put(item.slot)
+        group.slots.append(item.slot)
+        if len(group.slots) == group.size:
+            self.free_q.put(FreeSlots(tuple(group.slots)))
 
     def close(self) -> None:
         if self.device.type == "cuda":
