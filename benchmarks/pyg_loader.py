@@ -93,7 +93,7 @@ import shutil
 import statistics
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
@@ -112,7 +112,7 @@ from pytorch_zerocopy.dgl import DataLoader, NeighborSampler as DglNeighborSampl
 from pytorch_zerocopy.graph import CSRGraph  # noqa: E402
 from pytorch_zerocopy.nn import GraphSAGE  # noqa: E402
 from pytorch_zerocopy.ops import GatherTuning  # noqa: E402
-from pytorch_zerocopy.pipeline import make_plan  # noqa: E402
+from pytorch_zerocopy.pipeline import Plan, make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.loader import loader_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.partition import MPS_CONTROL, run_as_client, this_process_client_env  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import available_cores  # noqa: E402
@@ -123,8 +123,9 @@ from pytorch_zerocopy.train import run_plan  # noqa: E402
 FANOUTS = [15, 10]  # PyG's order: the first applies to the seeds
 DGL_FANOUTS = tuple(reversed(FANOUTS))  # DGL's and the pipeline's order: input side first
 HELD_BATCHES = 8  # minibatches held to time the model step alone
-STEP_ALONE_ROWS = ("pyg_pipeline", "pyg_pipeline_normal")  # rows whose training is compared with its stages
-VARIANT_PREFIX = "pyg_pipeline_v_"  # --variants rows: also compared with their stages
+STEP_ALONE_ROWS = ("pyg_pipeline", "pyg_pipeline_normal")  # rows whose training is compared with the step alone
+PLAN_SETTINGS = {f.name for f in fields(Plan)}
+VARIANT_PREFIX = "pyg_pipeline_v_"  # --variants rows: also compared with the step alone
 PYG_OWN_NOTE = ("PyG's own NeighborLoader cannot sample here: it needs pyg-lib or torch-sparse, and neither is "
                 "installed. The package index has no pyg-lib distribution; torch-sparse 0.6.18 and torch-scatter "
                 "2.1.2 come as source and build for the CPU (FORCE_ONLY_CPU=1 pip wheel --no-build-isolation).")
@@ -241,7 +242,7 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     result: Dict = {"setup_s": time.perf_counter() - start}
     ours = hasattr(loader, "stage_times")
     # The model step alone is timed after each training epoch, on minibatches held from the
-    # start: each epoch's ratio to its slowest stage compares times of one stretch of the run.
+    # start: each epoch's ratio to the larger stage compares times of one stretch of the run.
     held = hold_batches(loader, family) if name in STEP_ALONE_ROWS or name.startswith(VARIANT_PREFIX) else None
     steps, steps_host = [], []
     for kind, train in (("loader_only", False), ("train", True)):
@@ -389,13 +390,12 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         return NodeLoader(stores, NeighborSampler(stores, FANOUTS), input_nodes=seeds, batch_size=batch,
                           shuffle=True, filter_per_worker=True, **workers)
 
-    def normal_priority():
-        plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
-        return NeighborLoader(data, pipeline=replace(plan, producer_yields=False), **common)
-
-    def variant(settings: Dict):
-        plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
-        return lambda: NeighborLoader(data, pipeline=replace(plan, **settings), **common)
+    def variant(settings: Dict) -> Callable:
+        """The process way with ``settings`` of the loader's plan replaced."""
+        def make():
+            plan = loader_plan(list(reversed(FANOUTS)), batch, ds.row_bytes, ds.feature_source.nbytes)
+            return NeighborLoader(data, pipeline=replace(plan, **settings), **common)
+        return make
 
     rows = {VARIANT_PREFIX + name: ("pyg", variant(settings), True) for name, settings in args.variants.items()}
     rows.update({
@@ -405,7 +405,7 @@ def loaders(data, ds, args, gpu: bool) -> Dict[str, tuple]:
         "dgl_mapped": ("dgl", lambda: DataLoader(graph, seeds, sampler, feature_placement="unified",
                                                  gpu_cache=None, **dgl), False),
         "pyg_pipeline": ("pyg", lambda: NeighborLoader(data, pipeline=True, **common), True),
-        "pyg_pipeline_normal": ("pyg", normal_priority, True),
+        "pyg_pipeline_normal": ("pyg", variant({"producer_yields": False}), True),
         "dgl": ("dgl", lambda: DataLoader(graph, seeds, sampler, **dgl), False),
         "dgl_pipeline": ("dgl", lambda: DataLoader(graph, seeds, sampler, pipeline=True, **dgl), True),
         "cpu_dma": ("pyg", lambda: NeighborLoader(stores_from_data(data, placement="cpu")[:2], **common), False),
@@ -493,7 +493,10 @@ def parse_variants(text: str) -> Dict[str, Dict]:
         name, _, settings = spec.partition(":")
         parsed: Dict = {}
         for item in filter(None, settings.split(",")):
-            key, _, value = item.partition("=")
+            key, eq, value = item.partition("=")
+            if not name or not eq or key not in PLAN_SETTINGS:
+                raise argparse.ArgumentTypeError(f"--variants: {spec!r}: want NAME:SETTING=VALUE,... with settings of "
+                                                 f"the loader's plan ({', '.join(sorted(PLAN_SETTINGS))})")
             if key == "gather_tuning":
                 blocks, _, unroll = value.partition("/")
                 parsed[key] = GatherTuning(int(blocks), int(unroll or 0))

@@ -121,16 +121,16 @@ class _SeedRows:
         self.rows: Optional[torch.Tensor] = None
         self.free = list(range(slots))
 
-    def fits(self, batch: "LoaderBatch") -> bool:
-        """Whether ``batch`` fits a row of the rows as they are (else :meth:`put` remakes them)."""
-        return self.rows is not None and batch.width <= self.rows.shape[1]
+    def fits(self, width: int) -> bool:
+        """Whether ``width`` values fit a row of the rows as they are (else :meth:`put` remakes them)."""
+        return self.rows is not None and width <= self.rows.shape[1]
 
     def put(self, seeds: torch.Tensor, queues: list, carried: Optional[torch.Tensor] = None) -> int:
         """Writes ``seeds``, then ``carried``, into a free row (the rows made, or remade larger,
         first, and sent to every role in ``queues``); returns the row."""
         n = seeds.numel()
         width = n + (0 if carried is None else carried.numel())
-        if self.rows is None or width > self.rows.shape[1]:
+        if not self.fits(width):
             wider = self.capacity if self.rows is None else 2 * self.rows.shape[1]
             self.rows = shared_host_tensor((self.slots, max(wider, width)), torch.int64)
             for q in queues:
@@ -274,13 +274,13 @@ class _Epoch:
                 return
             if not isinstance(nxt, LoaderBatch):
                 raise TypeError(f"a loader's epoch yields LoaderBatch es, got {type(nxt).__name__}")
-            if not self.rows.fits(nxt):  # the rows are remade: what refers to the old ones goes first
+            if not self.rows.fits(nxt.width):  # the rows are remade: what refers to the old ones goes first
                 self._send(spans)
             row = self.rows.put(nxt.seeds, self.queues, nxt.carried)
             self.rows_in_flight[self.sent] = row
-            carried = 0 if nxt.carried is None else nxt.carried.numel()
+            count = nxt.seeds.numel()
             spans[self.sent % len(self.queues)].append(
-                SeedSpan(self.epoch, self.sent, row, nxt.seeds.numel(), nxt.sample_seed, carried))
+                SeedSpan(self.epoch, self.sent, row, count, nxt.sample_seed, nxt.width - count))
             self.sent += 1
         self._send(spans)
 
