@@ -66,9 +66,11 @@ is wholly hidden behind the step; the median of the epochs' ratios, their range 
 ``pyg_speedup_over_tuned_cpu_loader`` (the fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
 
 Where a training epoch's host time goes: each row's ``host_loader_ms`` (in the loader's
-``next()`` and the move to the device) and ``host_step_ms`` (in the step) per minibatch, and the
-step alone's host share (``step_alone_host_ms_all``): a step whose host share is its time is
-bound by the host thread, which the loader's work in the training process then adds to.
+``next()`` and the move to the device) and ``host_step_ms`` (in the step) per minibatch, of
+which ``gc_ms`` in Python's cyclic garbage collector (``gc_collections_all``: per epoch, its
+collections by generation), and the step alone's host share (``step_alone_host_ms_all``): a
+step whose host share is its time is bound by the host thread, which the loader's work in the
+training process then adds to.
 ``--variants`` (diagnostic) adds ``pyg_pipeline`` rows with other settings of the loader's plan.
 
 Diagnostic: ``--profile N`` adds, for the in-process ``pyg`` and ``dgl`` rows among those run,
@@ -178,9 +180,32 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+class GcClock:
+    """Host time in Python's cyclic garbage collector (``gc.callbacks``), and its collections
+    by generation, since :meth:`reset`: a training loop's host time that neither the loader's
+    code nor the step's own accounts for."""
+
+    def __init__(self):
+        self.seconds, self.collections, self._began = 0.0, [0, 0, 0], 0.0
+
+    def reset(self) -> None:
+        self.seconds, self.collections = 0.0, [0, 0, 0]
+
+    def __call__(self, phase: str, info: Dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.collections[info["generation"]] += 1
+
+
+GC_CLOCK = GcClock()
+
+
 def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = None) -> Dict:
     """One epoch of ``loader``, whole (or its first ``max_batches``: a diagnostic's)."""
     sync(family.device)
+    GC_CLOCK.reset()
     start = time.perf_counter()
     batches = feature_bytes = nodes = edges = 0
     host_loader = host_step = 0.0  # host seconds in the loader's next() and in the step
@@ -202,7 +227,8 @@ def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = 
             break
     sync(family.device)
     return dict(seconds=time.perf_counter() - start, batches=batches, feature_bytes=feature_bytes, nodes=nodes,
-                edges=edges, host_loader_s=host_loader, host_step_s=host_step)
+                edges=edges, host_loader_s=host_loader, host_step_s=host_step, gc_s=GC_CLOCK.seconds,
+                gc_collections=list(GC_CLOCK.collections))
 
 
 def hold_batches(loader, family: Family) -> list:
@@ -263,10 +289,13 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
                             ms_per_batch=med * per_batch, feature_gbs=r0["feature_bytes"] / med / 1e9,
                             nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"],
                             host_loader_ms=statistics.median(r["host_loader_s"] for r in runs) * per_batch,
-                            host_step_ms=statistics.median(r["host_step_s"] for r in runs) * per_batch)
+                            host_step_ms=statistics.median(r["host_step_s"] for r in runs) * per_batch,
+                            gc_ms=statistics.median(r["gc_s"] for r in runs) * per_batch,
+                            gc_collections_all=[r["gc_collections"] for r in runs])
         print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
               f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s; host in the loader "
-              f"{result[kind]['host_loader_ms']:.2f} ms, in the step {result[kind]['host_step_ms']:.2f} ms)", flush=True)
+              f"{result[kind]['host_loader_ms']:.2f} ms, in the step {result[kind]['host_step_ms']:.2f} ms, in gc "
+              f"{result[kind]['gc_ms']:.3f} ms)", flush=True)
     if processes:
         result["plan"] = loader.processes.plan.describe()
     if ours:
@@ -552,6 +581,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.nodes, args.epochs, args.epoch_batches, args.hidden, args.batch_size = 1 << 14, 1, 5, 64, 256
     args.workers = args.workers or max(1, min(8, available_cores() - 2))
+    gc.callbacks.append(GC_CLOCK)
     wall0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
@@ -666,6 +696,14 @@ def write_markdown(r: Dict, path: str) -> None:
         lines.append(f"| {name} | {lo['batches']} | {lo['ms_per_batch']:.2f} ({_range_ms(lo)}) | "
                      f"{lo['feature_gbs']:.2f} | {tr['ms_per_batch']:.2f} ({_range_ms(tr)}) | {m['setup_s']:.1f} | "
                      f"{stages if st else '-'} |")
+    lines += ["", "Where a training epoch's host time goes, ms per minibatch (medians over the epochs):", "",
+              "| loader | in the loader | in the step | of both, in gc |", "|---|---|---|---|"]
+    for name, m in r["modes"].items():
+        if "error" not in m:
+            tr = m["train"]
+            lines.append(f"| {name} | {tr['host_loader_ms']:.2f} | {tr['host_step_ms']:.2f} | "
+                         f"{tr['gc_ms']:.3f} |" if "gc_ms" in tr else f"| {name} | {tr['host_loader_ms']:.2f} | "
+                         f"{tr['host_step_ms']:.2f} | - |")
     for name, m in r["modes"].items():
         if m.get("plan"):
             lines += ["", f"`{name}`'s processes: {m['plan']}."]

@@ -12,8 +12,9 @@ receiver that cannot keep up: a sampling role starved of seeds). Ways:
 * ``tensor``: the seeds as a bare tensor (torch's reduction: a shared-memory handle whose
   receiver connects back to the sender's process, to a thread that needs the sender's GIL);
 * ``seed_batch``: a :class:`SeedBatch`, its seeds by value;
-* ``span``: what the loaders send: the seeds written into a row of shared memory made once,
-  a :class:`~pytorch_zerocopy.pipeline.loader.SeedSpan` of ints on the queue;
+* ``span``: the seeds written into shared memory made once, a
+  :class:`~pytorch_zerocopy.pipeline.loader.SeedRange` of ints on the queue (the loaders now
+  write a whole epoch's seeds at its start and send a range per group of minibatches);
 * ``int``: a slot number, what the loop sends back per minibatch (the ring's free queue);
 * ``span_direct``: a span on the queue the loaders now use for what the loop sends,
   :func:`~pytorch_zerocopy.pipeline.runner.direct_queue` (its ``put`` writes to the pipe in the
@@ -53,7 +54,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.common import environment  # noqa: E402
-from pytorch_zerocopy.pipeline.loader import SeedSpan, _SeedRows  # noqa: E402
+from pytorch_zerocopy.datasets.base import shared_host_tensor  # noqa: E402
+from pytorch_zerocopy.pipeline.loader import SeedBuffer, SeedRange  # noqa: E402
 from pytorch_zerocopy.pipeline.minibatches import SeedBatch  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import Phase  # noqa: E402
 
@@ -76,11 +78,10 @@ def _busy(ms: float) -> None:
         x += 1
 
 
-def _item(way: str, i: int, seeds: torch.Tensor, rows: _SeedRows, queue):
+def _item(way: str, i: int, seeds: torch.Tensor, shared: torch.Tensor):
     if way in ("span", "span_direct"):
-        row = rows.put(seeds + i, [queue])
-        rows.release(row)  # the receiver reads it at once here; a loader waits for the delivery
-        return SeedSpan(0, i, row, seeds.numel(), None)
+        shared.copy_(seeds + i)  # the receiver reads it at once here; a loader waits for the delivery
+        return SeedRange(0, i, i + 1)
     if way == "tensor":
         return seeds + i
     if way == "seed_batch":
@@ -94,15 +95,15 @@ def measure(way: str, batches: int, step_ms: float, batch_size: int) -> Dict:
     receiver = ctx.Process(target=_receive, args=(q, back, batches))
     receiver.start()
     seeds = torch.randint(0, 1 << 25, (batch_size,))
-    rows = _SeedRows(1, batch_size)
+    shared = shared_host_tensor((batch_size,), torch.int64)
     if way in ("span", "span_direct"):
-        rows.release(rows.put(seeds, [q]))  # the rows made and sent before the timed puts
+        q.put(SeedBuffer(shared))  # the buffer made and sent before the timed puts
     q.put("start")
     time.sleep(3.0)  # the receiver has started and waits
     put_at: List[float] = []
     for i in range(batches):
         _busy(step_ms)
-        q.put(_item(way, i, seeds, rows, q))
+        q.put(_item(way, i, seeds, shared))
         put_at.append(time.monotonic())
     arrived = back.get()
     receiver.join()
@@ -138,7 +139,7 @@ def sender_cost(kind: str, steps: int, ops: int) -> float:
     start = time.perf_counter()
     for i in range(steps):
         if q is not None:
-            q.put(SeedSpan(0, i, i % 20, 1024, None))
+            q.put(SeedRange(0, i, i + 1))
             q.put(i % 16)
         _step(ops, t)
     took = time.perf_counter() - start

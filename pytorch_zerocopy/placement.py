@@ -185,6 +185,8 @@ def to_device_async(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """The CPU tensor ``t`` (typically pageable) on ``device`` without making the host wait for
     the GPU: staged through torch's pinned-memory cache, whose blocks are reused only after the
     copy has run, then copied asynchronously. Other tensors and devices: ``t.to(device)``."""
+    if t.device == device:
+        return t
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)

@@ -61,6 +61,7 @@ __all__ = [
     "as_csr_graph",
     "compact",
     "draw_seed",
+    "draw_seeds",
     "sample_layers",
     "sample_layers_async",
     "sample_neighbors",
@@ -118,6 +119,12 @@ def _signed64(x: int) -> int:
 def draw_seed() -> int:
     """A sampling seed drawn from torch's default CPU generator: what ``seed=None`` draws."""
     return int(torch.randint(0, 2**62, ()).item())
+
+
+def draw_seeds(n: int) -> torch.Tensor:
+    """``n`` sampling seeds (int64) drawn at once: the seeds ``n`` calls of :func:`draw_seed`
+    draw, in order, from the same generator state."""
+    return torch.randint(0, 2**62, (n,))
 
 
 def _resolve_seed(seed: Optional[int]) -> int:

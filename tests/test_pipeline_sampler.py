@@ -237,8 +237,7 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     import queue
 
     from pytorch_zerocopy.graph import CSRGraph
-    from pytorch_zerocopy.pipeline.loader import FedStage, SeedSpan, SeedSpans, _SeedRows
-
+    from pytorch_zerocopy.pipeline.loader import EpochBatches, FedStage, SeedRange, _SeedBuffer
     host_to = CSRGraph.to
     monkeypatch.setattr(CSRGraph, "to", lambda self, placement, device=None: host_to(self, "cpu"))
     monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
@@ -254,21 +253,21 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
     stage = FedStage()
     stage.queues = [seeds]
     plan = Plan(fanouts=(3, 3), batch_size=8)
-    rows = _SeedRows(4, 8)
+    buffer = _SeedBuffer()
 
-    def send(epoch, i, batch, carried=None):  # as the loader's process sends a batch
-        count = 0 if carried is None else carried.numel()
-        seeds.put(SeedSpans((SeedSpan(epoch, i, rows.put(batch, [seeds], carried), batch.numel(), None, count),)))
+    def send(epoch, batches, carried=None):  # as the loader's process sends an epoch
+        sent = EpochBatches.of([(b, carried) for b in batches], torch.arange(len(batches)))
+        seeds.put(buffer.write(epoch, sent, [seeds]))
+        seeds.put(SeedRange(epoch, 0, len(batches)))
 
-    for i, batch in enumerate(directed.train_idx[:24].split(8)):
-        send(0, i, batch)
+    send(0, list(directed.train_idx[:24].split(8)))
     seeds.put(EpochMark(0, Phase.TRAIN))
     items = iter(GpuSampler(plan, directed, torch.device("cpu"), ahead=3, stage=stage))
     first = [next(items) for _ in range(4)]
     assert [x.batch.step for x in first[:3]] == [0, 1, 2] and first[3] == EpochMark(0, Phase.TRAIN)
     assert all(x.batch.labels.numel() == 0 for x in first[:3])  # nothing carried: no labels part
     carried = torch.randint(0, 1 << 40, (8,))
-    send(1, 0, directed.train_idx[:8], carried)  # packed as the labels part, whatever the dataset's labels
+    send(1, [directed.train_idx[:8]], carried)  # packed as the labels part, whatever the dataset's labels
     seeds.put(None)
     last = list(items)
     assert [x.batch.epoch for x in last] == [1]
@@ -276,80 +275,85 @@ def test_gpu_sampler_of_a_loader_takes_no_seeds_past_a_mark(directed, monkeypatc
                                                                        directed.train_idx[:8])
 
 
-def test_loader_seed_rows_are_reused_and_grow():
-    """The process way's seed slots: a row per batch in flight, given back on delivery; a batch
-    wider than the rows makes new, wider rows, announced to every role before its span, while
-    the batches already sent keep the rows they were written to."""
-    from pytorch_zerocopy.pipeline.loader import SeedSlots, _SeedRows
+def test_loader_seed_buffer_is_reused_and_grows():
+    """The process way's seeds: an epoch written once into the shared buffer, which a role reads
+    back batch by batch (seeds, carried values, sample seeds); a later epoch that fits reuses
+    it, a larger one makes a new, larger buffer, announced to every role first."""
+    from pytorch_zerocopy.pipeline.loader import (EpochBatches, EpochSeeds, SeedBuffer, SeedRange, _RoleSeeds,
+                                                  _SeedBuffer)
 
     class Q(list):
         put = list.append
 
     queues = [Q(), Q()]
-    rows = _SeedRows(2, 4)
-    a = rows.put(torch.tensor([5, 6, 7]), queues)
-    first = rows.rows
-    assert [type(m) for m in queues[0]] == [SeedSlots] and queues[0][0].rows is first and first.is_shared()
-    b = rows.put(torch.tensor([1, 2, 3, 4]), queues)
-    assert {a, b} == {0, 1} and rows.free == []
-    assert first[a, :3].tolist() == [5, 6, 7] and first[b].tolist() == [1, 2, 3, 4]
-    rows.release(a)
-    c = rows.put(torch.arange(9), queues)  # wider: new rows, sent to both roles
-    assert c == a and rows.rows is not first and rows.rows.shape == (2, 9)
-    assert len(queues[0]) == len(queues[1]) == 2 and queues[1][1].rows is rows.rows
-    assert first[b].tolist() == [1, 2, 3, 4]  # the batch in flight still reads its old row
-    assert rows.rows[c].tolist() == list(range(9))
-    rows.release(b)
-    nine = rows.rows
-    d = rows.put(torch.tensor([3]), queues, carried=torch.arange(10, 19))  # seeds and carried: 10 wide
-    assert d == b and rows.rows.shape == (2, 18) and len(queues[0]) == 3
-    assert rows.rows[d, :10].tolist() == [3] + list(range(10, 19)) and nine[c].tolist() == list(range(9))
+    buffer = _SeedBuffer()
+    gen = torch.Generator().manual_seed(3)
+    batches = [(torch.randint(0, 99, (n,), generator=gen), torch.randint(0, 1 << 40, (n,), generator=gen))
+               for n in (4, 4, 1)]
+    where = buffer.write(0, EpochBatches.of(batches, torch.tensor([7, 8, 9])), queues)
+    first = buffer.values
+    assert [type(m) for m in queues[0]] == [SeedBuffer] and queues[1][0].values is first and first.is_shared()
+    assert where == EpochSeeds(0, 9, 3, True)
+    role = _RoleSeeds()
+    role.values = first
+    role.start(where)
+    got = list(role.batches(SeedRange(0, 0, 3)))
+    assert [b.index for b in got] == [0, 1, 2] and [b.sample_seed for b in got] == [7, 8, 9]
+    for b, (s, c) in zip(got, batches):
+        assert torch.equal(b.seeds, s) and torch.equal(b.carried, c)
+    assert [b.index for b in role.batches(SeedRange(0, 1, 3, 2))] == [1]
+    with pytest.raises(RuntimeError, match="epoch 1 before"):
+        next(role.batches(SeedRange(1, 0, 1)))
+    small = buffer.write(1, EpochBatches.of([(torch.tensor([5]), None)], torch.tensor([1])), queues)
+    assert buffer.values is first and len(queues[0]) == 1 and small == EpochSeeds(1, 1, 1, False)
+    role.start(small)
+    (only,) = role.batches(SeedRange(1, 0, 1))
+    assert only.seeds.tolist() == [5] and only.carried is None and only.sample_seed == 1
+    big = EpochBatches.of([(torch.arange(40), None)], torch.tensor([2]))
+    buffer.write(2, big, queues)
+    assert buffer.values is not first and buffer.values.numel() >= 43
+    assert [type(m) for m in queues[1]] == [SeedBuffer] * 2
 
 
-def test_a_loader_epoch_yields_loader_batches_only():
-    """What a loader's epoch yields is checked as it is sent: anything but a LoaderBatch (the
-    tuples the loaders used to yield) is a TypeError, and nothing reaches a role's queue."""
-    from pytorch_zerocopy.pipeline.loader import LoaderBatch, _Epoch, _SeedRows
+def test_epoch_batches_refuse_what_is_not_an_epoch():
+    from pytorch_zerocopy.pipeline.loader import EpochBatches
 
-    class Q(list):
-        put = list.append
-
-    q = Q()
-    run = _Epoch([q], 0, iter([(torch.tensor([1, 2]), torch.tensor([1, 2]), 5)]), _SeedRows(2, 4), 1)
-    with pytest.raises(TypeError, match="LoaderBatch"):
-        run.top_up()
-    assert q == []
-    ok = _Epoch([q], 0, iter([LoaderBatch(torch.tensor([1, 2]), 5)]), _SeedRows(2, 4), 1)
-    ok.top_up()
-    assert [type(m).__name__ for m in q] == ["SeedSlots", "SeedSpans", "EpochMark"] and ok.ended
+    seeds = torch.arange(5)
+    with pytest.raises(TypeError, match="EpochBatches.seeds must be a 1-D CPU int64 tensor, got torch.int32"):
+        EpochBatches(seeds.int(), torch.tensor([0, 5]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="1 sample seeds need 2 cuts"):
+        EpochBatches(seeds, torch.tensor([0, 2, 5]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="cuts must rise from 0 to len"):
+        EpochBatches(seeds, torch.tensor([0, 4, 3]), torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="one value per seed"):
+        EpochBatches(seeds, torch.tensor([0, 5]), torch.tensor([1]), carried=torch.arange(4))
+    with pytest.raises(TypeError, match="sample_seeds must be"):
+        EpochBatches(seeds, torch.tensor([0, 5]), [1])
+    assert EpochBatches.of([], torch.empty(0, dtype=torch.int64)).num_batches == 0
 
 
 def test_a_loader_epoch_tops_up_a_group_at_a_time():
-    """Seed rows are sent once a group's worth is free, a top-up's spans in one message per
-    role (round robin by step); rows remade wider go out after the spans of the old rows."""
-    from pytorch_zerocopy.pipeline.loader import LoaderBatch, SeedSlots, SeedSpans, _Epoch, _SeedRows
+    """Minibatches are sent once a group's worth may go, a top-up in one range per role (round
+    robin by step); the marks follow the last."""
+    from pytorch_zerocopy.pipeline.loader import EpochBatches, SeedRange, _Epoch
 
     class Q(list):
         put = list.append
 
     queues = [Q(), Q()]
-    batches = [LoaderBatch(torch.arange(3), k) for k in range(7)] + [LoaderBatch(torch.arange(9), 7)]
-    run = _Epoch(queues, 0, iter(batches), _SeedRows(5, 4), 3)
-    run.top_up()  # all five rows
-    assert [type(m) for m in queues[0]] == [SeedSlots, SeedSpans] and [type(m) for m in queues[1]] == [SeedSlots, SeedSpans]
-    assert [s.index for s in queues[0][1].spans] == [0, 2, 4] and [s.index for s in queues[1][1].spans] == [1, 3]
-    for step in (0, 1):
-        run.delivered(step)
-        run.top_up()  # fewer than three rows free: nothing sent
-    assert len(queues[0]) == len(queues[1]) == 2
-    run.delivered(2)
-    run.top_up()  # three free: steps 5, 6, then 7, wider than the rows
-    assert [type(m) for m in queues[1]] == [SeedSlots, SeedSpans, SeedSpans, SeedSlots, SeedSpans]
-    assert [s.index for s in queues[1][2].spans] == [5] and [s.index for s in queues[1][4].spans] == [7]
-    assert [type(m) for m in queues[0]] == [SeedSlots, SeedSpans, SeedSpans, SeedSlots]
-    assert [s.index for s in queues[0][2].spans] == [6] and queues[0][3].rows.shape[1] == 9
-    assert not run.ended
-    for step in (3, 4, 5):
-        run.delivered(step)
-    run.top_up()  # nothing left: the marks
+    batches = EpochBatches.of([(torch.arange(3), None)] * 8, torch.arange(8))
+    run = _Epoch(queues, 0, batches, 5, 3)
+    run.top_up()  # five in flight
+    assert queues[0] == [SeedRange(0, 0, 5, 2)] and queues[1] == [SeedRange(0, 1, 5, 2)]
+    for _ in range(2):
+        run.delivered()
+        run.top_up()  # fewer than three may go: nothing sent
+    assert len(queues[0]) == len(queues[1]) == 1
+    run.delivered()
+    run.top_up()  # three may go: the last three, then the marks
+    assert queues[0][1] == SeedRange(0, 6, 8, 2) and queues[1][1] == SeedRange(0, 5, 8, 2)
     assert type(queues[0][-1]).__name__ == type(queues[1][-1]).__name__ == "EpochMark" and run.ended
+    assert [list(range(r.start, r.stop, r.step)) for q in queues for r in q[:-1]] == [[0, 2, 4], [6], [1, 3], [5, 7]]
+    empty = _Epoch([Q()], 1, EpochBatches.of([], torch.empty(0, dtype=torch.int64)), 5, 3)
+    empty.top_up()
+    assert empty.ended and [type(m).__name__ for m in empty.queues[0]] == ["EpochMark"]

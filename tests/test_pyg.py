@@ -628,6 +628,75 @@ def test_process_way_yields_the_in_process_minibatches(small):
         assert max(a.num_sampled_edges) > 0
 
 
+def test_carried_tables_pack_and_unpack_every_dtype_and_shape():
+    """What the sampling role packs of the node tables (int64, as one tensor) and the training
+    process unpacks: each table's rows at the nodes, in its own dtype and row shape, whatever
+    order the tables come in; every value kept (extremes of each dtype included)."""
+    from pytorch_zerocopy.pyg.sampler import CarriedTables
+
+    gen = torch.Generator().manual_seed(11)
+    n = 50
+    tables = {
+        "mask": torch.rand(n, generator=gen) < 0.5,
+        "y": torch.randint(-(1 << 62), 1 << 62, (n,), generator=gen),
+        "pair": torch.randint(-(1 << 31), (1 << 31) - 1, (n, 2), generator=gen, dtype=torch.int32),
+        "tiles": torch.randint(0, 256, (n, 2, 3), generator=gen).to(torch.uint8),
+        "other_mask": torch.rand(n, generator=gen) < 0.2,
+    }
+    tables["pair"][0] = torch.tensor([-(1 << 31), (1 << 31) - 1], dtype=torch.int32)
+    carried = CarriedTables([(name, t.share_memory_()) for name, t in tables.items()])
+    assert carried.width == 1 + 1 + 2 + 6 + 1
+    nodes = torch.randint(0, n, (37,), generator=gen)
+    packed = carried.read(nodes)
+    assert packed.dtype == torch.int64 and packed.numel() == 37 * carried.width
+    got = carried.unpack(torch.cat([torch.full((5,), -7), packed])[5:], 37)
+    assert sorted(got) == sorted(tables)
+    for name, t in tables.items():
+        assert got[name].dtype == t.dtype and torch.equal(got[name], t[nodes]), name
+    with pytest.raises(ValueError, match="shared memory"):
+        CarriedTables([("y", torch.arange(4))])
+
+
+def test_process_way_carries_integer_tables_and_reads_the_others_here(small):
+    """Node tables of every kind reach the minibatch as in-process: integer and bool ones packed
+    by the sampling role, a float one read in this process; edge tables by e_id."""
+    data = small.clone()
+    gen = torch.Generator().manual_seed(2)
+    data.weight = torch.rand(data.num_nodes, generator=gen)  # float: read here
+    data.code = torch.randint(-5, 5, (data.num_nodes, 3), generator=gen, dtype=torch.int32)
+    kwargs = dict(num_neighbors=[3, 2], batch_size=64, input_nodes=data.train_mask, shuffle=True)
+    torch.manual_seed(9)
+    with NeighborLoader(data, pipeline=True, **kwargs) as loader:
+        assert set(loader._carried.names) == {"y", "code", "train_mask", "val_mask", "test_mask"}
+        got = list(loader)
+    torch.manual_seed(9)
+    want = list(NeighborLoader(data, **kwargs))
+    assert len(got) == len(want) > 1
+    for a, b in zip(got, want):
+        assert_same_minibatch(a, b)
+        assert a.code.dtype == torch.int32 and a.code.shape == (a.num_nodes, 3)
+        assert torch.equal(a.weight.cpu(), data.weight[a.n_id.cpu()])
+
+
+def test_process_way_refuses_tables_written_after_its_processes_started(small):
+    """The roles read x and the carried tables from copies made when they start: a write
+    before the first epoch is seen; one after it makes the next minibatch raise, naming the
+    table, rather than mix old rows with new."""
+    data = small.clone()
+    with NeighborLoader(data, [2], batch_size=100, pipeline=True) as loader:
+        data.y[:] = 3  # before the processes start: read as written
+        first = next(iter(loader))
+        assert bool((first.y == 3).all())
+        data.y[0] = 4
+        with pytest.raises(RuntimeError, match="table 'y' was written in place after the loader's processes started"):
+            next(iter(loader))
+    with NeighborLoader(data, [2], batch_size=100, pipeline=True) as loader:
+        assert len(list(loader)) == len(loader)
+        data.x.add_(1)
+        with pytest.raises(RuntimeError, match="table 'x' was written"):
+            list(loader)
+
+
 def test_process_way_leaves_nothing_behind_after_an_early_break(small):
     """Leaving an epoch early drains it (the next epoch is whole); a collected loader ends its
     processes: no process, shared-memory segment or file descriptor is left."""
@@ -678,6 +747,8 @@ def test_process_way_bad_arguments(small):
     with pytest.raises(ValueError, match="node feature table 'x'"):
         NeighborLoader(no_x, [2], pipeline=True)
     with NeighborLoader(small, [2], batch_size=100, pipeline=True) as loader:
+        with pytest.raises(TypeError, match="a loader's epoch is an EpochBatches, got list"):
+            loader.processes.epoch([])
         first = iter(loader)
         next(first)
         with pytest.raises(RuntimeError, match="one epoch at a time"):

@@ -62,11 +62,11 @@ from dataclasses import replace as _replace
 from ..feature_table import AUTO, CacheConfig, default_reading, loader_placement, node_cache_configs
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
-from ..pipeline.loader import LoaderBatch, LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import EpochBatches, LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
 from ..pipeline.plan import Plan
 from ..pipeline.trace import StageTimes
 from ..placement import Placement, PlacementError
-from ..sampling import draw_seed
+from ..sampling import draw_seeds
 from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, NodeCache, _graph_device, _lookup
 
@@ -299,9 +299,9 @@ class DataLoader(ProcessWay):
             yield sampler.deliver(self.graph, blocks, mb.input_nodes[:blocks[-1].num_dst], Placement.CPU, out,
                                   self.node_caches, {gathered: feats}, times=self.stage_times)
 
-    def _seed_batches(self) -> Iterator[LoaderBatch]:
-        """Each minibatch of an epoch, drawn as in-process."""
+    def _seed_batches(self) -> EpochBatches:
+        """An epoch's minibatches, drawn as in-process (the epoch's order, then one sampling
+        seed per minibatch)."""
         ids = self._epoch_indices()
-        for b in range(len(self)):
-            seeds = ids[b * self.batch_size: (b + 1) * self.batch_size]
-            yield LoaderBatch(seeds, draw_seed())
+        batches = [(ids[b * self.batch_size: (b + 1) * self.batch_size], None) for b in range(len(self))]
+        return EpochBatches.of(batches, draw_seeds(len(batches)))

@@ -10,15 +10,14 @@ them out, builds the loader's minibatch and hands it to the training loop while 
 minibatches are sampled and gathered, so loading overlaps the loop's step.
 
 Seeds: the calling process decides them, in the loader's own order (shuffling draws from
-torch's generator there, as in-process), and keeps up to ``Plan.num_slots + Plan.queue_depth
-+ Plan.gather_batches`` batches in flight (:class:`LoaderBatch` es), topped up a group
-(``gather_batches``) at a time. A batch's seeds, and what the loader carries
-along for its minibatch's labels part, go into a row of the seed slots, a buffer in shared
-memory made once (:class:`SeedSlots`), and the sampling role is sent only which rows (a
-top-up's :class:`SeedSpan` s of ints in one :class:`SeedSpans`): no tensor and no array crosses a queue, whose
-feeder thread would need the calling process's GIL (held by a training step written in
-Python) for every one. A row is reused once its minibatch is delivered; an epoch ends with an
-:class:`~.messages.EpochMark` from every sampling role.
+torch's generator there, as in-process): an epoch's :class:`EpochBatches`, written once, at
+the epoch's start, into a buffer in shared memory (:class:`SeedBuffer`, made once and remade
+only for a larger epoch; :class:`EpochSeeds` says where the epoch lies in it). Then it keeps up
+to ``Plan.num_slots + Plan.queue_depth + Plan.gather_batches`` minibatches in flight, topped
+up a group (``gather_batches``) at a time with one :class:`SeedRange` of ints per sampling
+role: per minibatch the calling process copies nothing and sends no tensor (a tensor on a
+queue would need its GIL, held by a training step written in Python, to be received). An
+epoch ends with an :class:`~.messages.EpochMark` from every sampling role.
 
 Lifetime: the processes start with the first epoch and serve every later one. :meth:`close`
 ends them (the loaders call it from their own ``close()``, when they are garbage-collected,
@@ -38,9 +37,8 @@ next minibatch it waits for, and every role is ended.
 from __future__ import annotations
 
 import copy
-import queue
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -64,112 +62,163 @@ _PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
 
 
 @dataclass(frozen=True)
-class LoaderBatch:
-    """One minibatch's seeds, as a loader hands them to :meth:`LoaderProcesses.epoch`: ``seeds``
-    (CPU int64 node ids),
-    ``sample_seed`` (the seed of its random draws, or None) and ``carried`` (CPU int64 values
-    packed as the minibatch's labels part, so they reach the training process where the
-    minibatch is, in its one copy; None: no labels part)."""
+class EpochBatches:
+    """One epoch's minibatches, as a loader hands them to :meth:`LoaderProcesses.epoch`, in
+    order: minibatch ``i`` has the seeds ``seeds[cuts[i]:cuts[i + 1]]`` (CPU int64 node ids),
+    draws with ``sample_seeds[i]`` and carries ``carried[cuts[i]:cuts[i + 1]]`` (CPU int64
+    values packed as its labels part, so they reach the training process where the minibatch
+    is, in its one copy; None: no labels part)."""
 
     seeds: torch.Tensor
-    sample_seed: Optional[int]
+    cuts: torch.Tensor
+    sample_seeds: torch.Tensor
     carried: Optional[torch.Tensor] = None
 
+    def __post_init__(self):
+        for name in ("seeds", "cuts", "sample_seeds", "carried"):
+            t = getattr(self, name)
+            if t is None and name == "carried":
+                continue
+            if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or t.dim() != 1 or t.device.type != "cpu":
+                got = f"{t.dtype} {tuple(t.shape)} on {t.device}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"EpochBatches.{name} must be a 1-D CPU int64 tensor, got {got}")
+        b = self.sample_seeds.numel()
+        if self.cuts.numel() != b + 1:
+            raise ValueError(f"EpochBatches: {b} sample seeds need {b + 1} cuts, got {self.cuts.numel()}")
+        if b and (int(self.cuts[0]) != 0 or int(self.cuts[-1]) != self.seeds.numel()
+                  or bool((self.cuts[1:] < self.cuts[:-1]).any())):
+            raise ValueError(f"EpochBatches: cuts must rise from 0 to len(seeds) = {self.seeds.numel()}, got "
+                             f"{self.cuts.tolist()[:8]}...")
+        if self.carried is not None and self.carried.numel() != self.seeds.numel():
+            raise ValueError(f"EpochBatches: carried must hold one value per seed ({self.seeds.numel()}), "
+                             f"got {self.carried.numel()}")
+
+    @classmethod
+    def of(cls, batches: Sequence[Tuple[torch.Tensor, Optional[torch.Tensor]]],
+           sample_seeds: torch.Tensor) -> "EpochBatches":
+        """The epoch of ``batches``, each ``(seeds, carried or None)`` (all carried or none)."""
+        sizes = [int(s.numel()) for s, _ in batches]
+        cuts = torch.zeros(len(sizes) + 1, dtype=torch.int64)
+        if sizes:
+            torch.cumsum(torch.tensor(sizes, dtype=torch.int64), 0, out=cuts[1:])
+        seeds = torch.cat([s.reshape(-1) for s, _ in batches]) if batches else torch.empty(0, dtype=torch.int64)
+        carried = None
+        if batches and batches[0][1] is not None:
+            carried = torch.cat([c.reshape(-1) for _, c in batches])
+        return cls(seeds.to(torch.int64), cuts, sample_seeds, None if carried is None else carried.to(torch.int64))
+
     @property
-    def width(self) -> int:
-        """The values it takes in a row of the seed slots."""
-        return self.seeds.numel() + (0 if self.carried is None else self.carried.numel())
+    def num_batches(self) -> int:
+        return self.sample_seeds.numel()
 
 
 @dataclass(frozen=True)
-class SeedSlots:
-    """Calling process -> sampling roles, when the seed slots are made (and remade, larger,
-    for a batch that does not fit): ``rows``, ``[slots, capacity]`` int64 in shared memory."""
+class SeedBuffer:
+    """Calling process -> sampling roles, when the buffer of the epochs' seeds is made (and
+    remade, larger, for an epoch that does not fit): ``values``, int64 in shared memory."""
 
-    rows: torch.Tensor
+    values: torch.Tensor
 
 
 @dataclass(frozen=True)
-class SeedSpan:
-    """Calling process -> a sampling role, per minibatch: minibatch ``index`` of ``epoch`` has
-    the first ``count`` seeds of row ``row`` of the seed slots, then ``carried`` values of its
-    labels part; ``sample_seed`` as in :class:`~.minibatches.SeedBatch`."""
+class EpochSeeds:
+    """Calling process -> sampling roles, at an epoch's start: the buffer holds, in order, its
+    ``seeds`` seed ids, as many carried values where ``carried``, its ``batches`` sample
+    seeds, then its ``batches + 1`` cuts (:class:`EpochBatches`)."""
 
     epoch: int
-    index: int
-    row: int
-    count: int
-    sample_seed: Optional[int]
-    carried: int = 0
+    seeds: int
+    batches: int
+    carried: bool
 
 
 @dataclass(frozen=True)
-class SeedSpans:
-    """Calling process -> a sampling role: :class:`SeedSpan` s sent together (a top-up of
-    several rows costs one queue write)."""
+class SeedRange:
+    """Calling process -> a sampling role: sample minibatches ``range(start, stop, step)`` of
+    ``epoch`` (a top-up costs one queue write per role)."""
 
-    spans: Tuple[SeedSpan, ...]
+    epoch: int
+    start: int
+    stop: int
+    step: int = 1
 
 
-class _SeedRows:
-    """The calling process's side of the seed slots: the shared rows and the free ones. A row
-    is taken when a batch is sent and given back when its minibatch is delivered (or, for an
-    epoch ended early, once the roles' marks show they read every batch sent)."""
+class _SeedBuffer:
+    """The calling process's side of the seeds' buffer: one epoch's :class:`EpochBatches` at a
+    time, rewritten at the next epoch's start (by then every role has read the last one: the
+    epoch ended with each role's mark)."""
 
-    def __init__(self, slots: int, capacity: int):
-        self.slots, self.capacity = slots, max(1, capacity)
-        self.rows: Optional[torch.Tensor] = None
-        self.free = list(range(slots))
+    def __init__(self):
+        self.values: Optional[torch.Tensor] = None
 
-    def fits(self, width: int) -> bool:
-        """Whether ``width`` values fit a row of the rows as they are (else :meth:`put` remakes them)."""
-        return self.rows is not None and width <= self.rows.shape[1]
-
-    def put(self, seeds: torch.Tensor, queues: list, carried: Optional[torch.Tensor] = None) -> int:
-        """Writes ``seeds``, then ``carried``, into a free row (the rows made, or remade larger,
-        first, and sent to every role in ``queues``); returns the row."""
-        n = seeds.numel()
-        width = n + (0 if carried is None else carried.numel())
-        if not self.fits(width):
-            wider = self.capacity if self.rows is None else 2 * self.rows.shape[1]
-            self.rows = shared_host_tensor((self.slots, max(wider, width)), torch.int64)
+    def write(self, epoch: int, batches: EpochBatches, queues: list) -> EpochSeeds:
+        """Writes ``batches`` into the buffer (made, or remade larger, first and sent to every
+        role in ``queues``) and returns where they lie."""
+        parts = [batches.seeds] + ([batches.carried] if batches.carried is not None else []) + \
+            [batches.sample_seeds, batches.cuts]
+        need = sum(p.numel() for p in parts)
+        if self.values is None or self.values.numel() < need:
+            size = need if self.values is None else max(need, 2 * self.values.numel())
+            self.values = shared_host_tensor((size,), torch.int64)
             for q in queues:
-                q.put(SeedSlots(self.rows))
-        row = self.free.pop()
-        self.rows[row, :n].copy_(seeds.reshape(-1))
-        if carried is not None:
-            self.rows[row, n:width].copy_(carried.reshape(-1))
-        return row
+                q.put(SeedBuffer(self.values))
+        torch.cat(parts, out=self.values[:need])
+        return EpochSeeds(epoch, batches.seeds.numel(), batches.num_batches, batches.carried is not None)
 
-    def release(self, row: int) -> None:
-        self.free.append(row)
+
+class _RoleSeeds:
+    """A sampling role's side: the current epoch's parts of the buffer (views)."""
+
+    def __init__(self):
+        self.values: Optional[torch.Tensor] = None
+        self.epoch: Optional[EpochSeeds] = None
+
+    def start(self, epoch: EpochSeeds) -> None:
+        if self.values is None:
+            raise RuntimeError("a loader's sampling role got an epoch's seeds before their buffer")
+        n, b = epoch.seeds, epoch.batches
+        self.seeds = self.values[:n]
+        at = n
+        self.carried = self.values[at: at + n] if epoch.carried else None
+        at += n if epoch.carried else 0
+        self.sample_seeds = self.values[at: at + b].tolist()
+        self.cuts = self.values[at + b: at + 2 * b + 1].tolist()
+        self.epoch = epoch
+
+    def batches(self, r: SeedRange) -> Iterator[SeedBatch]:
+        if self.epoch is None or self.epoch.epoch != r.epoch:
+            raise RuntimeError(f"a loader's sampling role got minibatches of epoch {r.epoch} before that epoch's seeds")
+        for i in range(r.start, r.stop, r.step):
+            a, b = self.cuts[i], self.cuts[i + 1]
+            # Views of the buffer: read before the minibatch is delivered, then rewritten.
+            yield SeedBatch(Phase.TRAIN, r.epoch, i, self.seeds[a:b], self.sample_seeds[i],
+                            None if self.carried is None else self.carried[a:b])
 
 
 class FedStage(SampleStage):
     """A loader's sample stage, whose seeds come from the loader's process: sampling role ``w``
-    reads :class:`SeedSpan` s (of the :class:`SeedSlots` it was sent) and marks from
-    ``queues[w]`` until None (:class:`LoaderProcesses` sets :attr:`queues` before the roles
-    start). The labels part packed is what the loader carried along (else empty): the loader
-    reads what else it needs itself."""
+    reads an epoch's :class:`EpochSeeds` (in the :class:`SeedBuffer` it was sent), then the
+    :class:`SeedRange` s of its minibatches and the epoch's mark from ``queues[w]`` until None
+    (:class:`LoaderProcesses` sets :attr:`queues` before the roles start). The labels part
+    packed is what the loader carried along (else empty), completed by
+    :meth:`~.minibatches.SampleStage.finish_labels`: the loader reads what else it needs."""
 
     queues: Optional[list] = None
     waits_for_delivery = True
 
     def seeds(self, plan: Plan, ds: NodeDataset, worker: int, workers: int):
         q = self.queues[worker]
-        rows: Optional[torch.Tensor] = None
+        seeds = _RoleSeeds()
         while True:
             item = q.get()
             if item is None:
                 return
-            if isinstance(item, SeedSlots):
-                rows = item.rows
-            elif isinstance(item, SeedSpans):
-                for span in item.spans:
-                    # Views of the row: read before the minibatch is delivered, then reused.
-                    row = rows[span.row]
-                    carried = row[span.count:span.count + span.carried] if span.carried else None
-                    yield SeedBatch(Phase.TRAIN, span.epoch, span.index, row[:span.count], span.sample_seed, carried)
+            if isinstance(item, SeedBuffer):
+                seeds.values = item.values
+            elif isinstance(item, EpochSeeds):
+                seeds.start(item)
+            elif isinstance(item, SeedRange):
+                yield from seeds.batches(item)
             elif isinstance(item, EpochMark):
                 yield item
             else:
@@ -216,13 +265,14 @@ def loader_dataset(name: str, lists: CSRGraph, table: torch.Tensor, seeds: torch
     cache's pre-sampling starts from); no labels. Host tensors already in shared memory are
     used in place, others copied there once (a tensor another process maps must not move)."""
     none = torch.empty(0, dtype=torch.int64)
-    graph = CSRGraph(_shared(lists.indptr), _shared(lists.indices), placement="cpu", validate=False,
-                     eids=None if lists.eids is None else _shared(lists.eids))
-    rows = _shared(table).reshape(table.shape[0], -1)
+    graph = CSRGraph(in_shared_memory(lists.indptr), in_shared_memory(lists.indices), placement="cpu", validate=False,
+                     eids=None if lists.eids is None else in_shared_memory(lists.eids))
+    rows = in_shared_memory(table).reshape(table.shape[0], -1)
     return NodeDataset(name, graph, rows, none, seeds.reshape(-1).long(), none, none, 0)
 
 
-def _shared(t: torch.Tensor) -> torch.Tensor:
+def in_shared_memory(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU, itself where it is contiguous in shared memory, else a copy there."""
     t = t.cpu()
     if t.is_shared() and t.is_contiguous():
         return t
@@ -230,65 +280,53 @@ def _shared(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Watched:
-    """``get`` of a queue that checks, while it waits, that every role is alive. A message
-    that cannot be received (its tensors were shared by a role that died meanwhile) raises the
-    role's failure."""
+    """``get`` of a :func:`~.runner.direct_queue` that checks, while it waits, that every role
+    is alive. A message that cannot be received (its tensors were shared by a role that died
+    meanwhile) raises the role's failure."""
 
     def __init__(self, q, sup: Supervisor):
         self.q, self.sup = q, sup
 
     def get(self):
-        while True:
-            try:
-                return self.q.get(timeout=HEALTH_CHECK_SECONDS)
-            except queue.Empty:
+        try:
+            while not self.q._reader.poll(HEALTH_CHECK_SECONDS):
                 self.sup.check()
-            except (OSError, EOFError, RuntimeError):
-                self.sup.check(timeout=HEALTH_CHECK_SECONDS)
-                raise
+            return self.q.get()
+        except (OSError, EOFError, RuntimeError):
+            self.sup.check(timeout=HEALTH_CHECK_SECONDS)
+            raise
 
 
 class _Epoch:
-    """One epoch's seed batches, sent ``limit`` ahead of delivery; the seed rows of those in
-    flight, by step; the marks received; ``times``, where its stages are recorded (or None)."""
+    """One epoch's minibatches (:class:`EpochBatches`), sent at most ``limit`` ahead of
+    delivery, ``chunk`` at a time; the marks received; ``times``, where its stages are recorded
+    (or None)."""
 
-    def __init__(self, queues: list, epoch: int, todo: Iterator["LoaderBatch"], rows: _SeedRows, chunk: int,
+    def __init__(self, queues: list, epoch: int, batches: EpochBatches, limit: int, chunk: int,
                  times: Optional[StageTimes] = None):
-        self.queues, self.epoch, self.todo, self.rows, self.times = queues, epoch, todo, rows, times
-        self.limit, self.chunk = rows.slots, max(1, min(chunk, rows.slots))
-        self.rows_in_flight: Dict[int, int] = {}  # step -> its seed row
-        self.sent = self.marks = 0
+        self.queues, self.epoch, self.total, self.times = queues, epoch, batches.num_batches, times
+        self.limit, self.chunk = limit, max(1, min(chunk, limit))
+        self.sent = self.delivered_count = self.marks = 0
         self.ended = False
 
     def top_up(self) -> None:
-        """Fills the free seed rows, once at least ``chunk`` are free (or the epoch's last
-        batches remain), with one message per sampling role."""
-        if self.ended or self.limit - len(self.rows_in_flight) < self.chunk:
+        """Sends the next minibatches, once at least ``chunk`` may go (or the epoch's last
+        ones remain), with one message per sampling role; the marks after the last."""
+        if self.ended:
             return
-        spans: List[List[SeedSpan]] = [[] for _ in self.queues]
-        while not self.ended and len(self.rows_in_flight) < self.limit:
-            nxt = next(self.todo, None)
-            if nxt is None:
-                self._send(spans)
-                self.end()
-                return
-            if not isinstance(nxt, LoaderBatch):
-                raise TypeError(f"a loader's epoch yields LoaderBatch es, got {type(nxt).__name__}")
-            if not self.rows.fits(nxt.width):  # the rows are remade: what refers to the old ones goes first
-                self._send(spans)
-            row = self.rows.put(nxt.seeds, self.queues, nxt.carried)
-            self.rows_in_flight[self.sent] = row
-            count = nxt.seeds.numel()
-            spans[self.sent % len(self.queues)].append(
-                SeedSpan(self.epoch, self.sent, row, count, nxt.sample_seed, nxt.width - count))
-            self.sent += 1
-        self._send(spans)
-
-    def _send(self, spans: List[List[SeedSpan]]) -> None:
-        for q, some in zip(self.queues, spans):
-            if some:
-                q.put(SeedSpans(tuple(some)))
-                some.clear()
+        free = self.limit - (self.sent - self.delivered_count)
+        left = self.total - self.sent
+        if free < min(self.chunk, left):
+            return
+        stop = self.sent + min(free, left)
+        roles = len(self.queues)
+        for r, q in enumerate(self.queues):
+            first = self.sent + (r - self.sent) % roles  # minibatch i goes to role i % roles
+            if first < stop:
+                q.put(SeedRange(self.epoch, first, stop, roles))
+        self.sent = stop
+        if self.sent == self.total:
+            self.end()
 
     def end(self) -> None:
         if not self.ended:
@@ -300,14 +338,8 @@ class _Epoch:
     def complete(self) -> bool:
         return self.marks == len(self.queues)
 
-    def delivered(self, step: int) -> None:
-        self.rows.release(self.rows_in_flight.pop(step))
-
-    def drained(self) -> None:
-        """After every role's mark: the rows of the batches never delivered go back."""
-        for row in self.rows_in_flight.values():
-            self.rows.release(row)
-        self.rows_in_flight.clear()
+    def delivered(self) -> None:
+        self.delivered_count += 1
 
 
 class LoaderProcesses:
@@ -323,10 +355,10 @@ class LoaderProcesses:
         self.incoming: Optional[Iterator] = None
         self.queues: List = []
         self.open: Optional[_Epoch] = None
-        # In flight: what the ring and the queue hold, and a group's worth more, so that rows
+        # In flight: what the ring and the queue hold, and a group's worth more, so that seeds
         # are sent a group at a time (one write per role) and the roles never run short.
-        self.seed_rows = _SeedRows(self.plan.num_slots + self.plan.queue_depth + self.plan.gather_batches,
-                                   self.plan.batch_size)
+        self.in_flight = self.plan.num_slots + self.plan.queue_depth + self.plan.gather_batches
+        self.seed_buffer = _SeedBuffer()
         self.epochs = 0
         self.closed = False
 
@@ -340,7 +372,8 @@ class LoaderProcesses:
         seed_queues = [direct_queue(ctx) for _ in range(plan.mark_sources)]
         samplers = plan.sampler_processes
         batch_q = ctx.Queue(maxsize=plan.queue_depth * samplers) if samplers else None
-        ready_q, free_q, self.consumed = ctx.Queue(), direct_queue(ctx), ctx.Event()
+        # The producer's messages too: a Queue's feeder thread would wait for the producer's GIL.
+        ready_q, free_q, self.consumed = direct_queue(ctx), direct_queue(ctx), ctx.Event()
         self.seed_queues = seed_queues
         self.queues = [q for q in seed_queues + [batch_q, ready_q, free_q] if q is not None]
         stage = copy.copy(self.stage)
@@ -403,22 +436,28 @@ class LoaderProcesses:
 
     # --- epochs ---------------------------------------------------------------------------
 
-    def epoch(self, batches, times: Optional[StageTimes] = None) -> Iterator[Tuple[Minibatch, torch.Tensor]]:
-        """Runs one epoch: ``batches`` yields :class:`LoaderBatch` es;
-        yields ``(minibatch, features)`` in the order the producer finished them (the
-        order of ``batches`` with one sampling role). ``times`` records the deliver stage, and
-        the sample and gather times the producer measured."""
+    def epoch(self, batches: EpochBatches, times: Optional[StageTimes] = None
+              ) -> Iterator[Tuple[Minibatch, torch.Tensor]]:
+        """Runs one epoch of ``batches``; yields ``(minibatch, features)`` in the order the
+        producer finished them (the order of ``batches`` with one sampling role). ``times``
+        records the deliver stage, and the sample and gather times the producer measured."""
+        if not isinstance(batches, EpochBatches):
+            raise TypeError(f"a loader's epoch is an EpochBatches, got {type(batches).__name__}")
         if self.closed:
             raise RuntimeError("this loader's processes were closed; make a new loader")
         if self.sup is None:
             self._start(trace=times is not None)
-        return self._run(iter(batches), times)
+        return self._run(batches, times)
 
-    def _run(self, todo, times: Optional[StageTimes]):
+    def _run(self, batches: EpochBatches, times: Optional[StageTimes]):
         if self.open is not None:
             raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
                                "iterator before starting another")
-        run = self.open = _Epoch(self.seed_queues, self.epochs, todo, self.seed_rows, self.plan.gather_batches, times)
+        where = self.seed_buffer.write(self.epochs, batches, self.seed_queues)
+        for q in self.seed_queues:
+            q.put(where)
+        run = self.open = _Epoch(self.seed_queues, self.epochs, batches, self.in_flight, self.plan.gather_batches,
+                                 times)
         self.epochs += 1
         take = self._next if times is None else _timed_delivery(self._next, times)
         try:
@@ -428,7 +467,7 @@ class LoaderProcesses:
                 if got is None:
                     break
                 _, batch, feats = got
-                run.delivered(batch.step)
+                run.delivered()
                 run.top_up()
                 yield batch, feats
         finally:
@@ -466,7 +505,7 @@ class LoaderProcesses:
         """The minibatch and its rows as tensors of their own; the slot goes back."""
         batch = item.batch
         if self.reader.gpu_slots:
-            batch = batch.with_packed(batch.packed.clone())
+            batch.packed = batch.packed.clone()  # the received description: ours to set
         if self.reader.gpu_slots or not self.reader.copy_in:
             feats = feats.clone()
         self.reader.release(item)
@@ -482,7 +521,6 @@ class LoaderProcesses:
                 run.marks += 1
             else:
                 self.reader.release(item)
-        run.drained()
         self.open = None
 
 

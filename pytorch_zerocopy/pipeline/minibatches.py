@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -145,6 +145,11 @@ class SampleStage:
         dataset's ``labels``."""
         return labels.index_select(0, batch.seeds)
 
+    def finish_labels(self, labels: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:
+        """The labels part packed with ``blocks`` (the sample of :meth:`start`), from
+        :meth:`labels`' (where the blocks are, on the current stream): those as they are."""
+        return labels
+
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan: Plan, batch: SeedBatch) -> _sampling.PendingSample:
         """Samples ``batch`` (its ``seeds`` on ``graph``'s device) from ``graph``: on a GPU
         queued on the current stream, with no host synchronisation; on the CPU done on return.
@@ -159,9 +164,9 @@ def sample_on_cpu(graph: CSRGraph, labels: torch.Tensor, plan: Plan, batch: Seed
     ``sample_ms`` is the host time sampling took."""
     start = time.perf_counter()
     blocks = stage.start(graph, batch.seeds, plan, batch).result()
+    labels = stage.finish_labels(stage.labels(labels, batch), blocks)
     sample_ms = (time.perf_counter() - start) * 1e3
-    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, stage.labels(labels, batch), sample_ms,
-                          eids=stage.eids)
+    return Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels, sample_ms, eids=stage.eids)
 
 
 class SampleSteps(NamedTuple):
@@ -326,6 +331,7 @@ class GpuSampler:
             t = time.perf_counter()
             blocks = pending.result()  # the host waits for the sample's sizes, once
             waited = time.perf_counter() - t
+            labels = self.stage.finish_labels(labels, blocks)
             mb = Minibatch.pack(batch.phase, batch.epoch, batch.index, blocks, labels, eids=self.stage.eids)
             ready = torch.cuda.Event()
             ready.record(self.stream)

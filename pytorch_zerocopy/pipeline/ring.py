@@ -272,7 +272,7 @@ class RingReader:
         view = self.buffers[item.slot][: item.rows]
         if self.gpu_slots:
             torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
-            item.batch = item.batch.with_packed(self.packed[item.slot][: item.batch.layout.numel])
+            item.batch.packed = self.packed[item.slot][: item.batch.layout.numel]  # received here: ours to set
             return view
         if not self.copy_in:
             return view

@@ -136,7 +136,8 @@ def environment_added(extra: Dict[str, str]):
 
 def direct_queue(ctx):
     """A queue whose ``put`` writes to its pipe in the calling thread (``SimpleQueue``), for
-    the small, bounded messages a loop sends per minibatch (slots given back, seed spans).
+    the small, bounded messages sent per minibatch or group of them (slots given back, seed
+    ranges; a loader's producer's slots ready).
 
     Why not ``Queue``: its ``put`` hands the message to a feeder thread, which needs the
     sender's GIL to pickle and write it; a sender running a training step in Python holds the

@@ -48,7 +48,7 @@ class DataExtras:
         for name in self.edge_names:
             batch[name] = self.edge_tables.read_rows(name, batch.e_id)
         for name, value in self.graph_values.items():
-            if name not in batch:
+            if name not in batch._store:  # Data's own `in` lists every store's keys first
                 batch[name] = value
         return batch
 

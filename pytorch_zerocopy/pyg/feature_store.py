@@ -147,6 +147,11 @@ class FeatureStore(_PygFeatureStore):
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
         return [TensorAttr(group, name) for group, name in self._tables]
 
+    def table_keys(self) -> Tuple[Key, ...]:
+        """Every table's ``(group_name, attr_name)``, in the order they were put (what
+        :meth:`get_all_tensor_attrs` lists, without making its attributes)."""
+        return tuple(self._tables)
+
     # --- tables ------------------------------------------------------------------------
 
     def _place(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -211,6 +216,19 @@ class FeatureStore(_PygFeatureStore):
         cache = self._caches.get(key)
         if cache is not None:
             self._caches[key] = self._cached(key, cache.cached_ids)
+
+    def host_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[torch.Tensor]:
+        """The CPU tensor table ``attr_name`` holds its rows in: the tensor put, where the table
+        maps it (its version counts in-place writes to it), else the table's own host view;
+        None for a table in GPU memory."""
+        key = (group_name, attr_name)
+        if key not in self._tables:
+            raise KeyError(f"host_of: no table {attr_name!r} (group {group_name!r}) in this FeatureStore")
+        table = self._tables[key]
+        if table.device.type == "cuda":
+            return None
+        put = self._put.get(key)
+        return put if put is not None else table.cpu() if _unified.is_unified(table) else table
 
     def placement_of(self, attr_name: str, group_name: Optional[str] = None) -> Optional[Placement]:
         """The placement :meth:`read_from` named for table ``attr_name`` (None: none named)."""

@@ -56,8 +56,11 @@ Additions:
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
   training loop runs its step. The loop gets the same minibatches (the same seeds drawn from
-  torch's generator in this process), and builds them here: ``x`` arrives gathered, the other
-  node tables are read here (small ones from copies in GPU memory, as in-process).
+  torch's generator in this process), and builds them here: ``x`` arrives gathered, and so do
+  the integer and bool node tables (labels, masks) that fit a copy in GPU memory, packed with
+  the minibatch's ids (:class:`~pytorch_zerocopy.pyg.sampler.CarriedTables`); the other node
+  tables are read here, as in-process. The processes read ``x`` and those tables as they are
+  when the first epoch starts: a minibatch after one of them was written in place raises.
   ``pipeline`` may also be a :class:`~pytorch_zerocopy.pipeline.Plan`
   (:func:`~pytorch_zerocopy.pipeline.make_plan`) whose ``gather_in`` is ``producer``; with
   ``gpu_cache`` a ``CacheConfig``, it is the plan's cache of ``x``. The processes start with the
@@ -88,15 +91,16 @@ from ..feature_table import (AUTO, CacheConfig, cached_rows_for, default_reading
                              loader_placement)
 from ..graph import CSRGraph
 from ..pipeline.ahead import one_ahead
-from ..pipeline.loader import LoaderBatch, LoaderProcesses, ProcessWay, check_plan, loader_dataset, loader_plan
+from ..pipeline.loader import (EpochBatches, LoaderProcesses, ProcessWay, check_plan, in_shared_memory,
+                               loader_dataset, loader_plan)
 from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, cat_to_device_async, op_device
-from ..sampling import PendingSample, draw_seed
+from ..sampling import PendingSample, draw_seeds
 from .data import DataExtras, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
-from .sampler import NeighborSampler, SampledHops, edge_index
+from .sampler import CARRIED_DTYPES, CarriedTables, NeighborSampler, SampledHops, edge_index
 
 _WORKER_ONLY_OPTIONS = ("persistent_workers", "prefetch_factor", "worker_init_fn", "multiprocessing_context")
 
@@ -121,10 +125,14 @@ def _graph_store_from_pyg(graph_store: _PygGraphStore) -> GraphStore:
 
 def _as_stores(data: Any, shared: bool = False):
     """``(feature_store, graph_store, extras)`` for a ``Data`` or a store pair. ``shared``: a
-    ``Data``'s ``x`` is moved into shared memory first (in place), so that processes map it."""
+    ``Data``'s ``x`` and the node tables a sampling role reads (:func:`_carried_tables`) are
+    moved into shared memory first (in place), so that processes map them."""
     if isinstance(data, Data):
-        if shared and isinstance(data.get("x"), torch.Tensor) and data.x.device.type == "cpu":
-            data.x.share_memory_()
+        if shared:
+            for name, value in data.items():
+                if isinstance(value, torch.Tensor) and value.device.type == "cpu" and name != "edge_index" and \
+                        (name == "x" or (value.dtype in CARRIED_DTYPES and data.is_node_attr(name))):
+                    value.share_memory_()
         return stores_from_data(data)
     if isinstance(data, (tuple, list)) and len(data) == 2 and isinstance(data[0], _PygFeatureStore) \
             and isinstance(data[1], _PygGraphStore):
@@ -159,19 +167,46 @@ def _read_x(feature_store, placement: Optional[Placement], gpu_cache):
     return auto_cache
 
 
-def _read_side_tables(feature_store, device: torch.device) -> None:
+def _carried_tables(feature_store, device: torch.device) -> Tuple[Tuple[str, torch.Tensor], ...]:
+    """The node tables of ``feature_store`` that the process way's sampling role reads and packs
+    with each minibatch (:class:`~pytorch_zerocopy.pyg.sampler.CarriedTables`): those other than
+    ``x`` in host memory, of a dtype it packs, with no placement named and no cache, and on a
+    GPU ``device`` only those a loader reads from a copy in GPU memory
+    (:func:`~pytorch_zerocopy.feature_table.default_side_readings`: the role keeps that copy);
+    each as the host tensor it holds its rows in
+    (:meth:`~pytorch_zerocopy.pyg.FeatureStore.host_of`)."""
+    if not isinstance(feature_store, FeatureStore) or feature_store.get_tensor_size(None, "x") is None:
+        return ()
+    found = {}
+    for group, name in feature_store.table_keys():
+        if group is not None or name == "x" or feature_store.placement_of(name) is not None \
+                or feature_store.cache_of(name) is not None:
+            continue
+        host = feature_store.host_of(name)
+        if host is not None and host.dtype in CARRIED_DTYPES and host.dim() >= 1 and host[0].numel() > 0:
+            found[name] = host
+    if device.type == "cuda" and found:
+        x = feature_store.get_tensor(None, "x", None)
+        sizes = {name: t.numel() * t.element_size() for name, t in found.items()}
+        where = default_side_readings(sizes, x.numel() * x.element_size(),
+                                      torch.cuda.get_device_properties(device).total_memory)
+        found = {name: t for name, t in found.items() if where[name] is Placement.GPU}
+    return tuple(found.items())
+
+
+def _read_side_tables(feature_store, device: torch.device, skip: Tuple[str, ...] = ()) -> None:
     """Reads each node table of ``feature_store`` other than ``x`` that is mapped for the GPU
     and names no placement (labels, masks) from where
     :func:`~pytorch_zerocopy.feature_table.default_side_readings` says: small ones from a copy
     in GPU memory, which a later in-place write to the host tensor makes refuse reads until
-    ``feature_store.refresh(name)`` copies it again."""
+    ``feature_store.refresh(name)`` copies it again. ``skip``: tables read elsewhere."""
     if not isinstance(feature_store, FeatureStore) or feature_store.get_tensor_size(None, "x") is None:
         return
     x = feature_store.get_tensor(None, "x", None)
     sides = {}
     for attr in feature_store.get_all_tensor_attrs():
         named = feature_store.placement_of(attr.attr_name, attr.group_name) is not None
-        if attr.group_name is not None or attr.attr_name == "x" or named:
+        if attr.group_name is not None or attr.attr_name == "x" or named or attr.attr_name in skip:
             continue
         table = feature_store.get_tensor(None, attr.attr_name, None)
         if _unified.is_unified(table):  # mapped for the GPU (a CUDA table is read where it is)
@@ -254,6 +289,40 @@ def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
         for cut in _cuts(order.numel(), batch_sampler):
             yield order[cut]
     return batches()
+
+
+def _set_attributes(data: Data, values: Dict[str, Any]) -> None:
+    """Sets ``data``'s attributes ``values`` (None values: not set), as ``setattr`` does; a
+    plain, new ``Data`` gets them straight into its storage's mapping, where PyG's attribute
+    setters put them (each after a dispatch that costs more than the store)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if type(data) is Data and not data._store._mapping:
+        data._store._mapping.update(values)
+        return
+    for key, value in values.items():
+        setattr(data, key, value)
+
+
+class _TableVersions:
+    """The host tables the process way's roles read from copies of their own (``x``, the
+    carried tables), with their versions when the roles started: a minibatch built after one
+    was written in place would mix old rows with new, so :meth:`check` refuses it."""
+
+    def __init__(self, tables: Tuple[Tuple[str, torch.Tensor], ...]):
+        self.tables = tables
+        self.versions: Optional[Tuple[int, ...]] = None
+
+    def remember(self) -> None:
+        self.versions = tuple(t._version for _, t in self.tables)
+
+    def check(self) -> None:
+        if self.versions is None:
+            return
+        for (name, t), version in zip(self.tables, self.versions):
+            if t._version != version:
+                raise RuntimeError(f"NeighborLoader(pipeline=True): table {name!r} was written in place after the "
+                                   "loader's processes started, and they read it as it was then; write tables "
+                                   "before the first epoch, or make a new loader after writing")
 
 
 class _Started(NamedTuple):
@@ -356,8 +425,10 @@ class NeighborLoader(ProcessWay, NodeLoader):
                                  "are read as they lie")
         elif gpu_cache == AUTO:
             gpu_cache = None
-        if pipeline is not False and self.device.type == "cuda":  # this process reads them; the producer, x
-            _read_side_tables(feature_store, self.device)
+        # The process way's sampling role reads x and the tables it packs; this process the others.
+        carried = _carried_tables(feature_store, self.device) if pipeline is not False else ()
+        if pipeline is not False and self.device.type == "cuda":
+            _read_side_tables(feature_store, self.device, skip=tuple(name for name, _ in carried))
         if gpu_cache is not None and pipeline is False:
             _cache_features(feature_store, graph_store, gpu_cache, num_neighbors, input_nodes,
                             kwargs.get("batch_size", 1))
@@ -373,11 +444,14 @@ class NeighborLoader(ProcessWay, NodeLoader):
         )
 
         self.processes: Optional[LoaderProcesses] = None
+        self._carried: Optional[CarriedTables] = None
+        self._read_there: Optional[_TableVersions] = None
         if pipeline is not False:
-            self.processes = self._processes(pipeline, gpu_cache)
+            self.processes = self._processes(pipeline, gpu_cache, carried)
             weakref.finalize(self, self.processes.close)
 
-    def _processes(self, pipeline: Union[bool, Plan], cache: Optional[CacheConfig]) -> LoaderProcesses:
+    def _processes(self, pipeline: Union[bool, Plan], cache: Optional[CacheConfig],
+                   carried: Tuple[Tuple[str, torch.Tensor], ...]) -> LoaderProcesses:
         """The process way's roles over this loader's stores (started by the first epoch)."""
         if not isinstance(self.node_sampler, NeighborSampler):
             raise TypeError("pipeline needs pytorch_zerocopy.pyg.NeighborSampler (or a subclass) as neighbor_sampler, "
@@ -386,11 +460,15 @@ class NeighborLoader(ProcessWay, NodeLoader):
             raise ValueError("pipeline needs a node feature table 'x' in this package's FeatureStore: its producer "
                              "process gathers x")
         x = self.feature_store.get_tensor(None, "x", None).cpu()
+        watched_x = self.feature_store.host_of("x")
         ds = loader_dataset("pyg", self.graph_store.csc_graph.cpu(), x, self.input_data.node)
         fanouts = list(reversed(self.node_sampler.fanouts))
         plan = (loader_plan(fanouts, self.batch_size or 1, ds.row_bytes, ds.feature_source.nbytes, cache)
                 if pipeline is True else check_plan(pipeline))
-        return LoaderProcesses(plan, ds, self.node_sampler.stage())
+        shared = [(name, in_shared_memory(host)) for name, host in carried]  # a copy only where not shared
+        self._carried = CarriedTables(shared) if carried else None
+        self._read_there = _TableVersions(((("x", watched_x),) if watched_x is not None else ()) + tuple(carried))
+        return LoaderProcesses(plan, ds, self.node_sampler.stage(self._carried))
 
     def __iter__(self) -> Iterator:
         if self.processes is None:
@@ -510,25 +588,33 @@ class NeighborLoader(ProcessWay, NodeLoader):
         return self.filter_fn(out)
 
     def _iter_processes(self) -> Iterator[Data]:
-        shape = self.feature_store.get_tensor_size(None, "x")[1:]
+        shape = tuple(self.feature_store.get_tensor_size(None, "x")[1:])
+        carried, read_there = self._carried, self._read_there
+        if self.processes.sup is None:  # the processes start now and read the tables as they are
+            read_there.remember()
         for mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
-            # The input ids came back packed as the minibatch's labels part, where it is.
-            out = self.node_sampler.output(SampledHops.from_minibatch(mb), mb.labels)
-            yield self.filter_fn(out, {"x": x.view((x.shape[0],) + tuple(shape))})
+            read_there.check()
+            # The labels part: the input ids, then the carried tables at the minibatch's nodes.
+            n = x.shape[0]
+            labels = mb.labels
+            ids = labels.numel() - (0 if carried is None else n * carried.width)
+            gathered = {} if carried is None else carried.unpack(labels[ids:], n)
+            gathered["x"] = x.view((n,) + shape)
+            out = self.node_sampler.output(SampledHops.from_minibatch(mb), labels[:ids])
+            yield self.filter_fn(out, gathered)
 
-    def _seed_batches(self) -> Iterator[LoaderBatch]:
-        """Each minibatch of an epoch, drawn as the in-process loader draws it (one sampling
-        seed per minibatch), its input ids carried along: CPU slices of the epoch's order
-        (:meth:`_epoch_slices`) where torch's own batch sampler cuts it, else
-        :meth:`_input_batches`."""
+    def _seed_batches(self) -> EpochBatches:
+        """An epoch's minibatches, drawn as the in-process loader draws them (one sampling seed
+        per minibatch, drawn after the epoch's order), their input ids carried along: CPU
+        slices of the epoch's order (:meth:`_epoch_slices`) where torch's own batch sampler
+        cuts it, else :meth:`_input_batches`."""
         indices = torch.utils.data.DataLoader._get_iterator(self)  # draws its base seed, as in-process
         slices = self._epoch_slices(torch.device("cpu"))
         if slices is not None:
-            for input_id, node in slices:
-                yield LoaderBatch(node, draw_seed(), carried=input_id)
-            return
-        for batch in self._input_batches(indices):
-            yield LoaderBatch(batch.node, draw_seed(), carried=batch.input_id)
+            batches = [(node, input_id) for input_id, node in slices]
+        else:
+            batches = [(batch.node, batch.input_id) for batch in self._input_batches(indices)]
+        return EpochBatches.of(batches, draw_seeds(len(batches)))
 
     def collate_fn(self, index) -> Any:
         with stage_timer(self.stage_times).timed(Stage.SAMPLE):
@@ -552,36 +638,34 @@ class NeighborLoader(ProcessWay, NodeLoader):
         if not isinstance(out, SamplerOutput):
             raise TypeError(f"{type(self).__name__} builds minibatches from a SamplerOutput, got {type(out).__name__}")
         with times.timed(Stage.GATHER):
-            attrs = self.feature_store.get_all_tensor_attrs()
             if isinstance(self.feature_store, FeatureStore):  # sampled ids: read without bounds checks
-                tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else
-                           self.feature_store.read_rows(a.attr_name, out.node, a.group_name)) for a in attrs]
+                tables = [(name, gathered[name] if name in gathered else
+                           self.feature_store.read_rows(name, out.node, group)) for group, name in
+                          self.feature_store.table_keys()]
             else:
+                attrs = self.feature_store.get_all_tensor_attrs()
                 for attr in attrs:
                     attr.index = out.node
                 read = iter(self.feature_store.multi_get_tensor([a for a in attrs if a.attr_name not in gathered]))
                 tables = [(a.attr_name, gathered[a.attr_name] if a.attr_name in gathered else next(read))
                           for a in attrs]
         with times.timed(Stage.BUILD):
-            data = self.custom_cls() if self.custom_cls is not None else Data()
-            data.edge_index = edge_index(out.row, out.col)
-            if tables:
-                data.num_nodes = out.node.size(0)
-            for name, table in tables:
-                data[name] = table
-            data.n_id = out.node
+            values = {"edge_index": edge_index(out.row, out.col)}
+            if tables and (self.extras is None or self.extras.explicit_num_nodes):  # else PyG's has none
+                values["num_nodes"] = out.node.size(0)
+            values.update(tables)
+            values["n_id"] = out.node
             if out.edge is not None:
-                edge = out.edge.to(torch.long)
+                edge = out.edge if out.edge.dtype == torch.long else out.edge.to(torch.long)
                 perm = self.node_sampler.edge_permutation
-                data.e_id = perm[edge] if perm is not None else edge
-            data.batch = out.batch
-            data.num_sampled_nodes = out.num_sampled_nodes
-            data.num_sampled_edges = out.num_sampled_edges
+                values["e_id"] = perm[edge] if perm is not None else edge
+            values.update(batch=out.batch, num_sampled_nodes=out.num_sampled_nodes,
+                          num_sampled_edges=out.num_sampled_edges, input_id=out.metadata[0],
+                          seed_time=out.metadata[1], batch_size=out.metadata[0].size(0))
+            data = self.custom_cls() if self.custom_cls is not None else Data()
+            _set_attributes(data, values)
             if out.orig_row is not None and out.orig_col is not None:
                 data._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)
-            data.input_id = out.metadata[0]
-            data.seed_time = out.metadata[1]
-            data.batch_size = out.metadata[0].size(0)
             return data if self.transform is None else self.transform(data)
 
     def _complete(self, batch: Data) -> Data:

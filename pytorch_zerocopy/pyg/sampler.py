@@ -40,8 +40,9 @@ Processes: :class:`HopStage` is this sampling as a stage of the loader's process
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
@@ -243,24 +244,113 @@ class NeighborSampler(BaseSampler):
             out = out.to_bidirectional()
         return out
 
-    def stage(self) -> "HopStage":
-        """This sampler as a stage of the loader's process way."""
-        return HopStage(self.fanouts, self.replace)
+    def stage(self, carried: Optional["CarriedTables"] = None) -> "HopStage":
+        """This sampler as a stage of the loader's process way (``carried``: the node tables
+        its role reads and packs, see :class:`HopStage`)."""
+        return HopStage(self.fanouts, self.replace, carried)
 
     def sample_from_edges(self, index, neg_sampling=None):
         raise NotImplementedError("link-level sampling (LinkNeighborLoader) is not supported by this sampler")
+
+
+CARRIED_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+"""The dtypes of the node tables a sampling role can pack into a minibatch's int64 labels part
+(exactly: each value converts to int64 and back)."""
+
+
+class CarriedTables:
+    """Node tables (labels, masks) that the process way's sampling role reads at each
+    minibatch's nodes and packs into its labels part, so that the training process takes them
+    out of the minibatch's one copy instead of reading each table itself.
+
+    ``tables``: ``(name, host tensor)`` pairs, one row per node, a dtype of
+    :data:`CARRIED_DTYPES`, in shared memory (the role maps them). The role reads them from
+    one table per dtype, ``[values per node, nodes]`` (a table's rows as columns, the tables of
+    the dtype stacked), made when it first reads: in its GPU's memory (the loader carries only
+    tables that fit there, :func:`~pytorch_zerocopy.feature_table.default_side_readings`), or
+    on the CPU. So a minibatch costs one read per dtype, and its packed values are, per dtype in
+    :data:`CARRIED_DTYPES` order, each table's values node after node (a table of ``[nodes, k]``
+    rows: its ``k`` columns one after the other) as int64. The role reads the tables as they
+    are when it first reads them: the loader refuses minibatches once one was written in place.
+    """
+
+    def __init__(self, tables: Sequence[Tuple[str, torch.Tensor]]):
+        ordered = sorted(tables, key=lambda t: CARRIED_DTYPES.index(t[1].dtype))  # stable: names keep their order
+        for name, host in ordered:
+            if host.device.type != "cpu" or not host.is_shared() or host.dim() < 1:
+                raise ValueError(f"CarriedTables: table {name!r} must be a CPU tensor in shared memory, "
+                                 "one row per node")
+        self.names = tuple(name for name, _ in ordered)
+        self.hosts = tuple(host for _, host in ordered)
+        self.row_shapes = tuple(tuple(host.shape[1:]) for host in self.hosts)
+        self.widths = tuple(math.prod(shape) for shape in self.row_shapes)
+        self._groups = []  # (dtype, first table, end table)
+        for i, host in enumerate(self.hosts):
+            if self._groups and self._groups[-1][0] == host.dtype:
+                self._groups[-1] = (host.dtype, self._groups[-1][1], i + 1)
+            else:
+                self._groups.append((host.dtype, i, i + 1))
+        self._columns: Optional[List[torch.Tensor]] = None  # per dtype, where read (never pickled)
+
+    def __getstate__(self):
+        return {**self.__dict__, "_columns": None}
+
+    @property
+    def width(self) -> int:
+        """Values packed per node."""
+        return sum(self.widths)
+
+    def read(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Every table's rows at ``nodes`` (valid node ids), packed (see the class docstring),
+        where ``nodes`` are (on the current stream)."""
+        if self._columns is None:
+            self._columns = [self._stacked(first, end, nodes.device) for _, first, end in self._groups]
+        parts = [c.index_select(1, nodes).reshape(-1) for c in self._columns]
+        return torch.cat([p.to(torch.int64) for p in parts])
+
+    def _stacked(self, first: int, end: int, device: torch.device) -> torch.Tensor:
+        columns = [host.reshape(host.shape[0], -1).t() for host in self.hosts[first:end]]
+        stacked = columns[0] if len(columns) == 1 and columns[0].shape[0] == 1 else torch.cat(columns)
+        return stacked.to(device).contiguous()
+
+    def unpack(self, values: torch.Tensor, n: int) -> Dict[str, torch.Tensor]:
+        """The tables' rows of a minibatch of ``n`` nodes from its packed ``values``, by name,
+        contiguous: slices of ``values`` for int64 tables of one value per node, of one
+        conversion per other dtype (a table of several values per node: a copy)."""
+        out: Dict[str, torch.Tensor] = {}
+        at = 0
+        for dtype, first, end in self._groups:
+            size = n * sum(self.widths[first:end])
+            run = values[at: at + size] if dtype == torch.int64 else values[at: at + size].to(dtype)
+            at += size
+            off = 0
+            for k in range(first, end):
+                w, shape = self.widths[k], self.row_shapes[k]
+                part = run if end - first == 1 else run[off: off + n * w]  # a dtype's one table: all of it
+                off += n * w
+                if w != 1 or shape:
+                    part = part.view(w, n).t().contiguous().view((n,) + shape)
+                out[self.names[k]] = part
+        return out
 
 
 class HopStage(FedStage):
     """:func:`sample_hops` as the sample stage of the loader's process way: a seed batch's hops,
     drawn with the seed the training process sent, packed as :meth:`SampledHops.blocks` (the
     sample :func:`sample_hops` takes for that seed). On a GPU the sample is queued on the current
-    stream and :meth:`~pytorch_zerocopy.sampling.PendingSample.result` waits for it, once."""
+    stream and :meth:`~pytorch_zerocopy.sampling.PendingSample.result` waits for it, once. The
+    labels part: the carried input ids, then ``carried``'s tables at the minibatch's nodes."""
 
     eids = True
 
-    def __init__(self, fanouts: Sequence[int], replace: bool):
+    def __init__(self, fanouts: Sequence[int], replace: bool, carried: Optional[CarriedTables] = None):
         self.fanouts, self.replace = _check_fanouts(list(fanouts)), bool(replace)
+        self.carried = carried
+
+    def finish_labels(self, labels: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:
+        if self.carried is None:
+            return labels
+        return torch.cat([labels, self.carried.read(blocks[0].nodes)])
 
     def start(self, graph: CSRGraph, seeds: torch.Tensor, plan, batch) -> PendingSample:
         pending = sample_hops_async(graph, seeds, self.fanouts, replace=self.replace, seed=batch.sample_seed)
