@@ -264,14 +264,16 @@ class CarriedTables:
     out of the minibatch's one copy instead of reading each table itself.
 
     ``tables``: ``(name, host tensor)`` pairs, one row per node, a dtype of
-    :data:`CARRIED_DTYPES`, in shared memory (the role maps them). The role reads them from
-    one table per dtype, ``[values per node, nodes]`` (a table's rows as columns, the tables of
-    the dtype stacked), made when it first reads: in its GPU's memory (the loader carries only
-    tables that fit there, :func:`~pytorch_zerocopy.feature_table.default_side_readings`), or
-    on the CPU. So a minibatch costs one read per dtype, and its packed values are, per dtype in
+    :data:`CARRIED_DTYPES`, in shared memory (the role maps them). The role reads them through
+    one :class:`~pytorch_zerocopy.FeatureTable` per dtype (the tables of the dtype side by
+    side, one row per node), made when it first reads: a copy in its GPU's memory (the loader
+    carries only tables that fit there,
+    :func:`~pytorch_zerocopy.feature_table.default_side_readings`), or on the CPU. So a
+    minibatch costs one read per dtype, and its packed values are, per dtype in
     :data:`CARRIED_DTYPES` order, each table's values node after node (a table of ``[nodes, k]``
-    rows: its ``k`` columns one after the other) as int64. The role reads the tables as they
-    are when it first reads them: the loader refuses minibatches once one was written in place.
+    rows: its ``k`` columns one after the other) as int64, transposed where they are read, so
+    that :meth:`unpack` takes each table as one slice. The role reads the tables as they are
+    when it first reads them: the loader refuses minibatches once one was written in place.
     """
 
     def __init__(self, tables: Sequence[Tuple[str, torch.Tensor]]):
@@ -290,10 +292,10 @@ class CarriedTables:
                 self._groups[-1] = (host.dtype, self._groups[-1][1], i + 1)
             else:
                 self._groups.append((host.dtype, i, i + 1))
-        self._columns: Optional[List[torch.Tensor]] = None  # per dtype, where read (never pickled)
+        self._readers: Optional[list] = None  # per dtype, where read (never pickled)
 
     def __getstate__(self):
-        return {**self.__dict__, "_columns": None}
+        return {**self.__dict__, "_readers": None}
 
     @property
     def width(self) -> int:
@@ -303,15 +305,17 @@ class CarriedTables:
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
         """Every table's rows at ``nodes`` (valid node ids), packed (see the class docstring),
         where ``nodes`` are (on the current stream)."""
-        if self._columns is None:
-            self._columns = [self._stacked(first, end, nodes.device) for _, first, end in self._groups]
-        parts = [c.index_select(1, nodes).reshape(-1) for c in self._columns]
+        if self._readers is None:
+            self._readers = [self._reader(first, end, nodes.device) for _, first, end in self._groups]
+        parts = [r.read(nodes, check_bounds=False).t().reshape(-1) for r in self._readers]
         return torch.cat([p.to(torch.int64) for p in parts])
 
-    def _stacked(self, first: int, end: int, device: torch.device) -> torch.Tensor:
-        columns = [host.reshape(host.shape[0], -1).t() for host in self.hosts[first:end]]
-        stacked = columns[0] if len(columns) == 1 and columns[0].shape[0] == 1 else torch.cat(columns)
-        return stacked.to(device).contiguous()
+    def _reader(self, first: int, end: int, device: torch.device):
+        from ..feature_table import FeatureTable
+
+        rows = [host.reshape(host.shape[0], -1) for host in self.hosts[first:end]]
+        side_by_side = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
+        return FeatureTable(side_by_side, "cuda" if device.type == "cuda" else "cpu", device=device)
 
     def unpack(self, values: torch.Tensor, n: int) -> Dict[str, torch.Tensor]:
         """The tables' rows of a minibatch of ``n`` nodes from its packed ``values``, by name,
