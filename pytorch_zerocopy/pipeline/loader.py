@@ -170,8 +170,11 @@ class _RoleSeeds:
     """A sampling role's side: the current epoch's parts of the buffer (views)."""
 
     def __init__(self):
-        self.values: Optional[torch.Tensor] = None
-        self.epoch: Optional[EpochSeeds] = None
+        self.values: Optional[torch.Tensor] = None  # the buffer, once sent
+        self.epoch: Optional[EpochSeeds] = None  # the epoch whose parts follow
+        self.seeds = self.carried = None
+        self.sample_seeds: List[int] = []
+        self.cuts: List[int] = []
 
     def start(self, epoch: EpochSeeds) -> None:
         if self.values is None:

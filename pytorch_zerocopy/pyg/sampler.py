@@ -286,6 +286,7 @@ class CarriedTables:
         self.hosts = tuple(host for _, host in ordered)
         self.row_shapes = tuple(tuple(host.shape[1:]) for host in self.hosts)
         self.widths = tuple(math.prod(shape) for shape in self.row_shapes)
+        self.width = sum(self.widths)  # values packed per node
         self._groups = []  # (dtype, first table, end table)
         for i, host in enumerate(self.hosts):
             if self._groups and self._groups[-1][0] == host.dtype:
@@ -296,11 +297,6 @@ class CarriedTables:
 
     def __getstate__(self):
         return {**self.__dict__, "_readers": None}
-
-    @property
-    def width(self) -> int:
-        """Values packed per node."""
-        return sum(self.widths)
 
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
         """Every table's rows at ``nodes`` (valid node ids), packed (see the class docstring),
