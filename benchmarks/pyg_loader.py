@@ -60,7 +60,8 @@ Bars: ``pyg_loader_over_pipeline`` and ``dgl_loader_over_pipeline`` (the in-proc
 alone, ms per minibatch, over the pipeline's; the same ratios of the ``pipeline=True`` rows and
 of their training beside them); ``pyg_train_over_max_stage`` (a ``pyg_pipeline`` training
 epoch, ms per minibatch, over the larger of its loader alone and the PyG model step alone,
-the step timed on minibatches held from the start after each training epoch: 1.0 means loading
+the step timed on minibatches held from the start, as many steps as an epoch has minibatches,
+right before and right after each training epoch (their mean is that epoch's): 1.0 means loading
 is wholly hidden behind the step; the median of the epochs' ratios, their range beside it as
 ``_min`` and ``_max``);
 ``pyg_speedup_over_tuned_cpu_loader`` (the fastest of ``tuned_cpu`` and ``pyg_own`` over ``pyg_pipeline``, training).
@@ -203,7 +204,9 @@ GC_CLOCK = GcClock()
 
 
 def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = None) -> Dict:
-    """One epoch of ``loader``, whole (or its first ``max_batches``: a diagnostic's)."""
+    """One epoch of ``loader``, whole (or its first ``max_batches``: a diagnostic's). A
+    loader-only epoch also adds up its minibatches' sizes; a training epoch does not (a user's
+    loop has no such work, and the step alone it is compared with does none)."""
     sync(family.device)
     GC_CLOCK.reset()
     start = time.perf_counter()
@@ -221,8 +224,10 @@ def run_epoch(loader, family: Family, train: bool, max_batches: Optional[int] = 
         if train:
             family.step(batch)
             host_step += time.perf_counter() - stepped
-        sizes = family.sizes(batch)
-        batches, feature_bytes, nodes, edges = batches + 1, feature_bytes + sizes[0], nodes + sizes[1], edges + sizes[2]
+        else:
+            sizes = family.sizes(batch)
+            feature_bytes, nodes, edges = feature_bytes + sizes[0], nodes + sizes[1], edges + sizes[2]
+        batches += 1
         if batches == max_batches:
             break
     sync(family.device)
@@ -243,16 +248,18 @@ def hold_batches(loader, family: Family) -> list:
     return held
 
 
-def step_alone_ms(held: list, family: Family) -> Tuple[float, float]:
-    """The model step alone over the ``held`` minibatches: ms per minibatch, and the host's
-    share of it (ms per minibatch until the last step is queued, before the final wait)."""
+def step_alone_ms(held: list, family: Family, steps: int) -> Tuple[float, float]:
+    """The model step alone, ``steps`` times over the ``held`` minibatches in turn (as many
+    steps as an epoch has minibatches: as long as an epoch, so that the host's drift weighs on
+    both alike): ms per step, and the host's share of it (ms per step until the last step is
+    queued, before the final wait)."""
     sync(family.device)
     start = time.perf_counter()
-    for batch in held:
-        family.step(batch)
+    for i in range(steps):
+        family.step(held[i % len(held)])
     queued = time.perf_counter()
     sync(family.device)
-    return (time.perf_counter() - start) / len(held) * 1e3, (queued - start) / len(held) * 1e3
+    return (time.perf_counter() - start) / steps * 1e3, (queued - start) / steps * 1e3
 
 
 def stage_stat(times: StageTimes, stat: str) -> Dict[str, float]:
@@ -267,33 +274,39 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     loader = make_loader()
     result: Dict = {"setup_s": time.perf_counter() - start}
     ours = hasattr(loader, "stage_times")
-    # The model step alone is timed after each training epoch, on minibatches held from the
-    # start: each epoch's ratio to the larger stage compares times of one stretch of the run.
+    # The model step alone is timed right before and right after each training epoch, as many
+    # steps as the epoch has minibatches, on minibatches held from the start: each epoch's ratio
+    # to the larger stage compares it with the mean of the two, times of one stretch of the run.
     held = hold_batches(loader, family) if name in STEP_ALONE_ROWS or name.startswith(VARIANT_PREFIX) else None
-    steps, steps_host = [], []
+    steps, steps_host, before, after = [], [], [], []
     for kind, train in (("loader_only", False), ("train", True)):
         run_epoch(loader, family, train)  # warm-up (starts the processes of the process way)
         runs = []
         for _ in range(args.epochs):
+            if train and held:
+                before.append(step_alone_ms(held, family, len(loader)))
             runs.append(run_epoch(loader, family, train))
             if train and held:
-                wall, host = step_alone_ms(held, family)
-                steps.append(wall)
-                steps_host.append(host)
+                after.append(step_alone_ms(held, family, len(loader)))
+                steps.append((before[-1][0] + after[-1][0]) / 2)
+                steps_host.append((before[-1][1] + after[-1][1]) / 2)
         if any(r["batches"] != len(loader) for r in runs):  # every epoch whole
             raise RuntimeError(f"an epoch gave {[r['batches'] for r in runs]} minibatches, not {len(loader)}")
         med = statistics.median(r["seconds"] for r in runs)
         r0 = runs[0]
         per_batch = 1e3 / r0["batches"]
+        sizes = {} if train else dict(feature_gbs=r0["feature_bytes"] / med / 1e9,
+                                      nodes_per_batch=r0["nodes"] / r0["batches"],
+                                      edges_per_batch=r0["edges"] / r0["batches"])
         result[kind] = dict(epoch_s=med, epoch_s_all=[r["seconds"] for r in runs], batches=r0["batches"],
-                            ms_per_batch=med * per_batch, feature_gbs=r0["feature_bytes"] / med / 1e9,
-                            nodes_per_batch=r0["nodes"] / r0["batches"], edges_per_batch=r0["edges"] / r0["batches"],
+                            ms_per_batch=med * per_batch, **sizes,
                             host_loader_ms=statistics.median(r["host_loader_s"] for r in runs) * per_batch,
                             host_step_ms=statistics.median(r["host_step_s"] for r in runs) * per_batch,
                             gc_ms=statistics.median(r["gc_s"] for r in runs) * per_batch,
                             gc_collections_all=[r["gc_collections"] for r in runs])
+        rate = "" if train else f", x at {result[kind]['feature_gbs']:.2f} GB/s"
         print(f"{name:>13} {kind:<11} epoch {med:7.3f} s ({r0['batches']} minibatches, "
-              f"{result[kind]['ms_per_batch']:.2f} ms each, x at {result[kind]['feature_gbs']:.2f} GB/s; host in the loader "
+              f"{result[kind]['ms_per_batch']:.2f} ms each{rate}; host in the loader "
               f"{result[kind]['host_loader_ms']:.2f} ms, in the step {result[kind]['host_step_ms']:.2f} ms, in gc "
               f"{result[kind]['gc_ms']:.3f} ms)", flush=True)
     if processes:
@@ -320,8 +333,10 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
     if steps:
         result["step_alone_ms"], result["step_alone_ms_all"] = statistics.median(steps), steps
         result["step_alone_host_ms_all"] = steps_host
-        print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms (after each training epoch: "
-              f"{', '.join(f'{t:.2f}' for t in steps)})", flush=True)
+        result["step_alone_before_ms_all"] = [wall for wall, _ in before]
+        result["step_alone_after_ms_all"] = [wall for wall, _ in after]
+        print(f"{name:>13} model step alone {result['step_alone_ms']:.2f} ms (each training epoch's, the mean of "
+              f"before and after it: {', '.join(f'{t:.2f}' for t in steps)})", flush=True)
     del held
     if hasattr(loader, "close"):
         loader.close()
@@ -463,7 +478,7 @@ def loader_ms(modes: Dict, name: str) -> Optional[float]:
 
 def over_max_stage(row: Dict) -> Optional[Dict[str, float]]:
     """A process-way row's training epochs over the larger of its loader alone (the median of
-    its loader-only epochs, ms per minibatch) and the model step alone (timed after the same
+    its loader-only epochs, ms per minibatch) and the model step alone (timed around the same
     epoch): the issue's ratio, 1.0 when loading is wholly hidden behind the step. The median over
     the epochs (the bar), their range, and the larger stage at the median step; None without
     the timings."""
@@ -708,8 +723,11 @@ def write_markdown(r: Dict, path: str) -> None:
         if m.get("plan"):
             lines += ["", f"`{name}`'s processes: {m['plan']}."]
         if m.get("step_alone_ms_all"):
-            lines += ["", f"`{name}`'s model step alone, ms per minibatch, after each training epoch: "
-                          f"{', '.join(f'{t:.2f}' for t in m['step_alone_ms_all'])}."]
+            lines += ["", f"`{name}`'s model step alone, ms per minibatch, each training epoch's (the mean of before "
+                          f"and after it): {', '.join(f'{t:.2f}' for t in m['step_alone_ms_all'])}."]
+            if m.get("step_alone_before_ms_all"):
+                lines[-1] += (f" Before: {', '.join(f'{t:.2f}' for t in m['step_alone_before_ms_all'])}; after: "
+                              f"{', '.join(f'{t:.2f}' for t in m['step_alone_after_ms_all'])}.")
     if r.get("pyg_not_measured"):
         lines += ["", f"`pyg_own` not measured: {r['pyg_not_measured']}"]
     lines += ["", "| bar | value |", "|---|---|"] + [f"| {k} | {_fmt(v)} |" for k, v in r["bars"].items()]

@@ -287,7 +287,7 @@ def test_describe_labels_the_replay_diagnostic():
 
 
 def test_a_loaders_producer_yields_to_the_users_step_under_mps(gpu_machine, monkeypatch, tmp_path):
-    from pytorch_zerocopy.pipeline.loader import loader_plan
+    from pytorch_zerocopy.pipeline.loader import LOADER_PRODUCER_SHARE, loader_plan
     from pytorch_zerocopy.pipeline.partition import MpsDaemon, this_process_client_env
 
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
@@ -297,7 +297,8 @@ def test_a_loaders_producer_yields_to_the_users_step_under_mps(gpu_machine, monk
     assert "below-normal MPS priority" in plan.describe()
     assert not make_plan("zerocopy", "auto", **GPU).producer_yields  # zerocopy train: its producer feeds its trainer
     env = this_process_client_env(plan.producer_share, below_normal=plan.producer_yields)
-    assert env["CUDA_MPS_CLIENT_PRIORITY"] == "1" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert plan.producer_share == LOADER_PRODUCER_SHARE == 50  # it yields, and its GPU sampling must keep up
+    assert env["CUDA_MPS_CLIENT_PRIORITY"] == "1" and env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
     assert this_process_client_env(100.0)["CUDA_MPS_CLIENT_PRIORITY"] == "0"
     daemon = MpsDaemon()
     daemon.root = str(tmp_path)  # the environment only; no daemon is started

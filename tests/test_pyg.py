@@ -474,6 +474,32 @@ def test_minibatches_equal_the_reference_with_every_neighbour(small):
         assert "edge_index" in batch and batch.edge_index.dtype == torch.int64
 
 
+def test_a_minibatch_moves_to_its_own_device_at_once(small, monkeypatch):
+    """A minibatch is PyG's Data (a DeviceData) whose to() its own device returns it without
+    PyG's visit of every attribute; a tensor elsewhere in it (also in a list), attribute names
+    or another device take PyG's to, which moves what it holds."""
+    from pytorch_zerocopy.pyg import DeviceData
+
+    batch = next(iter(NeighborLoader(small, [2], batch_size=8)))
+    assert isinstance(batch, Data) and type(batch) is DeviceData
+    dev = batch.x.device
+    assert batch.to(dev) is batch and batch.to(dev.type, non_blocking=True) is batch
+    visits = []
+    monkeypatch.setattr(Data, "to", lambda self, *args, **kwargs: visits.append(args) or self)
+    for device in (dev, str(dev), dev.type):
+        assert batch.to(device) is batch
+    assert visits == []
+    batch.to(dev, "x")
+    batch.to("meta")
+    batch.to(object())  # not a device: PyG's to says so
+    batch.extra = [torch.zeros(1, device="meta")]
+    batch.to(dev)
+    assert [args[0] for args in visits] == [dev, "meta", visits[2][0], dev] and visits[0][1:] == ("x",)
+    monkeypatch.undo()
+    moved = batch.to("meta")
+    assert moved is batch and batch.x.device.type == "meta" and batch.extra[0].device.type == "meta"
+
+
 def test_same_attributes_as_pygs_loader(small):
     """The keys and types PyG's own loader puts in a minibatch, from PyG's filter path with a
     reference sampler (PyG's own sampling needs pyg-lib or torch-sparse)."""
@@ -649,7 +675,9 @@ def test_carried_tables_pack_and_unpack_every_dtype_and_shape():
     assert carried.width == 1 + 1 + 2 + 6 + 1
     nodes = torch.randint(0, n, (37,), generator=gen)
     packed = carried.read(nodes)
-    assert packed.dtype == torch.int64 and packed.numel() == 37 * carried.width
+    # bytes per dtype, each run padded to whole int64s: int64 37, int32 37 * 2 * 4 B, uint8 37 * 6, bools 37 * 2
+    assert packed.dtype == torch.int64 and packed.numel() == carried.words(37) == 37 + 37 + 28 + 10
+    assert not packed[-10:].view(torch.uint8)[74:].any()  # the padding: zeros, not whatever the memory held
     got = carried.unpack(torch.cat([torch.full((5,), -7), packed])[5:], 37)
     assert sorted(got) == sorted(tables)
     for name, t in tables.items():

@@ -56,6 +56,11 @@ from .runner import PipelineError, Supervisor, close_queue, cpu_role_environment
 from .sampler import sampler_main
 from .trace import Stage, StageTimes
 
+LOADER_PRODUCER_SHARE = 50.0
+"""The producer's share of the GPU's threads in a loader's process way under MPS. It yields to
+the training process there (below-normal priority: the user's step is what must not wait), and
+it samples on the GPU, a chain of small kernels and a wait per minibatch that runs behind the
+step's kernels: on a smaller share it falls behind the step."""
 HEALTH_CHECK_SECONDS = 0.5  # how often a loop waiting for a minibatch checks the roles are alive
 CLOSE_TIMEOUT_SECONDS = 60.0
 _PRODUCER_STAGES = {"sample_ms": Stage.SAMPLE, "gather_ms": Stage.GATHER}
@@ -238,10 +243,13 @@ def loader_plan(fanouts: Sequence[int], batch_size: int, row_bytes: int, table_b
     ``batch_size`` on this machine. The GPU is partitioned with MPS only where this process is
     itself an MPS client (:func:`~.partition.this_process_client_env`; ``zerocopy mps`` runs a
     script as one), with the producer yielding to this process (``producer_yields``: the user's
-    step runs here); elsewhere the producer's process and this one take turns on the GPU.
-    ``cache``: the plan's cache of the gathered table (None: the plan's default)."""
+    step runs here) on :data:`LOADER_PRODUCER_SHARE` of the GPU; elsewhere the producer's process
+    and this one take turns on the GPU. ``cache``: the plan's cache of the gathered table (None:
+    the plan's default)."""
     partition = "mps" if this_process_client_env(100.0) is not None else "none"
-    settings = {} if cache is None else {"cache": cache}
+    settings = {"producer_share": LOADER_PRODUCER_SHARE}
+    if cache is not None:
+        settings["cache"] = cache
     return make_plan("zerocopy", partition, row_bytes=row_bytes, table_bytes=table_bytes,
                      fanouts=tuple(f if f != 0 else 1 for f in fanouts), batch_size=batch_size, cuda_graph=False,
                      producer_yields=True, **settings)

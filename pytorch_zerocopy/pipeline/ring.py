@@ -232,6 +232,9 @@ class RingReader:
         self.free_q.put(FreeEvents(self.free_events))
         self._copy_done = None
         self._group_of: dict = {}  # slot received and not released -> its group's _Released
+        self._index = None if device.type != "cuda" else \
+            (device.index if device.index is not None else torch.cuda.current_device())
+        self._streams: dict = {}  # torch's key of a stream -> its Stream (made once)
 
     def _adopt(self, item: SlotReady) -> None:
         """Switches to a slot's grown buffers."""
@@ -271,7 +274,7 @@ class RingReader:
             self._adopt(item)
         view = self.buffers[item.slot][: item.rows]
         if self.gpu_slots:
-            torch.cuda.current_stream(self.device).wait_event(self.ready_events[item.slot])
+            self._current_stream().wait_event(self.ready_events[item.slot])
             item.batch.packed = self.packed[item.slot][: item.batch.layout.numel]  # received here: ours to set
             return view
         if not self.copy_in:
@@ -286,13 +289,25 @@ class RingReader:
         self._copy_done = done
         return feats
 
+    def _current_stream(self) -> "torch.cuda.Stream":
+        """The current stream of the trainer's GPU, without making a ``Stream`` per call (a
+        slot's hand-off is on the path of every minibatch): one per stream seen, kept while
+        few are (a loop making a stream per step makes them again)."""
+        key = torch._C._cuda_getCurrentStream(self._index)  # (id, device index, type): what current_stream reads
+        stream = self._streams.get(key)
+        if stream is None:
+            if len(self._streams) >= 16:
+                self._streams.clear()
+            stream = self._streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
+        return stream
+
     def release(self, item: SlotReady) -> None:
         """Gives ``item``'s slot back: its group's slots go to the producer once all are."""
         group = self._group_of.pop(item.slot, None)
         if group is None:
             raise RuntimeError(f"trainer: slot {item.slot} was released twice, or never received")
         if self.gpu_slots:
-            self.free_events[item.slot].record(torch.cuda.current_stream(self.device))
+            self.free_events[item.slot].record(self._current_stream())
         elif self.copy_in:
             self._copy_done.synchronize()  # the host slot may be refilled once copied out
         group.slots.append(item.slot)

@@ -38,10 +38,11 @@ from .feature_store import FeatureStore
 from .graph_store import GraphStore
 from .loader import NeighborLoader
 from .sampler import NeighborSampler, SampledHops, sample_hops
-from .data import DataExtras, data_from_dataset, stores_from_data
+from .data import DataExtras, DeviceData, data_from_dataset, stores_from_data
 
 __all__ = [
     "DataExtras",
+    "DeviceData",
     "FeatureStore",
     "GraphStore",
     "NeighborLoader",

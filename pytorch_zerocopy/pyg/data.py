@@ -24,6 +24,40 @@ from ..placement import Placement
 from .graph_store import GraphStore, csc_from_coo
 
 
+class DeviceData(Data):
+    """PyG's ``Data`` as this package's loaders make minibatches, whose ``to(device)`` returns
+    the minibatch itself at once where every tensor in it (also in a list, tuple or dict) is
+    already on ``device``, as each of a loader's is: PyG's ``to`` would visit every attribute
+    (about a dozen a minibatch, a Python call and a ``Tensor.to`` each) to move nothing. Any
+    other call, with attribute names too, is PyG's ``to``; either way the minibatch itself is
+    returned, as PyG's does."""
+
+    def to(self, device, *args: str, non_blocking: bool = False):
+        if not args and self._all_on(device):
+            return self
+        return super().to(device, *args, non_blocking=non_blocking)
+
+    def _all_on(self, device) -> bool:
+        try:
+            want = torch.device(device)
+        except (TypeError, RuntimeError, ValueError):
+            return False  # PyG's to says what is wrong with it, or moves to a device torch names otherwise
+        if want.type == "cuda" and want.index is None:
+            want = torch.device("cuda", torch.cuda.current_device())
+        return all(_on(value, want) for store in self.stores for value in store._mapping.values())
+
+
+def _on(value: Any, device: torch.device) -> bool:
+    """Whether every tensor in ``value`` is on ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.device == device
+    if isinstance(value, (list, tuple)):
+        return all(_on(v, device) for v in value)
+    if isinstance(value, dict):
+        return all(_on(v, device) for v in value.values())
+    return True
+
+
 @dataclass
 class DataExtras:
     """What a ``Data`` holds beyond node tables and the edge list.

@@ -48,10 +48,10 @@ Additions:
   it) and gathered and built minibatch ``i + 1``, each minibatch on a side stream of its own.
   The host waits for the GPU once per minibatch, for the sizes of a sample queued one minibatch
   earlier (plus once per hop of fanout ``-1``, and in PyG's ``subgraph_type='bidirectional'``
-  conversion), and once per epoch for the copy of the epoch's seeds (with torch's own shuffled or
-  sequential batch sampler; other samplers' seeds reach the GPU per minibatch through pinned
-  memory); rows of sampled nodes and edges are read without bounds checks (the sampler's ids are
-  valid), so nothing else waits.
+  conversion). The epoch's seeds reach the GPU in one copy, which each minibatch's stream waits
+  for (with torch's own shuffled or sequential batch sampler; other samplers' seeds reach the GPU
+  per minibatch through pinned memory); rows of sampled nodes and edges are read without bounds
+  checks (the sampler's ids are valid), so nothing else waits.
 * ``pipeline=True`` runs the loader's stages the way ``zerocopy train`` runs them
   (:mod:`pytorch_zerocopy.pipeline.loader`): sampling and the gather of ``x`` in processes of
   their own (on a GPU the producer samples and gathers there), minibatches in flight while the
@@ -97,7 +97,7 @@ from ..pipeline.plan import Plan
 from ..pipeline.trace import UNTIMED, Stage, StageTimes, stage_timer
 from ..placement import Placement, PlacementError, cat_to_device_async, op_device
 from ..sampling import PendingSample, draw_seeds
-from .data import DataExtras, stores_from_data
+from .data import DataExtras, DeviceData, stores_from_data
 from .feature_store import FeatureStore
 from .graph_store import GraphStore
 from .sampler import CARRIED_DTYPES, CarriedTables, NeighborSampler, SampledHops, edge_index
@@ -548,14 +548,19 @@ class NeighborLoader(ProcessWay, NodeLoader):
             order = draw()
             ids = order if source.input_id is None else source.input_id[order]
             nodes = source.node[order]
+            copied = None
             if device.type == "cuda":
                 n = order.numel()
                 both = cat_to_device_async([ids, nodes], device, torch.int64)
-                # The minibatches are started on side streams, which never wait for this one;
-                # each sample keeps its slice alive until its kernels have run.
-                torch.cuda.current_stream(device).synchronize()
+                copied = torch.cuda.Event()
+                copied.record(torch.cuda.current_stream(device))
                 ids, nodes = both[:n], both[n:]
             for cut in _cuts(order.numel(), self.batch_sampler):
+                if copied is not None:
+                    # Each minibatch starts on a side stream of its own (the current one here):
+                    # it waits for the copy, the host does not. Each sample keeps its slice alive
+                    # until its kernels have run.
+                    torch.cuda.current_stream(device).wait_event(copied)
                 yield ids[cut], nodes[cut]
         return epoch()
 
@@ -597,7 +602,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
             # The labels part: the input ids, then the carried tables at the minibatch's nodes.
             n = x.shape[0]
             labels = mb.labels
-            ids = labels.numel() - (0 if carried is None else n * carried.width)
+            ids = labels.numel() - (0 if carried is None else carried.words(n))
             gathered = {} if carried is None else carried.unpack(labels[ids:], n)
             gathered["x"] = x.view((n,) + shape)
             out = self.node_sampler.output(SampledHops.from_minibatch(mb), labels[:ids])
@@ -662,7 +667,7 @@ class NeighborLoader(ProcessWay, NodeLoader):
             values.update(batch=out.batch, num_sampled_nodes=out.num_sampled_nodes,
                           num_sampled_edges=out.num_sampled_edges, input_id=out.metadata[0],
                           seed_time=out.metadata[1], batch_size=out.metadata[0].size(0))
-            data = self.custom_cls() if self.custom_cls is not None else Data()
+            data = self.custom_cls() if self.custom_cls is not None else DeviceData()
             _set_attributes(data, values)
             if out.orig_row is not None and out.orig_col is not None:
                 data._orig_edge_index = torch.stack([out.orig_row, out.orig_col], dim=0)

@@ -255,7 +255,7 @@ class NeighborSampler(BaseSampler):
 
 CARRIED_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
 """The dtypes of the node tables a sampling role can pack into a minibatch's int64 labels part
-(exactly: each value converts to int64 and back)."""
+(as their bytes: every value kept)."""
 
 
 class CarriedTables:
@@ -270,10 +270,11 @@ class CarriedTables:
     carries only tables that fit there,
     :func:`~pytorch_zerocopy.feature_table.default_side_readings`), or on the CPU. So a
     minibatch costs one read per dtype, and its packed values are, per dtype in
-    :data:`CARRIED_DTYPES` order, each table's values node after node (a table of ``[nodes, k]``
-    rows: its ``k`` columns one after the other) as int64, transposed where they are read, so
-    that :meth:`unpack` takes each table as one slice. The role reads the tables as they are
-    when it first reads them: the loader refuses minibatches once one was written in place.
+    :data:`CARRIED_DTYPES` order, the bytes of each table's values node after node (a table of
+    ``[nodes, k]`` rows: its ``k`` columns one after the other), transposed where they are
+    read, then zeros up to a whole int64 (:meth:`words`): :meth:`unpack` takes each table as
+    views of them, with no conversion. The role reads the tables as they are when it first reads
+    them: the loader refuses minibatches once one was written in place.
     """
 
     def __init__(self, tables: Sequence[Tuple[str, torch.Tensor]]):
@@ -287,24 +288,43 @@ class CarriedTables:
         self.row_shapes = tuple(tuple(host.shape[1:]) for host in self.hosts)
         self.widths = tuple(math.prod(shape) for shape in self.row_shapes)
         self.width = sum(self.widths)  # values packed per node
-        self._groups = []  # (dtype, first table, end table)
+        self._groups: List[_DtypeRun] = []  # the tables of one dtype: tables [first, end), values per node
         for i, host in enumerate(self.hosts):
-            if self._groups and self._groups[-1][0] == host.dtype:
-                self._groups[-1] = (host.dtype, self._groups[-1][1], i + 1)
+            if self._groups and self._groups[-1].dtype == host.dtype:
+                last = self._groups[-1]
+                self._groups[-1] = _DtypeRun(host.dtype, last.first, i + 1, last.width + self.widths[i])
             else:
-                self._groups.append((host.dtype, i, i + 1))
+                self._groups.append(_DtypeRun(host.dtype, i, i + 1, self.widths[i]))
         self._readers: Optional[list] = None  # per dtype, where read (never pickled)
 
     def __getstate__(self):
         return {**self.__dict__, "_readers": None}
 
+    def words(self, n: int) -> int:
+        """The int64 values packed for a minibatch of ``n`` nodes."""
+        return sum(run.words(n) for run in self._groups)
+
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
         """Every table's rows at ``nodes`` (valid node ids), packed (see the class docstring),
         where ``nodes`` are (on the current stream)."""
         if self._readers is None:
-            self._readers = [self._reader(first, end, nodes.device) for _, first, end in self._groups]
-        parts = [r.read(nodes, check_bounds=False).t().reshape(-1) for r in self._readers]
-        return torch.cat([p.to(torch.int64) for p in parts])
+            self._readers = [self._reader(run.first, run.end, nodes.device) for run in self._groups]
+        n = nodes.numel()
+        out = torch.empty(self.words(n), dtype=torch.int64, device=nodes.device)
+        at = 0
+        for run, reader in zip(self._groups, self._readers):
+            words = run.words(n)
+            values = reader.read(nodes, check_bounds=False).t().reshape(-1)  # column after column
+            if run.dtype == torch.int64:
+                out[at: at + words].copy_(values)
+            else:
+                room = out[at: at + words].view(torch.uint8)
+                size = values.numel() * values.element_size()
+                room[:size].copy_(values.view(torch.uint8))
+                if size < room.numel():
+                    room[size:].zero_()
+            at += words
+        return out
 
     def _reader(self, first: int, end: int, device: torch.device):
         from ..feature_table import FeatureTable
@@ -314,24 +334,44 @@ class CarriedTables:
         return FeatureTable(side_by_side, "cuda" if device.type == "cuda" else "cpu", device=device)
 
     def unpack(self, values: torch.Tensor, n: int) -> Dict[str, torch.Tensor]:
-        """The tables' rows of a minibatch of ``n`` nodes from its packed ``values``, by name,
-        contiguous: slices of ``values`` for int64 tables of one value per node, of one
-        conversion per other dtype (a table of several values per node: a copy)."""
+        """The tables' rows of a minibatch of ``n`` nodes from its packed ``values`` (:meth:`words`
+        of them), by name, contiguous: views of ``values`` for tables of one value per node (a
+        table of several values per node: a copy)."""
         out: Dict[str, torch.Tensor] = {}
         at = 0
-        for dtype, first, end in self._groups:
-            size = n * sum(self.widths[first:end])
-            run = values[at: at + size] if dtype == torch.int64 else values[at: at + size].to(dtype)
-            at += size
+        for run in self._groups:
+            words = run.words(n)
+            part = values[at: at + words]
+            if run.dtype != torch.int64:
+                part = part.view(torch.uint8)[: n * run.width * run.itemsize].view(run.dtype)
+            at += words
             off = 0
-            for k in range(first, end):
+            for k in range(run.first, run.end):
                 w, shape = self.widths[k], self.row_shapes[k]
-                part = run if end - first == 1 else run[off: off + n * w]  # a dtype's one table: all of it
+                table = part if run.end - run.first == 1 else part[off: off + n * w]  # one table: all of it
                 off += n * w
                 if w != 1 or shape:
-                    part = part.view(w, n).t().contiguous().view((n,) + shape)
-                out[self.names[k]] = part
+                    table = table.view(w, n).t().contiguous().view((n,) + shape)
+                out[self.names[k]] = table
         return out
+
+
+@dataclass(frozen=True)
+class _DtypeRun:
+    """The carried tables of one dtype: tables ``[first, end)``, ``width`` values per node."""
+
+    dtype: torch.dtype
+    first: int
+    end: int
+    width: int
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def words(self, n: int) -> int:
+        """The int64 values its bytes take for ``n`` nodes (rounded up)."""
+        return -(-n * self.width * self.itemsize // 8)
 
 
 class HopStage(FedStage):
