@@ -566,7 +566,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=None, help="tuned CPU loaders' worker processes "
                                                              "(default: the cores less two, at most 8)")
     p.add_argument("--rows", default=None, help="loader rows to run, comma-separated (default: all); the pipeline "
-                                                "row always runs (its rate is every bar's denominator)")
+                                                "row always runs (its rate is every bar's denominator), and so "
+                                                "do the --variants rows")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="diagnostic: profile the host work of N minibatches of the pyg and dgl rows (loader alone) "
                         "and of the pyg_pipeline row (training)")
@@ -619,6 +620,7 @@ def main(argv=None) -> int:
     result["pipeline"] = attempt("pipeline", lambda: pipeline_row(ds, args))
     rows = loaders(data, ds, args, gpu)
     wanted = [r.strip() for r in (args.rows.split(",") if args.rows else rows) if r.strip()]
+    wanted += [r for r in rows if r.startswith(VARIANT_PREFIX) and r not in wanted]  # asked for by --variants
     if "pipeline" in wanted:
         print("--rows: 'pipeline' always runs (it is every bar's denominator); nothing to add", flush=True)
         wanted = [r for r in wanted if r != "pipeline"]

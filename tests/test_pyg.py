@@ -1020,6 +1020,23 @@ def test_benchmark_quick_mode(tmp_path):
     assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG and DGL loaders against the pipeline")
 
 
+def test_benchmark_runs_the_variants_asked_for_beside_the_rows(tmp_path):
+    """--variants rows run whatever --rows names, each compared with the step alone."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "pyg_loader.py"), "--quick", "--out", str(tmp_path),
+                        "--rows", "pyg_pipeline", "--variants", "depth2:queue_depth=2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((tmp_path / "pyg_loader.json").read_text())
+    assert set(result["modes"]) == {"pyg_pipeline", "pyg_pipeline_v_depth2"}
+    assert result["bars"]["pyg_pipeline_v_depth2_train_over_max_stage"] > 0
+
+
 # --- reading x as the plan does; one minibatch ahead ------------------------------------------
 
 

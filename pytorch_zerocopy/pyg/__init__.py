@@ -21,6 +21,8 @@ The pieces, usable on their own:
 * :class:`NeighborSampler`: a PyG ``BaseSampler`` over this package's sampling op.
 * :func:`stores_from_data`: a PyG ``Data`` as such a ``(FeatureStore, GraphStore)`` pair;
   :func:`data_from_dataset`: a :mod:`pytorch_zerocopy.datasets` dataset as a PyG ``Data``.
+* :class:`DeviceData`: the loader's minibatches, PyG's ``Data`` whose ``to()`` the device they
+  are on costs nothing.
 
 PyG is needed by this subpackage only; ``import pytorch_zerocopy`` never imports it.
 """

@@ -43,6 +43,8 @@ class DeviceData(Data):
         except (TypeError, RuntimeError, ValueError):
             return False  # PyG's to says what is wrong with it, or moves to a device torch names otherwise
         if want.type == "cuda" and want.index is None:
+            if not torch.cuda.is_available():
+                return False  # PyG's to raises torch's error
             want = torch.device("cuda", torch.cuda.current_device())
         return all(_on(value, want) for store in self.stores for value in store._mapping.values())
 

@@ -18,7 +18,9 @@ Differences from PyG's loader, all reported when asked for:
   ``subgraph_type='induced'`` sampling and heterogeneous graphs raise ``NotImplementedError``;
 * a ``(FeatureStore, GraphStore)`` pair need not be this package's: a PyG graph store is read
   once through its ``csc()`` into a host-resident :class:`~pytorch_zerocopy.pyg.GraphStore`;
-  a foreign feature store receives node ids on the sampling device.
+  a foreign feature store receives node ids on the sampling device;
+* minibatches are :class:`~pytorch_zerocopy.pyg.DeviceData` (PyG's ``Data``, whose ``to()`` the
+  device they are on returns at once), unless ``custom_cls`` names a class.
 
 Additions:
 
