@@ -570,7 +570,9 @@ class Plan:
             Mode.GPU: f"gathering on {device} from a copy of the table in its memory {where}",
         }[self.mode]
         parts = [f"mode {self.mode.value}: {sampling}", gathering, f"training on {device}"]
-        if self.partition is not Partition.NONE:
+        if self.partition is Partition.MPS:
+            parts.append(f"GPU partition mps (the producer on {self.producer_share:g} % of the GPU's threads)")
+        elif self.partition is not Partition.NONE:
             parts.append(f"GPU partition {self.partition.value}")
         if self.partition is Partition.MPS and self.producer_yields:
             parts.append("the producer at below-normal MPS priority")
