@@ -295,10 +295,11 @@ def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
 
 def _set_attributes(data: Data, values: Dict[str, Any]) -> None:
     """Sets ``data``'s attributes ``values`` (None values: not set), as ``setattr`` does; a
-    plain, new ``Data`` gets them straight into its storage's mapping, where PyG's attribute
-    setters put them (each after a dispatch that costs more than the store)."""
+    new ``Data`` or :class:`~.data.DeviceData` (neither has attribute setters of its own) gets
+    them straight into its storage's mapping, where PyG's attribute setters put them (each after
+    a dispatch that costs more than the store)."""
     values = {k: v for k, v in values.items() if v is not None}
-    if type(data) is Data and not data._store._mapping:
+    if type(data) in (Data, DeviceData) and not data._store._mapping:
         data._store._mapping.update(values)
         return
     for key, value in values.items():
