@@ -1,6 +1,7 @@
 """The sampler -> producer -> trainer pipeline on the CPU: ring hand-off and end to end (the ring
 also on a GPU, with the producer sampling there)."""
 
+import itertools
 import queue
 import threading
 import time
@@ -15,7 +16,7 @@ from pytorch_zerocopy.pipeline import EpochStats, Mode, Phase, Plan, SampleOn, S
 from pytorch_zerocopy.pipeline.messages import (EpochMark, FreeEvents, FreeSlots, Minibatch, RingHandles, SlotReady,
                                                 SlotsReady)
 from pytorch_zerocopy.pipeline.minibatches import epoch_batches
-from pytorch_zerocopy.pipeline.producer import producer_main
+from pytorch_zerocopy.pipeline.producer import group_sizes, producer_main
 from pytorch_zerocopy.pipeline.ring import RingReader, RingWriter
 from pytorch_zerocopy.pipeline.sampler import sampler_main
 from pytorch_zerocopy.train import _printer
@@ -136,10 +137,10 @@ def test_slots_grow_and_are_reshared(small, device, monkeypatch, group):
 
 
 def test_each_phase_starts_with_small_groups(small, monkeypatch):
-    """From the run's start and after every epoch mark the producer gathers groups of 1, 2,
-    4, ... minibatches up to ``gather_batches`` (the trainer's first minibatch of a phase waits
-    for one gather), the last group of a phase cut at its mark; every minibatch arrives with its
-    own rows."""
+    """From the run's start and after every epoch mark the producer gathers groups of 1, 1, 2,
+    2, 4, 4, ... minibatches up to ``gather_batches`` (the trainer's first minibatch of a phase
+    waits for one gather), the last group of a phase cut at its mark; every minibatch arrives
+    with its own rows."""
     import pytorch_zerocopy.pipeline.producer as producer
 
     calls = []
@@ -163,11 +164,10 @@ def test_each_phase_starts_with_small_groups(small, monkeypatch):
             run = 0
     want = []
     for n in phases:
-        size = 1
-        while n:
-            want.append(min(size, 4, n))
-            n -= want[-1]
-            size *= 2
+        for size in (1, 1, 2, 2, 4, 4, 4, 4, 4):
+            if n:
+                want.append(min(size, n))
+                n -= want[-1]
     thread = threading.Thread(target=producer_main, args=(plan, small, batch_q, ready_q, free_q), daemon=True)
     thread.start()
     source = RingReader(ready_q, free_q, torch.device("cpu"))
@@ -181,7 +181,13 @@ def test_each_phase_starts_with_small_groups(small, monkeypatch):
     thread.join(30)
     assert not thread.is_alive()
     assert phases[:3] == [9, 3, 9] and delivered == sum(phases)
-    assert calls == want  # 9 training minibatches: 1, 2, 4, 2; 3 validation: 1, 2; ...
+    assert calls == want  # 9 training minibatches: 1, 1, 2, 2, 3; 3 validation: 1, 1, 1; ...
+
+
+@pytest.mark.parametrize("limit, first", [(1, [1, 1, 1]), (2, [1, 1, 2, 2, 2]), (8, [1, 1, 2, 2, 4, 4, 8, 8]),
+                                          (6, [1, 1, 2, 2, 4, 4, 6, 6])])
+def test_group_sizes_repeat_each_size_before_growing(limit, first):
+    assert list(itertools.islice(group_sizes(limit), len(first))) == first
 
 
 def test_ring_reader_refuses_a_message_it_does_not_know():

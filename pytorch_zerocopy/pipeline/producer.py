@@ -23,9 +23,10 @@ few and scattered over the whole table, so one gather of several minibatches' ro
 page of the table once for more rows (rows per second rise with rows per call). The rows then
 move to their slots by device-to-device copies, on a stream of their own that overlaps them
 with the next group's gather. Every minibatch of a group is ready when the group is. A phase
-(the run's start, and after each epoch mark) starts with groups of 1, 2, 4, ... minibatches up
-to ``Plan.gather_batches``: the trainer's first minibatch of a phase waits
-for one sample and one gather, not for a whole group's, while the later groups form behind it.
+(the run's start, and after each epoch mark) starts with groups of 1, 1, 2, 2, 4, 4, ...
+minibatches up to ``Plan.gather_batches`` (:func:`group_sizes`): the trainer's first minibatch
+of a phase waits for one sample and one gather, not for a whole group's, while the later groups
+form behind it.
 
 Grid: ``Plan.gather_tuning`` reaches the gather op as arguments (it may bound the kernel's grid
 to a few blocks per SM of the producer's share).
@@ -41,7 +42,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Iterable, List, Optional, Union
+from typing import Iterable, Iterator, List, Optional, Union
 
 import torch
 
@@ -261,10 +262,25 @@ def producer_main(plan: Plan, ds: NodeDataset, batch_q, ready_q, free_q,
             remote.close()  # after the ring's close, which waited for this process's GPU work
 
 
+def group_sizes(limit: int) -> Iterator[int]:
+    """The sizes of a phase's groups: 1, 1, 2, 2, 4, 4, ..., then ``limit`` from there on. Each
+    size comes twice: while a group is gathered the trainer trains on the group before it, so a
+    group as large as the one before needs only that the producer keep pace, and the minibatches
+    ready in the ring grow until the next size; a group twice as large as the one before (sizes
+    doubling at every group) would need the producer twice as fast as the trainer, or the
+    trainer waits at every phase's start."""
+    size = 1
+    while size < limit:
+        yield size
+        yield size
+        size *= 2
+    yield from itertools.repeat(limit)
+
+
 def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: FeatureReader, ring: RingWriter,
             tracer: Optional[ProducerTrace]) -> None:
     """Gathers the minibatches of ``source`` through ``reader`` into ``ring``'s slots, in groups
-    of 1, 2, 4, ... up to ``plan.gather_batches`` from each phase's start (timed into
+    of :func:`group_sizes` up to ``plan.gather_batches`` from each phase's start (timed into
     ``tracer`` when given), forwarding each epoch mark after the minibatches before it (with the
     cache's hit counts when ``reader`` is a :class:`CachedTable`), then closes the ring."""
     flush = _Flush(reader, ring)
@@ -272,7 +288,8 @@ def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: Fea
     if tracer is not None:
         flush = _TracedFlush(flush, tracer)
     group: List[Sampled] = []
-    size = 1  # of the next group: doubles from each phase's start up to plan.gather_batches
+    sizes = group_sizes(plan.gather_batches)  # of the groups from the phase's start
+    size = next(sizes)
     for item in source:
         if isinstance(item, EpochMark):
             if group:  # the minibatches before a mark reach the trainer before it
@@ -281,13 +298,14 @@ def produce(plan: Plan, source: Iterable[Union[Sampled, EpochMark]], reader: Fea
             if hits is not None:
                 item = replace(item, cache=hits.take(item.epoch, item.phase))
             ring.mark(item if tracer is None else replace(item, trace=tracer.take_all()))
-            size = 1
+            sizes = group_sizes(plan.gather_batches)
+            size = next(sizes)
             continue
         group.append(item)
         if len(group) >= size:
             flush(group)
             group = []
-            size = min(2 * size, plan.gather_batches)
+            size = next(sizes)
     if group:
         flush(group)
     ring.close()

@@ -38,15 +38,25 @@ class DeviceData(Data):
         return super().to(device, *args, non_blocking=non_blocking)
 
     def _all_on(self, device) -> bool:
-        try:
-            want = torch.device(device)
-        except (TypeError, RuntimeError, ValueError):
-            return False  # PyG's to says what is wrong with it, or moves to a device torch names otherwise
+        if isinstance(device, torch.device):
+            want = device
+        else:
+            try:
+                want = torch.device(device)
+            except (TypeError, RuntimeError, ValueError):
+                return False  # PyG's to says what is wrong with it, or moves to a device torch names otherwise
         if want.type == "cuda" and want.index is None:
             if not torch.cuda.is_available():
                 return False  # PyG's to raises torch's error
             want = torch.device("cuda", torch.cuda.current_device())
-        return all(_on(value, want) for store in self.stores for value in store._mapping.values())
+        for store in self.stores:
+            for value in store._mapping.values():
+                if isinstance(value, torch.Tensor):
+                    if value.device != want:
+                        return False
+                elif isinstance(value, (list, tuple, dict)) and not _on(value, want):
+                    return False
+        return True
 
 
 def _on(value: Any, device: torch.device) -> bool:
