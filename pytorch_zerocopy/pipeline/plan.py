@@ -209,9 +209,10 @@ class Plan:
 
     Ring (``gather_in`` producer): ``num_slots`` feature slots; the producer gathers
     ``gather_batches`` minibatches per call (one walk over the table's pages for more rows; a
-    phase's first calls take 1, 1, 2, 2, 4, 4, ... of them) and copies them to their slots, which needs
-    ``num_slots >= 2 * gather_batches`` so one group trains while the next is gathered. With GPU sampling the producer keeps the next
-    ``gather_batches`` minibatches' samples in flight while it gathers the current ones.
+    phase's first calls take 1, 1, 2, 2, 4, 4, ... of them) and copies them to their slots,
+    which needs ``num_slots >= 2 * gather_batches`` so one group trains while the next is
+    gathered. With GPU sampling the producer keeps the next ``gather_batches`` minibatches'
+    samples in flight while it gathers the current ones.
 
     Cache (mode ``zerocopy``): ``cache`` sizes a GPU cache of hot feature rows and picks its
     policy; the rows are chosen once, in the parent, from the dataset's graph (and training

@@ -51,10 +51,7 @@ class DeviceData(Data):
             want = torch.device("cuda", torch.cuda.current_device())
         for store in self.stores:
             for value in store._mapping.values():
-                if isinstance(value, torch.Tensor):
-                    if value.device != want:
-                        return False
-                elif isinstance(value, (list, tuple, dict)) and not _on(value, want):
+                if not _on(value, want):
                     return False
         return True
 
