@@ -224,6 +224,43 @@ def test_ring_reader_gives_a_groups_slots_back_together():
         reader.release(alone)
 
 
+def test_copy_out_slot_copies_a_slots_rows_and_cuts_its_packed_copy():
+    """The trainer's copy-out of a slot (one call): the first n rows and the first sum(cuts)
+    packed values, as new tensors (later writes to the slot leave them alone), the packed copy
+    cut into views of it; a call that would read past the slot is a clear error."""
+    from pytorch_zerocopy.unified import _C
+
+    gen = torch.Generator().manual_seed(21)
+    for _ in range(20):
+        rows = torch.randn(int(torch.randint(1, 60, (1,), generator=gen)), 3, generator=gen)
+        packed = torch.randint(-99, 99, (int(torch.randint(0, 80, (1,), generator=gen)),), generator=gen)
+        n = int(torch.randint(0, rows.shape[0] + 1, (1,), generator=gen))
+        cuts, left = [], int(torch.randint(0, packed.numel() + 1, (1,), generator=gen))
+        while left:
+            cuts.append(int(torch.randint(0, left + 1, (1,), generator=gen)))
+            left -= cuts[-1]
+        got_rows, got_packed, *pieces = _C.copy_out_slot(rows, n, packed, cuts + [0])
+        want_rows, want_packed = rows[:n].clone(), packed[:sum(cuts)].clone()
+        rows.fill_(float("nan"))
+        packed.fill_(-12345)  # the slot refilled: the copies keep what it held
+        assert torch.equal(got_rows, want_rows) and torch.equal(got_packed, want_packed)
+        assert [p.numel() for p in pieces] == cuts + [0] and torch.equal(torch.cat(pieces), want_packed)
+        if pieces[0].numel():
+            pieces[0][0] = 7  # views of the packed copy
+            assert int(got_packed[0]) == 7
+    rows, packed = torch.zeros(4, 2), torch.arange(6)
+    with pytest.raises(ValueError, match=r"n must be in \[0, 4\]"):
+        _C.copy_out_slot(rows, 5, packed, [])
+    with pytest.raises(ValueError, match="add up to at most the slot's packed values"):
+        _C.copy_out_slot(rows, 1, packed, [4, 3])
+    with pytest.raises(ValueError, match="must be >= 0"):
+        _C.copy_out_slot(rows, 1, packed, [-1, 2])
+    with pytest.raises(ValueError, match="packed must be a 1-D tensor"):
+        _C.copy_out_slot(rows, 1, packed.view(2, 3), [1])
+    with pytest.raises(ValueError, match="same device"):
+        _C.copy_out_slot(rows, 1, packed.to("meta"), [1])
+
+
 def test_ring_writer_takes_slots_given_back_in_groups(small):
     """The producer's end takes the ring's unused slots first, then those given back, a group's
     at a time, in order; anything else on the free queue is a clear error."""

@@ -109,6 +109,32 @@ def test_minibatch_packs_and_describes(graph):
         Minibatch.pack(Phase.TRAIN, 0, 0, [sampling.Block(mb.blocks[0].src, mb.blocks[0].dst, 5, 3)], mb.labels)
 
 
+@pytest.mark.parametrize("eids", [False, True])
+def test_minibatch_parts_are_its_views_in_one_split(eids):
+    """``Minibatch.parts`` cuts the packed tensor as the properties do: the same values, views
+    of it (writing one writes the packed tensor), the labels in the pieces asked for."""
+    gen = torch.Generator().manual_seed(5)
+    nodes = torch.randperm(40, generator=gen)[:12]
+    blocks = [sampling.Block(torch.randint(0, 12, (e,), generator=gen), torch.randint(0, d, (e,), generator=gen),
+                             12 if h == 0 else s, d, nodes=nodes if h == 0 else None,
+                             eids=torch.randint(0, 99, (e,), generator=gen))
+              for h, (e, s, d) in enumerate([(17, 12, 7), (9, 7, 3)])]
+    labels = torch.randint(-9, 9, (10,), generator=gen)
+    mb = Minibatch.pack(Phase.TRAIN, 0, 0, blocks, labels, eids=eids)
+    parts = mb.parts([3, 0, 7])
+    assert torch.equal(parts.nodes, mb.input_nodes) and [p.numel() for p in parts.labels] == [3, 0, 7]
+    assert torch.equal(torch.cat(parts.labels), mb.labels) and parts.edges.shape == (2, 26)
+    assert torch.equal(parts.edges[0], mb.src) and torch.equal(parts.edges[1], mb.dst)
+    assert (parts.eids is None) if not eids else torch.equal(parts.eids, mb.eids)
+    assert torch.equal(mb.parts().labels[0], labels) and len(mb.parts().labels) == 1
+    assert [p.numel() for p in mb.parts([-1, 4]).labels] == [6, 4]  # a first piece of -1: the rest
+    parts.edges[1, 0] = -5  # a view
+    assert int(mb.dst[0]) == -5
+    for wrong in ([3, 3], [-1, 11], [4, -1, 7]):
+        with pytest.raises(ValueError, match="add up"):
+            mb.parts(wrong)
+
+
 def test_async_sample_on_the_cpu_is_the_cpu_sample(graph):
     """On the CPU the sampler's asynchronous call gives the same minibatch as the CPU sampler."""
     plan = Plan(fanouts=(3, 3), batch_size=40)

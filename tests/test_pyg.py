@@ -678,10 +678,13 @@ def test_carried_tables_pack_and_unpack_every_dtype_and_shape():
     # bytes per dtype, each run padded to whole int64s: int64 37, int32 37 * 2 * 4 B, uint8 37 * 6, bools 37 * 2
     assert packed.dtype == torch.int64 and packed.numel() == carried.words(37) == 37 + 37 + 28 + 10
     assert not packed[-10:].view(torch.uint8)[74:].any()  # the padding: zeros, not whatever the memory held
-    got = carried.unpack(torch.cat([torch.full((5,), -7), packed])[5:], 37)
+    assert carried.run_words(37) == [37, 37, 28, 10]
+    got = carried.unpack(torch.cat([torch.full((5,), -7), packed])[5:].split(carried.run_words(37)), 37)
     assert sorted(got) == sorted(tables)
     for name, t in tables.items():
         assert got[name].dtype == t.dtype and torch.equal(got[name], t[nodes]), name
+    with pytest.raises(ValueError, match="one per dtype"):
+        carried.unpack([packed], 37)
     with pytest.raises(ValueError, match="shared memory"):
         CarriedTables([("y", torch.arange(4))])
 

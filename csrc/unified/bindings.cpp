@@ -1,6 +1,7 @@
 // Python module pytorch_zerocopy._C: installs the unified backend's hooks and exposes the
 // few entry points that are not torch ops (allocation, aliasing, registration accounting).
 
+#include "checks.h"
 #include "unified/host_mapper.h"
 #include "unified/host_memory.h"
 #include "unified/registration.h"
@@ -33,6 +34,33 @@ int64_t parallel_for_threads(int64_t n) {
     seen.insert(at::get_thread_num());
   });
   return static_cast<int64_t>(seen.size());
+}
+// The trainer's end of a ring slot (pytorch_zerocopy.pipeline.ring): the slot's first `n`
+// feature rows and the first sum(cuts) values of its packed tensor, copied into new tensors on
+// the current stream (which the caller has made wait for the slot), the packed copy cut into
+// views of `cuts` values each. Returns [rows, packed, piece, ...]: the calls the trainer makes
+// per minibatch, in one. The copies are the caller's; the slot may be reused once the current
+// stream has run them.
+std::vector<at::Tensor> copy_out_slot(const at::Tensor& rows, int64_t n, const at::Tensor& packed,
+                                      const std::vector<int64_t>& cuts) {
+  TORCH_CHECK_VALUE(rows.dim() >= 1, "copy_out_slot: rows must have a row dimension, got shape ", rows.sizes());
+  TORCH_CHECK_VALUE(n >= 0 && n <= rows.size(0), "copy_out_slot: n must be in [0, ", rows.size(0),
+                    "] (the slot's rows), got ", n);
+  zerocopy::check_dim(packed, 1, "copy_out_slot: packed");
+  zerocopy::check_same_device(rows, "copy_out_slot: rows", packed, "packed");
+  int64_t total = 0;
+  for (const int64_t c : cuts) {
+    TORCH_CHECK_VALUE(c >= 0 && c <= packed.numel() - total, "copy_out_slot: cuts ", c10::IntArrayRef(cuts),
+                      " must be >= 0 and add up to at most the slot's packed values (", packed.numel(), ")");
+    total += c;
+  }
+  std::vector<at::Tensor> out;
+  out.reserve(cuts.size() + 2);
+  out.push_back(rows.narrow(0, 0, n).clone(at::MemoryFormat::Contiguous));
+  at::Tensor copied = packed.narrow(0, 0, total).clone(at::MemoryFormat::Contiguous);
+  out.push_back(copied);
+  for (at::Tensor& piece : copied.split_with_sizes(cuts)) out.push_back(std::move(piece));
+  return out;
 }
 }  // namespace
 
@@ -68,6 +96,8 @@ PYBIND11_MODULE(_C, m) {
   }, "(bytes, source): host memory a new allocation may still use");
   m.def("require_host_memory", &zerocopy::require_host_memory, py::arg("nbytes"), py::arg("what"), py::arg("hint"),
         "Raises torch.OutOfMemoryError, saying what `what` would cost, when nbytes exceed the available memory");
+  m.def("copy_out_slot", &copy_out_slot, py::arg("rows"), py::arg("n"), py::arg("packed"), py::arg("cuts"),
+        "[rows[:n].clone(), p := packed[:sum(cuts)].clone(), *p.split(cuts)], in one call");
   m.def("registration_stats", []() {
     auto s = zerocopy::registration_stats();
     return std::make_tuple(s.live_pieces, s.live_bytes, s.total_registrations);

@@ -291,7 +291,7 @@ class DataLoader(ProcessWay):
         sampler = self.graph_sampler
         out = sampler.output_device or self.device
         gathered = sampler.prefetch_node_feats[0]
-        for mb, feats in self.processes.epoch(self._seed_batches(), self.stage_times):
+        for mb, feats, _ in self.processes.epoch(self._seed_batches(), self.stage_times):
             # The seeds are the last block's destinations, which lead the input nodes (every
             # block's destinations lead its sources), already where the minibatch is. The CPU
             # state's readers: the lists this process prepared for the stage, no others.

@@ -46,7 +46,7 @@ from ..datasets.base import NodeDataset, shared_host_tensor
 from ..feature_table import CacheConfig
 from ..graph import CSRGraph
 from .gather import choose_cached_rows
-from .messages import EpochMark, Minibatch, SlotReady
+from .messages import EpochMark, Minibatch, PackedParts, SlotReady
 from .minibatches import SampleStage, SeedBatch
 from .partition import this_process_client_env
 from .plan import GatherIn, Partition, Phase, Plan, PlanError, make_plan
@@ -401,7 +401,7 @@ class LoaderProcesses:
                 producer_env.update(this_process_client_env(plan.producer_share, below_normal=plan.producer_yields))
             sup.start("producer", producer_main, (plan, self.ds, batch_q, ready_q, free_q, cached_rows, stage),
                       producer_env)
-            self.reader = RingReader(_Watched(ready_q, sup), free_q, self.device)
+            self.reader = RingReader(_Watched(ready_q, sup), free_q, self.device, copies_out=True)
         except BaseException:
             self._end()
             raise
@@ -447,20 +447,24 @@ class LoaderProcesses:
 
     # --- epochs ---------------------------------------------------------------------------
 
-    def epoch(self, batches: EpochBatches, times: Optional[StageTimes] = None
-              ) -> Iterator[Tuple[Minibatch, torch.Tensor]]:
-        """Runs one epoch of ``batches``; yields ``(minibatch, features)`` in the order the
-        producer finished them (the order of ``batches`` with one sampling role). ``times``
-        records the deliver stage, and the sample and gather times the producer measured."""
+    def epoch(self, batches: EpochBatches, times: Optional[StageTimes] = None,
+              label_sizes: Callable[[int], Sequence[int]] = lambda rows: ()
+              ) -> Iterator[Tuple[Minibatch, torch.Tensor, PackedParts]]:
+        """Runs one epoch of ``batches``; yields ``(minibatch, features, parts)`` in the order
+        the producer finished them (the order of ``batches`` with one sampling role):
+        ``parts``, the minibatch's packed tensor cut with its labels part in pieces of
+        ``label_sizes(rows)`` for a minibatch of ``rows`` input rows
+        (:meth:`~.messages.Minibatch.parts`). ``times`` records the deliver stage, and the
+        sample and gather times the producer measured."""
         if not isinstance(batches, EpochBatches):
             raise TypeError(f"a loader's epoch is an EpochBatches, got {type(batches).__name__}")
         if self.closed:
             raise RuntimeError("this loader's processes were closed; make a new loader")
         if self.sup is None:
             self._start(trace=times is not None)
-        return self._run(batches, times)
+        return self._run(batches, times, label_sizes)
 
-    def _run(self, batches: EpochBatches, times: Optional[StageTimes]):
+    def _run(self, batches: EpochBatches, times: Optional[StageTimes], label_sizes: Callable[[int], Sequence[int]]):
         if self.open is not None:
             raise RuntimeError("the loader's process way runs one epoch at a time: finish (or close) the open "
                                "iterator before starting another")
@@ -474,19 +478,20 @@ class LoaderProcesses:
         try:
             run.top_up()
             while True:
-                got = take(run)
+                got = take(run, label_sizes)
                 if got is None:
                     break
-                _, batch, feats = got
                 run.delivered()
                 run.top_up()
-                yield batch, feats
+                yield got
         finally:
             if self.open is run and not self.closed:
                 self._drain(run)
 
-    def _next(self, run: _Epoch) -> Optional[Tuple[SlotReady, Minibatch, torch.Tensor]]:
-        """The next minibatch of ``run``, out of its slot, or None once its marks are in."""
+    def _next(self, run: _Epoch, label_sizes: Callable[[int], Sequence[int]]
+              ) -> Optional[Tuple[Minibatch, torch.Tensor, PackedParts]]:
+        """The next minibatch of ``run``, taken out of its slot (:meth:`.RingReader.take_out`),
+        or None once its marks are in."""
         if self.open is not run:
             raise RuntimeError("this epoch was ended: the loader's processes were closed during it")
         while not run.complete:
@@ -496,8 +501,7 @@ class LoaderProcesses:
             if isinstance(item, EpochMark):
                 run.marks += 1
                 continue
-            batch, feats = self._take(item, feats)
-            return item, batch, feats
+            return self.reader.take_out(item, feats, label_sizes(item.rows))
         self.open = None
         return None
 
@@ -511,16 +515,6 @@ class LoaderProcesses:
         except BaseException:
             self._end()
             raise
-
-    def _take(self, item: SlotReady, feats: torch.Tensor) -> Tuple[Minibatch, torch.Tensor]:
-        """The minibatch and its rows as tensors of their own; the slot goes back."""
-        batch = item.batch
-        if self.reader.gpu_slots:
-            batch.packed = batch.packed.clone()  # the received description: ours to set
-        if self.reader.gpu_slots or not self.reader.copy_in:
-            feats = feats.clone()
-        self.reader.release(item)
-        return batch, feats
 
     def _drain(self, run: _Epoch) -> None:
         """Ends ``run`` early: no more seeds are sent, and the minibatches in flight are taken
@@ -536,14 +530,14 @@ class LoaderProcesses:
 
 
 
-def _timed_delivery(take: Callable[[_Epoch], Optional[Tuple[SlotReady, Minibatch, torch.Tensor]]], times: StageTimes):
+def _timed_delivery(take: Callable, times: StageTimes):
     """``take`` (:meth:`LoaderProcesses._next`) with each minibatch's delivery timed into
     ``times`` (the deliver stage: the wait for it and its taking out of the ring; ``_next`` adds
     the sample and gather times the producer measured)."""
 
-    def timed_take(run: _Epoch):
+    def timed_take(run: _Epoch, label_sizes: Callable[[int], Sequence[int]]):
         began = times.begin()
-        got = take(run)
+        got = take(run, label_sizes)
         if got is not None:
             times.end(Stage.DELIVER, began)
         return got

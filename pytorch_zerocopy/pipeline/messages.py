@@ -15,7 +15,7 @@ supervisor's report pipe): :class:`TableReady` (whichever process gathers), :cla
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -55,6 +55,18 @@ class Layout:
         edges = sum(self.num_edges)
         start = self.sizes[0] + self.sizes[1] + k * edges
         return start, start + edges
+
+
+class PackedParts(NamedTuple):
+    """A packed minibatch's parts (:meth:`Minibatch.parts`), views of its tensor: ``nodes``,
+    the input node ids; ``labels``, the labels part in the pieces asked for; ``edges``, every
+    block's ``src`` then every block's ``dst``, as one ``[2, E]`` view; ``eids``, every block's
+    edge ids (None when not packed)."""
+
+    nodes: torch.Tensor
+    labels: Tuple[torch.Tensor, ...]
+    edges: torch.Tensor
+    eids: Optional[torch.Tensor]
 
 
 @dataclass
@@ -119,6 +131,33 @@ class Minibatch:
     def eids(self) -> Optional[torch.Tensor]:
         """Every block's edge ids, in block order (one view), or None when not packed."""
         return self.packed[slice(*self.layout.region(2))] if self.layout.eids else None
+
+    def part_sizes(self, label_sizes: Sequence[int] = ()) -> List[int]:
+        """The sizes :meth:`parts` cuts the packed tensor into: the input nodes, the labels
+        part in pieces of ``label_sizes`` (which must add up to its size; empty: one piece),
+        the blocks' ``src`` and ``dst`` together, and their edge ids when packed. A first
+        piece of -1 is what the others leave."""
+        sizes, layout = self.layout.sizes, self.layout
+        edges = sum(layout.num_edges)
+        pieces = list(label_sizes) if label_sizes else [sizes[1]]
+        if pieces[0] == -1:  # the first piece: the rest
+            pieces[0] = sizes[1] - sum(pieces[1:])
+        if min(pieces) < 0 or sum(pieces) != sizes[1]:
+            raise ValueError(f"Minibatch.parts: label pieces {list(label_sizes)} do not add up to the labels part "
+                             f"({sizes[1]})")
+        return [sizes[0], *pieces, 2 * edges] + ([edges] if layout.eids else [])
+
+    def parts(self, label_sizes: Sequence[int] = ()) -> PackedParts:
+        """Every part of the packed tensor at once (one split, one op where the properties
+        above take one each), cut at :meth:`part_sizes`."""
+        return self.as_parts(self.packed.split_with_sizes(self.part_sizes(label_sizes)))
+
+    def as_parts(self, views: Sequence[torch.Tensor]) -> PackedParts:
+        """The :class:`PackedParts` of ``views``, the packed tensor cut at :meth:`part_sizes`."""
+        k = len(views) - (2 if self.layout.eids else 1)
+        edges = views[k]
+        return PackedParts(views[0], tuple(views[1:k]), edges.view(2, edges.numel() // 2),
+                           views[k + 1] if self.layout.eids else None)
 
     @property
     def blocks(self) -> List[Block]:

@@ -26,14 +26,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
+from .. import unified
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..unified import to_unified
-from .messages import (RELEASED, EpochMark, FreeEvents, FreeSlots, GathererFailed, Minibatch, RingHandles, SlotReady,
-                       SlotsReady, TableReady)
+from .messages import (RELEASED, EpochMark, FreeEvents, FreeSlots, GathererFailed, Minibatch, PackedParts, RingHandles,
+                       SlotReady, SlotsReady, TableReady)
 from .plan import Plan
 
 
@@ -199,15 +200,19 @@ class _Released:
 
 class RingReader:
     """The trainer's end: yields ``(SlotReady, features)`` (and ``(EpochMark, None)``) and gives
-    slots back with :meth:`release`.
+    slots back with :meth:`release`, or copies them out and gives them back with
+    :meth:`take_out`.
 
     With host slots and a CUDA trainer (the DMA path) each slot is registered once and copied
     to the GPU asynchronously on a copy stream; the slot returns to the producer as soon as its
     copy has completed, so CPU gathering, the copy and training overlap.
+
+    ``copies_out``: every slot is taken out with :meth:`take_out` (a loader, whose minibatches
+    outlive their slots); then GPU slots are yielded as ``(SlotReady, None)``, no views made.
     """
 
-    def __init__(self, ready_q, free_q, device: torch.device):
-        self.ready_q, self.free_q, self.device = ready_q, free_q, device
+    def __init__(self, ready_q, free_q, device: torch.device, copies_out: bool = False):
+        self.ready_q, self.free_q, self.device, self.copies_out = ready_q, free_q, device, copies_out
         handles = ready_q.get()
         if isinstance(handles, GathererFailed):
             raise RuntimeError(f"the machine's gatherer failed:\n{handles.remote_traceback}")
@@ -267,16 +272,18 @@ class RingReader:
             else:
                 raise RuntimeError(f"trainer: expected slots or an epoch mark from the producer, got {message!r}")
 
-    def _features(self, item: SlotReady) -> torch.Tensor:
+    def _features(self, item: SlotReady) -> Optional[torch.Tensor]:
         """The feature rows of a ready slot, for the current stream (``item.batch`` given the
-        slot's packed tensor, with GPU slots)."""
+        slot's packed tensor, with GPU slots; None and no views with ``copies_out``)."""
         if item.buffer is not None or item.packed_buffer is not None:
             self._adopt(item)
-        view = self.buffers[item.slot][: item.rows]
         if self.gpu_slots:
             self._current_stream().wait_event(self.ready_events[item.slot])
+            if self.copies_out:
+                return None
             item.batch.packed = self.packed[item.slot][: item.batch.layout.numel]  # received here: ours to set
-            return view
+            return self.buffers[item.slot][: item.rows]
+        view = self.buffers[item.slot][: item.rows]
         if not self.copy_in:
             return view
         compute = torch.cuda.current_stream(self.device)
@@ -300,6 +307,25 @@ class RingReader:
                 self._streams.clear()
             stream = self._streams[key] = torch.cuda.Stream(stream_id=key[0], device_index=key[1], device_type=key[2])
         return stream
+
+    def take_out(self, item: SlotReady, feats: Optional[torch.Tensor], label_sizes: Sequence[int] = ()
+                 ) -> Tuple[Minibatch, torch.Tensor, PackedParts]:
+        """A received slot's minibatch and feature rows (``feats``, as yielded) as tensors of
+        their own, the minibatch's packed tensor in its parts
+        (:meth:`~.messages.Minibatch.parts` of ``label_sizes``), and the slot given back. GPU
+        slots are copied out on the current stream, in one call; host slots hold the rows
+        only (copied, unless already copied in to the GPU), the packed tensor having come on
+        the queue."""
+        batch = item.batch
+        if self.gpu_slots:
+            rows, batch.packed, *views = unified._C.copy_out_slot(
+                self.buffers[item.slot], item.rows, self.packed[item.slot], batch.part_sizes(label_sizes))
+            parts = batch.as_parts(views)
+        else:
+            rows = feats if self.copy_in else feats.clone()
+            parts = batch.parts(label_sizes)
+        self.release(item)
+        return batch, rows, parts
 
     def release(self, item: SlotReady) -> None:
         """Gives ``item``'s slot back: its group's slots go to the producer once all are."""

@@ -51,7 +51,10 @@ class DeviceData(Data):
             want = torch.device("cuda", torch.cuda.current_device())
         for store in self.stores:
             for value in store._mapping.values():
-                if not _on(value, want):
+                if type(value) is torch.Tensor:  # most of a minibatch's values: no call
+                    if value.device != want:
+                        return False
+                elif not _on(value, want):
                     return False
         return True
 
@@ -60,10 +63,10 @@ def _on(value: Any, device: torch.device) -> bool:
     """Whether every tensor in ``value`` is on ``device``."""
     if isinstance(value, torch.Tensor):
         return value.device == device
-    if isinstance(value, (list, tuple)):
-        return all(_on(v, device) for v in value)
-    if isinstance(value, dict):
-        return all(_on(v, device) for v in value.values())
+    if isinstance(value, (list, tuple, dict)):
+        for v in value.values() if isinstance(value, dict) else value:
+            if type(v) is not int and not _on(v, device):  # a minibatch's lists are of counts
+                return False
     return True
 
 
@@ -86,12 +89,13 @@ class DataExtras:
         keeps ``num_nodes`` an explicit attribute only where ``data`` had one (as PyG does).
         ``e_id`` must hold valid edge ids, as a sampler's edges do: the rows are read without
         the bounds check that costs a GPU a host synchronisation."""
-        if not self.explicit_num_nodes and "num_nodes" in batch._store:
+        stored = batch._store._mapping  # Data's own `in` lists every store's keys first
+        if not self.explicit_num_nodes and "num_nodes" in stored:
             del batch.num_nodes
         for name in self.edge_names:
             batch[name] = self.edge_tables.read_rows(name, batch.e_id)
         for name, value in self.graph_values.items():
-            if name not in batch._store:  # Data's own `in` lists every store's keys first
+            if name not in stored:
                 batch[name] = value
         return batch
 

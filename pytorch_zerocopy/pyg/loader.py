@@ -600,15 +600,15 @@ class NeighborLoader(ProcessWay, NodeLoader):
         carried, read_there = self._carried, self._read_there
         if self.processes.sup is None:  # the processes start now and read the tables as they are
             read_there.remember()
-        for mb, x in self.processes.epoch(self._seed_batches(), self.stage_times):
+        # The labels part: the input ids, then the carried tables at the minibatch's nodes, a
+        # piece per dtype (the ids' piece: what the labels part holds beyond the tables).
+        label_sizes = (lambda n: ()) if carried is None else (lambda n: [-1] + carried.run_words(n))
+        for mb, x, parts in self.processes.epoch(self._seed_batches(), self.stage_times, label_sizes):
             read_there.check()
-            # The labels part: the input ids, then the carried tables at the minibatch's nodes.
             n = x.shape[0]
-            labels = mb.labels
-            ids = labels.numel() - (0 if carried is None else carried.words(n))
-            gathered = {} if carried is None else carried.unpack(labels[ids:], n)
-            gathered["x"] = x.view((n,) + shape)
-            out = self.node_sampler.output(SampledHops.from_minibatch(mb), labels[:ids])
+            gathered = {} if carried is None else carried.unpack(parts.labels[1:], n)
+            gathered["x"] = x if x.shape[1:] == shape else x.view((n,) + shape)
+            out = self.node_sampler.output(SampledHops.from_minibatch(mb, parts), parts.labels[0])
             yield self.filter_fn(out, gathered)
 
     def _seed_batches(self) -> EpochBatches:

@@ -51,7 +51,7 @@ from torch_geometric.sampler.base import NumNeighbors, SubgraphType
 from ..block import Block
 from ..graph import CSRGraph
 from ..pipeline.loader import FedStage
-from ..pipeline.messages import Minibatch
+from ..pipeline.messages import Minibatch, PackedParts
 from ..placement import cat_to_device_async, op_device, to_device_async
 from ..sampling import Frontier, PendingSample, sample_layers, sample_layers_async
 
@@ -104,21 +104,26 @@ class SampledHops:
         return cls(blocks[0].nodes, pairs[0], pairs[1], torch.cat([b.eids for b in hops]), counts, edges)
 
     @classmethod
-    def from_minibatch(cls, mb: Minibatch) -> "SampledHops":
-        """The hops a :class:`Minibatch` packed from :meth:`blocks` (views of its tensor)."""
-        reached = [num_dst for _, num_dst in mb.layout.shapes]
-        total = mb.layout.shapes[0][0]
-        counts = [reached[0]] + [b - a for a, b in zip(reached, reached[1:])] + [total - reached[-1]]
-        return cls(mb.input_nodes, mb.src, mb.dst, mb.eids, counts, list(mb.layout.num_edges))
+    def from_minibatch(cls, mb: Minibatch, parts: Optional[PackedParts] = None) -> "SampledHops":
+        """The hops a :class:`Minibatch` packed from :meth:`blocks` (views of its tensor;
+        ``parts``: its :meth:`~pytorch_zerocopy.pipeline.messages.Minibatch.parts`, where
+        already split)."""
+        if parts is None:
+            parts = mb.parts()
+        shapes = mb.layout.shapes
+        reached = [num_dst for _, num_dst in shapes]
+        counts = [reached[0]] + [b - a for a, b in zip(reached, reached[1:])] + [shapes[0][0] - reached[-1]]
+        row, col = parts.edges.unbind(0)
+        return cls(parts.nodes, row, col, parts.eids, counts, list(mb.layout.num_edges))
 
 
 def edge_index(row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
     """``torch.stack([row, col])``; a view of their buffer, no copy, where ``col`` directly
     follows ``row`` in one (a sample's :class:`SampledHops`): the result then aliases both."""
     e = row.numel()
-    if (row.dim() == col.dim() == 1 and col.numel() == e and row.dtype == col.dtype and row.device == col.device
-            and row.stride(0) == col.stride(0) == 1
-            and row.untyped_storage().data_ptr() == col.untyped_storage().data_ptr()
+    base = row._base  # views of one tensor: one storage (checked without making storage objects)
+    if (base is not None and col._base is base and row.dim() == col.dim() == 1 and col.numel() == e
+            and row.dtype == col.dtype and row.stride(0) == col.stride(0) == 1
             and col.storage_offset() == row.storage_offset() + e):
         return row.as_strided((2, e), (e, 1))
     return torch.stack([row, col], dim=0)
@@ -304,6 +309,11 @@ class CarriedTables:
         """The int64 values packed for a minibatch of ``n`` nodes."""
         return sum(run.words(n) for run in self._groups)
 
+    def run_words(self, n: int) -> List[int]:
+        """The int64 values packed per dtype (in :data:`CARRIED_DTYPES` order) for ``n`` nodes:
+        the pieces :meth:`unpack` takes."""
+        return [run.words(n) for run in self._groups]
+
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
         """Every table's rows at ``nodes`` (valid node ids), packed (see the class docstring),
         where ``nodes`` are (on the current stream)."""
@@ -333,23 +343,24 @@ class CarriedTables:
         side_by_side = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
         return FeatureTable(side_by_side, "cuda" if device.type == "cuda" else "cpu", device=device)
 
-    def unpack(self, values: torch.Tensor, n: int) -> Dict[str, torch.Tensor]:
-        """The tables' rows of a minibatch of ``n`` nodes from its packed ``values`` (:meth:`words`
-        of them), by name, contiguous: views of ``values`` for tables of one value per node (a
-        table of several values per node: a copy)."""
+    def unpack(self, pieces: Sequence[torch.Tensor], n: int) -> Dict[str, torch.Tensor]:
+        """The tables' rows of a minibatch of ``n`` nodes from its packed values, in the pieces
+        of :meth:`run_words` (one per dtype), by name, contiguous: views of the pieces for
+        tables of one value per node (a table of several values per node: a copy)."""
+        if len(pieces) != len(self._groups):
+            raise ValueError(f"CarriedTables.unpack: {len(self._groups)} pieces (one per dtype) needed, "
+                             f"got {len(pieces)}")
         out: Dict[str, torch.Tensor] = {}
-        at = 0
-        for run in self._groups:
-            words = run.words(n)
-            part = values[at: at + words]
-            if run.dtype != torch.int64:
-                part = part.view(torch.uint8)[: n * run.width * run.itemsize].view(run.dtype)
-            at += words
-            off = 0
-            for k in range(run.first, run.end):
+        for run, part in zip(self._groups, pieces):
+            widths = self.widths[run.first:run.end]
+            if run.dtype is torch.int64:
+                tables = (part,) if len(widths) == 1 else part.split_with_sizes([n * w for w in widths])
+            else:  # the run's values, then the padding to a whole int64
+                values = part.view(run.dtype)
+                cuts = [n * w for w in widths]
+                tables = values.split_with_sizes(cuts + [values.numel() - n * run.width])
+            for k, table in zip(range(run.first, run.end), tables):
                 w, shape = self.widths[k], self.row_shapes[k]
-                table = part if run.end - run.first == 1 else part[off: off + n * w]  # one table: all of it
-                off += n * w
                 if w != 1 or shape:
                     table = table.view(w, n).t().contiguous().view((n,) + shape)
                 out[self.names[k]] = table
