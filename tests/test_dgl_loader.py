@@ -363,15 +363,17 @@ def assert_same_batch(a, b):
             assert all(torch.equal(mine[k], theirs[k]) for k in theirs), sorted(theirs)
 
 
-def test_process_way_yields_the_in_process_blocks(data):
+@pytest.mark.parametrize("kwargs", [dict(batch_size=128, shuffle=True), dict(batch_size=64, shuffle=True, drop_last=True)])
+def test_process_way_yields_the_in_process_blocks(data, kwargs):
     """pipeline=True: the batches of the in-process loader (same seeds and samples, weighted
-    sampling, prefetched features, labels and edge data), epoch after epoch from the same
-    processes, and nothing left once the loader is collected after an early break."""
+    sampling, prefetched features, labels and edge data; a partial last batch kept or
+    dropped), epoch after epoch from the same processes, and nothing left once the loader is
+    collected after an early break."""
     cg, graph = data
+    assert cg.train_idx.numel() % kwargs["batch_size"]  # a partial last batch
     before = snapshot()
     sampler = NeighborSampler([4, 3], prob="w", prefetch_node_feats=["feat"], prefetch_labels=["label"],
                               prefetch_edge_feats=["w"])
-    kwargs = dict(batch_size=100, shuffle=True)
     torch.manual_seed(2)
     loader = DataLoader(graph, cg.train_idx, sampler, pipeline=True, **kwargs)
     got = list(loader) + list(loader)

@@ -628,11 +628,14 @@ def assert_same_minibatch(a, b, skip=()):
             assert a[key] == b[key], key
 
 
-def test_process_way_yields_the_in_process_minibatches(small):
+@pytest.mark.parametrize("cut", [dict(batch_size=100, shuffle=True), dict(batch_size=64, shuffle=True, drop_last=True),
+                                 dict(batch_size=64, shuffle=False)])
+def test_process_way_yields_the_in_process_minibatches(small, cut):
     """pipeline=True: the minibatches of the in-process loader (the same seeds and samples drawn
-    from torch's generator, every attribute), epoch after epoch from the same processes; x,
-    gathered by the producer process, is the table at n_id."""
-    kwargs = dict(num_neighbors=[4, 3], batch_size=100, input_nodes=small.train_mask, shuffle=True)
+    from torch's generator, every attribute; batches cut as torch's batch sampler cuts them, a
+    partial last one kept or dropped), epoch after epoch from the same processes; x, gathered by
+    the producer process, is the table at n_id."""
+    kwargs = dict(num_neighbors=[4, 3], input_nodes=small.train_mask, **cut)
     torch.manual_seed(5)
     with NeighborLoader(small, pipeline=True, **kwargs) as loader:
         got = [list(loader) for _ in range(2)]
@@ -648,7 +651,8 @@ def test_process_way_yields_the_in_process_minibatches(small):
     samplers = loader.processes.plan.sampler_processes
     assert set(pids) == ({"sampler0", "producer1"} if samplers else {"producer0"}) and samplers in (0, 1)
     assert [len(e) for e in got] == [len(e) for e in want] == [len(loader)] * 2
-    assert not torch.equal(got[0][0].input_id, got[1][0].input_id)  # reshuffled
+    assert torch.equal(got[0][0].input_id, got[1][0].input_id) != cut["shuffle"]  # reshuffled, or in order
+    assert int(small.train_mask.sum()) % cut["batch_size"]  # a partial last batch, kept or dropped
     for a, b in zip(got[0] + got[1], want[0] + want[1]):
         assert_same_minibatch(a, b)
         assert torch.equal(a.x.cpu(), small.x[a.n_id.cpu()])  # x (and n_id) are on the GPU where one is

@@ -303,5 +303,7 @@ class DataLoader(ProcessWay):
         """An epoch's minibatches, drawn as in-process (the epoch's order, then one sampling
         seed per minibatch)."""
         ids = self._epoch_indices()
-        batches = [(ids[b * self.batch_size: (b + 1) * self.batch_size], None) for b in range(len(self))]
-        return EpochBatches.of(batches, draw_seeds(len(batches)))
+        size, count = self.batch_size, len(self)
+        end = min(count * size, ids.numel())
+        cuts = torch.arange(0, (count + 1) * size, size).clamp_(max=end)  # each batch's start, then the end
+        return EpochBatches(ids[:end].to(torch.int64), cuts, draw_seeds(count))

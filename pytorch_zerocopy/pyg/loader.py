@@ -272,9 +272,14 @@ def _epoch_order(batch_sampler) -> Optional[Callable[[], torch.Tensor]]:
 def _cuts(n: int, batch_sampler: BatchSampler) -> Iterator[slice]:
     """The batches ``batch_sampler`` cuts from ``n`` positions, as slices."""
     size = batch_sampler.batch_size
-    end = n - n % size if batch_sampler.drop_last else n
-    for start in range(0, end, size):
+    for start in range(0, _cut_end(n, batch_sampler), size):
         yield slice(start, start + size)
+
+
+def _cut_end(n: int, batch_sampler: BatchSampler) -> int:
+    """Where the batches ``batch_sampler`` cuts from ``n`` positions end (``drop_last`` drops
+    a last partial batch)."""
+    return n - n % batch_sampler.batch_size if batch_sampler.drop_last else n
 
 
 def _index_batches(batch_sampler) -> Optional[Iterator[torch.Tensor]]:
@@ -613,16 +618,23 @@ class NeighborLoader(ProcessWay, NodeLoader):
 
     def _seed_batches(self) -> EpochBatches:
         """An epoch's minibatches, drawn as the in-process loader draws them (one sampling seed
-        per minibatch, drawn after the epoch's order), their input ids carried along: CPU
-        slices of the epoch's order (:meth:`_epoch_slices`) where torch's own batch sampler
-        cuts it, else :meth:`_input_batches`."""
+        per minibatch, drawn after the epoch's order), their input ids carried along. Where
+        torch's own batch sampler cuts the epoch's order (:func:`_epoch_order`, the draw of
+        :meth:`_epoch_slices`): the seeds and ids in that order, cut where it cuts, with no
+        tensor per minibatch; else the batches of :meth:`_input_batches`."""
         indices = torch.utils.data.DataLoader._get_iterator(self)  # draws its base seed, as in-process
-        slices = self._epoch_slices(torch.device("cpu"))
-        if slices is not None:
-            batches = [(node, input_id) for input_id, node in slices]
-        else:
+        draw = _epoch_order(self.batch_sampler) if self._auto_collation else None
+        if draw is None:
             batches = [(batch.node, batch.input_id) for batch in self._input_batches(indices)]
-        return EpochBatches.of(batches, draw_seeds(len(batches)))
+            return EpochBatches.of(batches, draw_seeds(len(batches)))
+        order = draw()
+        end, size = _cut_end(order.numel(), self.batch_sampler), self.batch_sampler.batch_size
+        order = order[:end]
+        source = self.input_data
+        ids = order if source.input_id is None else source.input_id[order]
+        cuts = torch.arange(0, end + size, size).clamp_(max=end)  # each batch's start, then the end
+        return EpochBatches(source.node[order].to(torch.int64), cuts, draw_seeds(cuts.numel() - 1),
+                            ids.to(torch.int64))
 
     def collate_fn(self, index) -> Any:
         with stage_timer(self.stage_times).timed(Stage.SAMPLE):
