@@ -257,6 +257,8 @@ def test_copy_out_slot_copies_a_slots_rows_and_cuts_its_packed_copy():
         _C.copy_out_slot(rows, 1, packed, [-1, 2])
     with pytest.raises(ValueError, match="packed must be a 1-D tensor"):
         _C.copy_out_slot(rows, 1, packed.view(2, 3), [1])
+    with pytest.raises(TypeError, match="packed must be Long"):
+        _C.copy_out_slot(rows, 1, packed.int(), [1])
     with pytest.raises(ValueError, match="same device"):
         _C.copy_out_slot(rows, 1, packed.to("meta"), [1])
 

@@ -47,6 +47,7 @@ std::vector<at::Tensor> copy_out_slot(const at::Tensor& rows, int64_t n, const a
   TORCH_CHECK_VALUE(n >= 0 && n <= rows.size(0), "copy_out_slot: n must be in [0, ", rows.size(0),
                     "] (the slot's rows), got ", n);
   zerocopy::check_dim(packed, 1, "copy_out_slot: packed");
+  zerocopy::check_dtype(packed, at::kLong, "copy_out_slot: packed");
   zerocopy::check_same_device(rows, "copy_out_slot: rows", packed, "packed");
   int64_t total = 0;
   for (const int64_t c : cuts) {
