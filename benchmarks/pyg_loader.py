@@ -53,8 +53,9 @@ Stage timings (``StageTimes``: sample, gather, build, deliver; ms per minibatch,
 apart from the timed epochs (which run untimed, as a user's loader does): for the
 ``pipeline=True`` rows over one training epoch of a second loader whose processes trace from
 their start (sample and gather measured in the producer process, build and deliver in the
-training process), for the in-process rows over one extra training epoch with a GPU
-synchronisation around each stage.
+training process; each minibatch's deliver time, in the epoch's order, as ``deliver_ms_all``:
+where in an epoch the loop waits for the producer), for the in-process rows over one extra
+training epoch with a GPU synchronisation around each stage.
 
 Bars: ``pyg_loader_over_pipeline`` and ``dgl_loader_over_pipeline`` (the in-process loader
 alone, ms per minibatch, over the pipeline's; the same ratios of the ``pipeline=True`` rows and
@@ -119,7 +120,7 @@ from pytorch_zerocopy.pipeline import Plan, make_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.loader import loader_plan  # noqa: E402
 from pytorch_zerocopy.pipeline.partition import MPS_CONTROL, run_as_client, this_process_client_env  # noqa: E402
 from pytorch_zerocopy.pipeline.plan import available_cores  # noqa: E402
-from pytorch_zerocopy.pipeline.trace import StageTimes  # noqa: E402
+from pytorch_zerocopy.pipeline.trace import Stage, StageTimes  # noqa: E402
 from pytorch_zerocopy.pyg import NeighborLoader, NeighborSampler, data_from_dataset, stores_from_data  # noqa: E402
 from pytorch_zerocopy.train import run_plan  # noqa: E402
 
@@ -328,6 +329,8 @@ def measure(name: str, make_loader: Callable, family: Family, args, processes: b
         # them in bursts, so most deliveries wait for nothing and the median hides the waits.
         result["stages_ms"] = stage_stat(loader.stage_times, "p50")
         result["stages_mean_ms"] = stage_stat(loader.stage_times, "mean")
+        if processes:  # in the epoch's order: where in an epoch the loop waits for the producer
+            result["deliver_ms_all"] = [round(ms, 4) for ms in loader.stage_times.values[Stage.DELIVER]]
         loader.stage_times = None
         print(f"{name:>13} stages (ms p50): {result['stages_ms']}; mean: {result['stages_mean_ms']}", flush=True)
     if steps:

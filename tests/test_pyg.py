@@ -1024,6 +1024,7 @@ def test_benchmark_quick_mode(tmp_path):
                 "pyg_speedup_over_tuned_cpu_loader"):
         assert bars[bar] > 0, bar
     assert set(modes["pyg_pipeline"]["stages_ms"]) == {"sample", "gather", "build", "deliver"}
+    assert len(modes["pyg_pipeline"]["deliver_ms_all"]) == modes["pyg_pipeline"]["train"]["batches"]
     assert (tmp_path / "pyg_loader.md").read_text().startswith("# PyG and DGL loaders against the pipeline")
 
 
