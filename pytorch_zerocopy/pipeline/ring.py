@@ -14,8 +14,10 @@ slot and waited on by the other side's stream: a hand-off costs one queue messag
 synchronisation.
 
 GPU slots hold a minibatch's feature rows and its packed tensor (blocks, labels, input ids), so
-the trainer receives a tensor-free description and copies nothing. Host slots (the DMA path,
-the CPU pipeline) hold feature rows; the minibatch's packed tensor travels on the queue.
+the trainer receives a tensor-free description: the training run's trainer reads the slot in
+place, a loader's (whose minibatches outlive their slots) copies it out in one call
+(:meth:`RingReader.take_out`). Host slots (the DMA path, the CPU pipeline) hold feature rows;
+the minibatch's packed tensor travels on the queue.
 
 Sharing: the buffers are shared once (:class:`~.messages.RingHandles`) and again only when a
 slot must grow (rare: the first slots hold the largest possible input set, up to a budget).
