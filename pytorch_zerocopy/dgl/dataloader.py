@@ -66,7 +66,6 @@ from ..pipeline.loader import EpochBatches, LoaderProcesses, ProcessWay, check_p
 from ..pipeline.plan import Plan
 from ..pipeline.trace import StageTimes
 from ..placement import Placement, PlacementError
-from ..sampling import draw_seeds
 from ._backend import is_dgl_graph
 from .sampler import NeighborSampler, NodeCache, _graph_device, _lookup
 
@@ -302,8 +301,4 @@ class DataLoader(ProcessWay):
     def _seed_batches(self) -> EpochBatches:
         """An epoch's minibatches, drawn as in-process (the epoch's order, then one sampling
         seed per minibatch)."""
-        ids = self._epoch_indices()
-        size, count = self.batch_size, len(self)
-        end = min(count * size, ids.numel())
-        cuts = torch.arange(0, (count + 1) * size, size).clamp_(max=end)  # each batch's start, then the end
-        return EpochBatches(ids[:end].to(torch.int64), cuts, draw_seeds(count))
+        return EpochBatches.cut(self._epoch_indices()[:len(self) * self.batch_size], self.batch_size)

@@ -45,6 +45,7 @@ import torch
 from ..datasets.base import NodeDataset, shared_host_tensor
 from ..feature_table import CacheConfig
 from ..graph import CSRGraph
+from ..sampling import draw_seeds
 from .gather import choose_cached_rows
 from .messages import EpochMark, Minibatch, PackedParts, SlotReady
 from .minibatches import SampleStage, SeedBatch
@@ -111,6 +112,16 @@ class EpochBatches:
         if batches and batches[0][1] is not None:
             carried = torch.cat([c.reshape(-1) for _, c in batches])
         return cls(seeds.to(torch.int64), cuts, sample_seeds, None if carried is None else carried.to(torch.int64))
+
+    @classmethod
+    def cut(cls, seeds: torch.Tensor, size: int, carried: Optional[torch.Tensor] = None) -> "EpochBatches":
+        """The epoch of ``seeds`` (and ``carried``) in order, cut into minibatches of ``size``,
+        the last one partial where ``size`` does not divide them; one sampling seed per
+        minibatch drawn now from torch's default generator (:func:`~pytorch_zerocopy.sampling.draw_seeds`)."""
+        n = seeds.numel()
+        cuts = torch.arange(0, n + size, size).clamp_(max=n)  # each minibatch's start, then the end
+        return cls(seeds.to(torch.int64), cuts, draw_seeds(cuts.numel() - 1),
+                   None if carried is None else carried.to(torch.int64))
 
     @property
     def num_batches(self) -> int:

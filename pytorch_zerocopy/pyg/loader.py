@@ -628,13 +628,10 @@ class NeighborLoader(ProcessWay, NodeLoader):
             batches = [(batch.node, batch.input_id) for batch in self._input_batches(indices)]
             return EpochBatches.of(batches, draw_seeds(len(batches)))
         order = draw()
-        end, size = _cut_end(order.numel(), self.batch_sampler), self.batch_sampler.batch_size
-        order = order[:end]
+        order = order[:_cut_end(order.numel(), self.batch_sampler)]
         source = self.input_data
         ids = order if source.input_id is None else source.input_id[order]
-        cuts = torch.arange(0, end + size, size).clamp_(max=end)  # each batch's start, then the end
-        return EpochBatches(source.node[order].to(torch.int64), cuts, draw_seeds(cuts.numel() - 1),
-                            ids.to(torch.int64))
+        return EpochBatches.cut(source.node[order], self.batch_sampler.batch_size, ids)
 
     def collate_fn(self, index) -> Any:
         with stage_timer(self.stage_times).timed(Stage.SAMPLE):

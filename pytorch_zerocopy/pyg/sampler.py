@@ -104,12 +104,9 @@ class SampledHops:
         return cls(blocks[0].nodes, pairs[0], pairs[1], torch.cat([b.eids for b in hops]), counts, edges)
 
     @classmethod
-    def from_minibatch(cls, mb: Minibatch, parts: Optional[PackedParts] = None) -> "SampledHops":
-        """The hops a :class:`Minibatch` packed from :meth:`blocks` (views of its tensor;
-        ``parts``: its :meth:`~pytorch_zerocopy.pipeline.messages.Minibatch.parts`, where
-        already split)."""
-        if parts is None:
-            parts = mb.parts()
+    def from_minibatch(cls, mb: Minibatch, parts: PackedParts) -> "SampledHops":
+        """The hops a :class:`Minibatch` packed from :meth:`blocks`, views of its ``parts``
+        (:meth:`~pytorch_zerocopy.pipeline.messages.Minibatch.parts`)."""
         shapes = mb.layout.shapes
         reached = [num_dst for _, num_dst in shapes]
         counts = [reached[0]] + [b - a for a, b in zip(reached, reached[1:])] + [shapes[0][0] - reached[-1]]
@@ -307,7 +304,7 @@ class CarriedTables:
 
     def words(self, n: int) -> int:
         """The int64 values packed for a minibatch of ``n`` nodes."""
-        return sum(run.words(n) for run in self._groups)
+        return sum(self.run_words(n))
 
     def run_words(self, n: int) -> List[int]:
         """The int64 values packed per dtype (in :data:`CARRIED_DTYPES` order) for ``n`` nodes:
